@@ -1,0 +1,622 @@
+/* The CPU backend plugin: tensors in host memory, ops run at enqueue time on a thread
+ * pool (so sync() has nothing left to wait for), inner loops from the SIMD table chosen
+ * at start (kernels.h; LMHOST_SIMD=portable|avx2|avx512|neon forces one). */
+#include "lmhost/lmhost.h"
+#include "kernels.h"
+#include "threadpool.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cpu_tensor {
+    lmh_tensor t;   /* first: a cpu_tensor* is an lmh_tensor* */
+    uint8_t *data;
+    size_t bytes;
+    int owned;      /* data was allocated here (not a view, not wrapped host memory) */
+    int weight;     /* counted as weights; reads are counted in weight_bytes_read */
+    int wrapped;    /* data is host memory lent by the caller (mmap'd weights) */
+} cpu_tensor;
+
+struct lmh_backend {
+    const cpu_kernels *k;
+    cpu_pool *pool;
+    char desc[96];
+    atomic_uint_fast64_t weight_bytes, other_bytes, mapped_bytes, weight_read;
+};
+
+#define CT(x) ((cpu_tensor *)(x))
+#define DATA(x) (CT(x)->data)
+
+static const lmh_host_api *g_host;
+
+static size_t nbytes(lmh_dtype dt, int32_t ndim, const int64_t *ne) {
+    size_t n = lmh_dtype_size(dt);
+    for (int i = 0; i < ndim; i++) n *= (size_t)ne[i];
+    return n;
+}
+
+static int valid_shape(lmh_dtype dt, int32_t ndim, const int64_t *ne) {
+    if ((unsigned)dt >= LMH_DTYPE_COUNT || ndim < 1 || ndim > LMH_MAX_DIMS) return 0;
+    for (int i = 0; i < ndim; i++)
+        if (ne[i] < 0 || ne[i] > ((int64_t)1 << 40)) return 0;
+    return 1;
+}
+
+static cpu_tensor *tensor_alloc(lmh_dtype dt, int32_t ndim, const int64_t *ne) {
+    cpu_tensor *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->t.dtype = dt;
+    t->t.ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->t.ne[i] = ne[i];
+    t->t.backend_priv = t;
+    t->bytes = nbytes(dt, ndim, ne);
+    return t;
+}
+
+static lmh_tensor *cpu_tensor_new(lmh_backend *b, lmh_dtype dt, int32_t ndim, const int64_t *ne,
+                                  uint32_t flags) {
+    if (!valid_shape(dt, ndim, ne)) return NULL;
+    cpu_tensor *t = tensor_alloc(dt, ndim, ne);
+    if (!t) return NULL;
+    /* 64-byte alignment for full-width vector loads; at least one byte so empty tensors
+     * still have an address. */
+    size_t sz = (t->bytes + 63) & ~(size_t)63;
+    t->data = aligned_alloc(64, sz ? sz : 64);
+    if (!t->data) {
+        free(t);
+        return NULL;
+    }
+    t->owned = 1;
+    t->weight = (flags & LMH_TENSOR_WEIGHT) != 0;
+    atomic_fetch_add(t->weight ? &b->weight_bytes : &b->other_bytes, t->bytes);
+    return &t->t;
+}
+
+static lmh_tensor *cpu_tensor_wrap(lmh_backend *b, lmh_dtype dt, int32_t ndim, const int64_t *ne,
+                                   const void *host) {
+    if (!valid_shape(dt, ndim, ne)) return NULL;
+    cpu_tensor *t = tensor_alloc(dt, ndim, ne);
+    if (!t) return NULL;
+    t->data = (uint8_t *)(uintptr_t)host; /* read-only by contract: weights */
+    t->weight = 1;
+    t->wrapped = 1;
+    atomic_fetch_add(&b->mapped_bytes, t->bytes);
+    return &t->t;
+}
+
+static lmh_tensor *cpu_tensor_view(lmh_backend *b, lmh_tensor *base, size_t offset, lmh_dtype dt,
+                                   int32_t ndim, const int64_t *ne) {
+    (void)b;
+    if (!base || !valid_shape(dt, ndim, ne)) return NULL;
+    size_t n = nbytes(dt, ndim, ne);
+    if (offset > CT(base)->bytes || n > CT(base)->bytes - offset) return NULL;
+    cpu_tensor *t = tensor_alloc(dt, ndim, ne);
+    if (!t) return NULL;
+    t->data = CT(base)->data + offset;
+    t->weight = CT(base)->weight;
+    return &t->t;
+}
+
+static void cpu_tensor_free(lmh_backend *b, lmh_tensor *x) {
+    if (!x) return;
+    cpu_tensor *t = CT(x);
+    if (t->owned) {
+        atomic_fetch_sub(t->weight ? &b->weight_bytes : &b->other_bytes, t->bytes);
+        free(t->data);
+    } else if (t->wrapped) {
+        atomic_fetch_sub(&b->mapped_bytes, t->bytes);
+    }
+    free(t);
+}
+
+static int cpu_upload(lmh_backend *b, lmh_tensor *x, size_t off, const void *src, size_t n) {
+    (void)b;
+    if (!x || off > CT(x)->bytes || n > CT(x)->bytes - off) return LMH_EINVAL;
+    memcpy(DATA(x) + off, src, n);
+    return LMH_OK;
+}
+
+static int cpu_download(lmh_backend *b, const lmh_tensor *x, size_t off, void *dst, size_t n) {
+    (void)b;
+    if (!x || off > CT(x)->bytes || n > CT(x)->bytes - off) return LMH_EINVAL;
+    memcpy(dst, DATA(x) + off, n);
+    return LMH_OK;
+}
+
+/* ---- helpers ---------------------------------------------------------------------- */
+
+static int64_t inner(const lmh_tensor *t) { return t->ne[t->ndim - 1]; }
+static int is_float(lmh_dtype d) { return d == LMH_F32 || d == LMH_F16 || d == LMH_BF16; }
+
+/* Element i of a float tensor of any float dtype, as f32 (for small per-row vectors). */
+static inline float getf(const lmh_tensor *t, int64_t i) {
+    switch (t->dtype) {
+    case LMH_F32: return ((const float *)DATA(t))[i];
+    case LMH_F16: return cpu_f16_to_f32(((const uint16_t *)DATA(t))[i]);
+    case LMH_BF16: return cpu_bf16_to_f32(((const uint16_t *)DATA(t))[i]);
+    default: return 0;
+    }
+}
+
+static void count_read(lmh_backend *b, const lmh_tensor *w, size_t bytes) {
+    if (CT(w)->weight) atomic_fetch_add_explicit(&b->weight_read, bytes, memory_order_relaxed);
+}
+
+/* ---- ops -------------------------------------------------------------------------- */
+
+typedef struct job {
+    lmh_backend *b;
+    const lmh_op *op;
+    float *scratch; /* per-worker buffers for attention */
+    int64_t scratch_per;
+} job;
+
+static void row_to_f32(const cpu_kernels *k, const lmh_tensor *t, int64_t row, int64_t d,
+                       float *y) {
+    const uint8_t *p = DATA(t) + (size_t)row * (size_t)d * lmh_dtype_size(t->dtype);
+    switch (t->dtype) {
+    case LMH_F32: memcpy(y, p, (size_t)d * sizeof(float)); break;
+    case LMH_F16: k->f16_to_f32((const uint16_t *)p, y, d); break;
+    case LMH_BF16: k->bf16_to_f32((const uint16_t *)p, y, d); break;
+    default: memset(y, 0, (size_t)d * sizeof(float));
+    }
+}
+
+static void do_get_rows(void *arg, int64_t i0, int64_t i1, int w) {
+    (void)w;
+    const job *j = arg;
+    const lmh_op *op = j->op;
+    const int32_t *ids = (const int32_t *)DATA(op->src[1]);
+    int64_t d = inner(op->src[0]), V = lmh_nelem(op->src[0]) / d;
+    float *y = (float *)DATA(op->dst);
+    for (int64_t i = i0; i < i1; i++) {
+        if (ids[i] < 0 || ids[i] >= V)
+            memset(y + i * d, 0, (size_t)d * sizeof(float));
+        else
+            row_to_f32(j->b->k, op->src[0], ids[i], d, y + i * d);
+    }
+}
+
+static void do_matmul(void *arg, int64_t o0, int64_t o1, int w) {
+    (void)w;
+    const job *j = arg;
+    const lmh_op *op = j->op;
+    const cpu_kernels *k = j->b->k;
+    const lmh_tensor *x = op->src[0], *W = op->src[1];
+    int64_t in = inner(x), n = lmh_nelem(x) / in, out = W->ne[0];
+    float *y = (float *)DATA(op->dst);
+    switch (W->dtype) {
+    case LMH_F32: k->matmul_f32((const float *)DATA(x), n, in, (const float *)DATA(W), o0, o1, y, out); break;
+    case LMH_F16: k->matmul_f16((const float *)DATA(x), n, in, (const uint16_t *)DATA(W), o0, o1, y, out); break;
+    case LMH_BF16: k->matmul_bf16((const float *)DATA(x), n, in, (const uint16_t *)DATA(W), o0, o1, y, out); break;
+    default: break;
+    }
+    if (op->src[2])
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t o = o0; o < o1; o++) y[r * out + o] += getf(op->src[2], o);
+}
+
+static void do_rms_norm(void *arg, int64_t r0, int64_t r1, int w) {
+    (void)w;
+    const job *j = arg;
+    const lmh_op *op = j->op;
+    int64_t d = inner(op->src[0]);
+    const float *x = (const float *)DATA(op->src[0]);
+    float *y = (float *)DATA(op->dst);
+    const float eps = op->p.f[0], off = op->p.f[1];
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * d;
+        float *yr = y + r * d;
+        double ss = 0;
+        for (int64_t i = 0; i < d; i++) ss += (double)xr[i] * xr[i];
+        float s = 1.0f / sqrtf((float)(ss / (double)d) + eps);
+        if (op->src[1])
+            for (int64_t i = 0; i < d; i++) yr[i] = xr[i] * s * (getf(op->src[1], i) + off);
+        else
+            for (int64_t i = 0; i < d; i++) yr[i] = xr[i] * s;
+    }
+}
+
+static inline float silu(float v) { return v / (1.0f + expf(-v)); }
+static inline float gelu_tanh(float v) {
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * v * (1.0f + tanhf(c * (v + 0.044715f * v * v * v)));
+}
+
+static void do_elementwise(void *arg, int64_t i0, int64_t i1, int w) {
+    (void)w;
+    const job *j = arg;
+    const lmh_op *op = j->op;
+    const float *a = (const float *)DATA(op->src[0]);
+    float *y = (float *)DATA(op->dst);
+    const lmh_tensor *bt = op->src[1];
+    int64_t bn = bt ? lmh_nelem(bt) : 0;
+    switch (op->code) {
+    case LMH_OP_ADD:
+    case LMH_OP_MUL: {
+        if (bt->dtype == LMH_F32) {
+            const float *bb = (const float *)DATA(bt);
+            if (op->code == LMH_OP_ADD)
+                for (int64_t i = i0; i < i1; i++) y[i] = a[i] + bb[i % bn];
+            else
+                for (int64_t i = i0; i < i1; i++) y[i] = a[i] * bb[i % bn];
+        } else {
+            if (op->code == LMH_OP_ADD)
+                for (int64_t i = i0; i < i1; i++) y[i] = a[i] + getf(bt, i % bn);
+            else
+                for (int64_t i = i0; i < i1; i++) y[i] = a[i] * getf(bt, i % bn);
+        }
+        break;
+    }
+    case LMH_OP_SCALE:
+        for (int64_t i = i0; i < i1; i++) y[i] = a[i] * op->p.f[0];
+        break;
+    case LMH_OP_SWIGLU: {
+        const float *bb = (const float *)DATA(bt);
+        for (int64_t i = i0; i < i1; i++) y[i] = silu(a[i]) * bb[i];
+        break;
+    }
+    case LMH_OP_GEGLU: {
+        const float *bb = (const float *)DATA(bt);
+        for (int64_t i = i0; i < i1; i++) y[i] = gelu_tanh(a[i]) * bb[i];
+        break;
+    }
+    case LMH_OP_SOFTCAP: {
+        const float c = op->p.f[0];
+        for (int64_t i = i0; i < i1; i++) y[i] = c * tanhf(a[i] / c);
+        break;
+    }
+    default: break;
+    }
+}
+
+static void do_copy(void *arg, int64_t i0, int64_t i1, int w) {
+    (void)w;
+    const job *j = arg;
+    const lmh_op *op = j->op;
+    const cpu_kernels *k = j->b->k;
+    lmh_dtype sd = op->src[0]->dtype, dd = op->dst->dtype;
+    const uint8_t *s = DATA(op->src[0]) + (size_t)i0 * lmh_dtype_size(sd);
+    uint8_t *d = DATA(op->dst) + (size_t)i0 * lmh_dtype_size(dd);
+    int64_t n = i1 - i0;
+    if (sd == dd) {
+        memcpy(d, s, (size_t)n * lmh_dtype_size(sd));
+    } else if (sd == LMH_F32 && dd == LMH_F16) {
+        k->f32_to_f16((const float *)s, (uint16_t *)d, n);
+    } else if (sd == LMH_F32 && dd == LMH_BF16) {
+        k->f32_to_bf16((const float *)s, (uint16_t *)d, n);
+    } else if (sd == LMH_F16 && dd == LMH_F32) {
+        k->f16_to_f32((const uint16_t *)s, (float *)d, n);
+    } else if (sd == LMH_BF16 && dd == LMH_F32) {
+        k->bf16_to_f32((const uint16_t *)s, (float *)d, n);
+    }
+}
+
+static void do_rope(void *arg, int64_t r0, int64_t r1, int w) {
+    (void)w;
+    const job *j = arg;
+    const lmh_op *op = j->op;
+    const lmh_tensor *x = op->src[0];
+    int64_t heads = x->ne[1], hd = x->ne[2];
+    int32_t rot = op->p.i[0], style = op->p.i[1];
+    float af = op->p.f[0];
+    const int32_t *pos = (const int32_t *)DATA(op->src[1]);
+    const float *inv = (const float *)DATA(op->src[2]);
+    const float *src = (const float *)DATA(x);
+    float *dst = (float *)DATA(op->dst);
+    int32_t half = rot / 2;
+    float cs[512], sn[512]; /* rot <= 1024 is checked at enqueue */
+    for (int64_t r = r0; r < r1; r++) {
+        /* float32 angle, like the reference implementations */
+        for (int32_t i = 0; i < half; i++) {
+            float a = (float)pos[r] * inv[i];
+            cs[i] = cosf(a) * af;
+            sn[i] = sinf(a) * af;
+        }
+        for (int64_t h = 0; h < heads; h++) {
+            const float *xs = src + (r * heads + h) * hd;
+            float *ys = dst + (r * heads + h) * hd;
+            for (int32_t i = 0; i < half; i++) {
+                int32_t a = style == LMH_ROPE_HALF ? i : 2 * i;
+                int32_t b = style == LMH_ROPE_HALF ? i + half : 2 * i + 1;
+                float x0 = xs[a], x1 = xs[b];
+                ys[a] = x0 * cs[i] - x1 * sn[i];
+                ys[b] = x1 * cs[i] + x0 * sn[i];
+            }
+            if (ys != xs)
+                for (int64_t i = rot; i < hd; i++) ys[i] = xs[i];
+        }
+    }
+}
+
+/* One task per (query row, head): scores, softmax, weighted sum of values. */
+static void do_attention(void *arg, int64_t t0, int64_t t1, int w) {
+    const job *j = arg;
+    const lmh_op *op = j->op;
+    const cpu_kernels *k = j->b->k;
+    const lmh_tensor *q = op->src[0], *K = op->src[1], *V = op->src[2];
+    int64_t heads = q->ne[1], d = q->ne[2], kvh = K->ne[1], dv = V->ne[2];
+    int64_t group = heads / kvh;
+    const int32_t *qpos = (const int32_t *)DATA(op->src[3]);
+    int32_t n_kv = op->p.i[0], kv0 = op->p.i[1], window = op->p.i[2];
+    float scale = op->p.f[0], cap = op->p.f[1];
+    float *sc = j->scratch + (int64_t)w * j->scratch_per;
+    size_t kes = lmh_dtype_size(K->dtype), ves = lmh_dtype_size(V->dtype);
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t r = t / heads, h = t % heads, g = h / group;
+        const float *qv = (const float *)DATA(q) + (r * heads + h) * d;
+        float *out = (float *)DATA(op->dst) + (r * heads + h) * dv;
+        /* visible keys: positions (pq - window, pq], clipped to what is stored */
+        int64_t pq = qpos[r];
+        int64_t hi = pq - kv0, lo = window > 0 ? pq - window + 1 - kv0 : 0;
+        if (hi > n_kv - 1) hi = n_kv - 1;
+        if (lo < 0) lo = 0;
+        memset(out, 0, (size_t)dv * sizeof(float));
+        if (hi < lo) continue;
+        float mx = -INFINITY;
+        for (int64_t s = lo; s <= hi; s++) {
+            const uint8_t *kr = DATA(K) + ((size_t)s * (size_t)kvh + (size_t)g) * (size_t)d * kes;
+            float v = K->dtype == LMH_F32   ? k->dot_f32(qv, (const float *)kr, d)
+                      : K->dtype == LMH_F16 ? k->dot_f16(qv, (const uint16_t *)kr, d)
+                                            : k->dot_bf16(qv, (const uint16_t *)kr, d);
+            v *= scale;
+            if (cap > 0) v = cap * tanhf(v / cap);
+            sc[s - lo] = v;
+            if (v > mx) mx = v;
+        }
+        float sum = 0;
+        for (int64_t s = lo; s <= hi; s++) {
+            float e = expf(sc[s - lo] - mx);
+            sc[s - lo] = e;
+            sum += e;
+        }
+        float inv = 1.0f / sum;
+        for (int64_t s = lo; s <= hi; s++) {
+            const uint8_t *vr =
+                DATA(V) + ((size_t)s * (size_t)kvh + (size_t)g) * (size_t)dv * ves;
+            float a = sc[s - lo] * inv;
+            if (V->dtype == LMH_F32)
+                k->axpy_f32(out, a, (const float *)vr, dv);
+            else if (V->dtype == LMH_F16)
+                k->axpy_f16(out, a, (const uint16_t *)vr, dv);
+            else
+                k->axpy_bf16(out, a, (const uint16_t *)vr, dv);
+        }
+    }
+}
+
+/* Operand checks shared by supports() and enqueue(): everything a kernel relies on. */
+static int check_op(const lmh_op *op) {
+    const lmh_tensor *d = op->dst, *a = op->src[0], *b = op->src[1], *c = op->src[2];
+    if (!d || !a) return LMH_EINVAL;
+    switch (op->code) {
+    case LMH_OP_GET_ROWS:
+        if (!b || !is_float(a->dtype) || b->dtype != LMH_I32 || d->dtype != LMH_F32) break;
+        if (lmh_nelem(d) != lmh_nelem(b) * inner(a)) return LMH_ESHAPE;
+        return LMH_OK;
+    case LMH_OP_MATMUL: {
+        if (!b || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !is_float(b->dtype)) break;
+        if (b->ndim != 2 || inner(a) != b->ne[1]) return LMH_ESHAPE;
+        int64_t rows = lmh_nelem(a) / inner(a);
+        if (lmh_nelem(d) != rows * b->ne[0]) return LMH_ESHAPE;
+        if (c && (!is_float(c->dtype) || lmh_nelem(c) != b->ne[0])) return LMH_ESHAPE;
+        return LMH_OK;
+    }
+    case LMH_OP_RMS_NORM:
+        if (a->dtype != LMH_F32 || d->dtype != LMH_F32) break;
+        if (lmh_nelem(a) != lmh_nelem(d) || inner(a) != inner(d)) return LMH_ESHAPE;
+        if (b && (!is_float(b->dtype) || lmh_nelem(b) != inner(a))) return LMH_ESHAPE;
+        return LMH_OK;
+    case LMH_OP_ADD:
+    case LMH_OP_MUL:
+        if (!b || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !is_float(b->dtype)) break;
+        if (lmh_nelem(a) != lmh_nelem(d)) return LMH_ESHAPE;
+        if (lmh_nelem(b) != lmh_nelem(a) && lmh_nelem(b) != inner(a)) return LMH_ESHAPE;
+        if (lmh_nelem(b) == 0) return LMH_ESHAPE;
+        return LMH_OK;
+    case LMH_OP_SCALE:
+    case LMH_OP_SOFTCAP:
+        if (a->dtype != LMH_F32 || d->dtype != LMH_F32) break;
+        if (op->code == LMH_OP_SOFTCAP && !(op->p.f[0] > 0)) return LMH_EINVAL;
+        return lmh_nelem(a) == lmh_nelem(d) ? LMH_OK : LMH_ESHAPE;
+    case LMH_OP_SWIGLU:
+    case LMH_OP_GEGLU:
+        if (!b || a->dtype != LMH_F32 || b->dtype != LMH_F32 || d->dtype != LMH_F32) break;
+        return lmh_nelem(a) == lmh_nelem(d) && lmh_nelem(b) == lmh_nelem(d) ? LMH_OK
+                                                                          : LMH_ESHAPE;
+    case LMH_OP_ROPE:
+        if (!b || !c || a->dtype != LMH_F32 || d->dtype != LMH_F32 || b->dtype != LMH_I32 ||
+            c->dtype != LMH_F32)
+            break;
+        if (a->ndim != 3 || lmh_nelem(a) != lmh_nelem(d) || lmh_nelem(b) != a->ne[0])
+            return LMH_ESHAPE;
+        if (op->p.i[0] <= 0 || op->p.i[0] % 2 || op->p.i[0] > a->ne[2] || op->p.i[0] > 1024 ||
+            lmh_nelem(c) < op->p.i[0] / 2 ||
+            (op->p.i[1] != LMH_ROPE_HALF && op->p.i[1] != LMH_ROPE_INTERLEAVED))
+            return LMH_EINVAL;
+        return LMH_OK;
+    case LMH_OP_COPY:
+        if (!is_float(a->dtype) || !is_float(d->dtype)) break;
+        if (a->dtype != LMH_F32 && d->dtype != LMH_F32 && a->dtype != d->dtype) break;
+        return lmh_nelem(a) == lmh_nelem(d) ? LMH_OK : LMH_ESHAPE;
+    case LMH_OP_ATTENTION: {
+        const lmh_tensor *K = b, *V = c, *pos = op->src[3];
+        if (!K || !V || !pos || a->dtype != LMH_F32 || d->dtype != LMH_F32 ||
+            !is_float(K->dtype) || !is_float(V->dtype) || pos->dtype != LMH_I32)
+            break;
+        if (a->ndim != 3 || K->ndim != 3 || V->ndim != 3 || d->ndim != 3) return LMH_ESHAPE;
+        if (K->ne[1] <= 0 || a->ne[1] % K->ne[1] || V->ne[1] != K->ne[1] ||
+            K->ne[2] != a->ne[2] || d->ne[0] != a->ne[0] || d->ne[1] != a->ne[1] ||
+            d->ne[2] != V->ne[2] || lmh_nelem(pos) != a->ne[0] || V->ne[0] < K->ne[0])
+            return LMH_ESHAPE;
+        if (op->p.i[0] < 0 || op->p.i[0] > K->ne[0] || op->p.i[2] < 0) return LMH_EINVAL;
+        return LMH_OK;
+    }
+    default: break;
+    }
+    return LMH_EUNSUPPORTED;
+}
+
+static int cpu_supports(lmh_backend *b, const lmh_op *op) {
+    (void)b;
+    return check_op(op) == LMH_OK;
+}
+
+static int64_t grain_for(int64_t n, int threads, int64_t min) {
+    int64_t g = n / ((int64_t)threads * 4);
+    return g < min ? min : g;
+}
+
+static int cpu_enqueue(lmh_backend *b, const lmh_op *op) {
+    int rc = check_op(op);
+    if (rc != LMH_OK) return rc;
+    job j = {.b = b, .op = op};
+    int th = cpu_pool_threads(b->pool);
+    const lmh_tensor *a = op->src[0];
+    switch (op->code) {
+    case LMH_OP_GET_ROWS: {
+        int64_t n = lmh_nelem(op->src[1]);
+        cpu_pool_run(b->pool, n, 16, do_get_rows, &j);
+        count_read(b, a, (size_t)n * (size_t)inner(a) * lmh_dtype_size(a->dtype));
+        break;
+    }
+    case LMH_OP_MATMUL: {
+        const lmh_tensor *W = op->src[1];
+        int64_t out = W->ne[0];
+        /* Split the weight rows: each byte of W is read by one worker only. Chunks are a
+         * multiple of 16 rows to keep the kernels' blocks whole. */
+        int64_t g = grain_for(out, th, 16);
+        g = (g + 15) & ~(int64_t)15;
+        cpu_pool_run(b->pool, out, g, do_matmul, &j);
+        count_read(b, W, (size_t)lmh_nelem(W) * lmh_dtype_size(W->dtype));
+        if (op->src[2]) count_read(b, op->src[2], (size_t)out * lmh_dtype_size(op->src[2]->dtype));
+        break;
+    }
+    case LMH_OP_RMS_NORM: {
+        int64_t rows = lmh_nelem(a) / inner(a);
+        cpu_pool_run(b->pool, rows, grain_for(rows, th, 4), do_rms_norm, &j);
+        break;
+    }
+    case LMH_OP_ADD:
+    case LMH_OP_MUL:
+    case LMH_OP_SCALE:
+    case LMH_OP_SWIGLU:
+    case LMH_OP_GEGLU:
+    case LMH_OP_SOFTCAP: {
+        int64_t n = lmh_nelem(op->dst);
+        cpu_pool_run(b->pool, n, grain_for(n, th, 4096), do_elementwise, &j);
+        break;
+    }
+    case LMH_OP_COPY: {
+        int64_t n = lmh_nelem(op->dst);
+        cpu_pool_run(b->pool, n, grain_for(n, th, 8192), do_copy, &j);
+        break;
+    }
+    case LMH_OP_ROPE:
+        cpu_pool_run(b->pool, a->ne[0], 1, do_rope, &j);
+        break;
+    case LMH_OP_ATTENTION: {
+        int64_t n_kv = op->p.i[0] > 0 ? op->p.i[0] : 1;
+        j.scratch_per = n_kv;
+        j.scratch = malloc((size_t)th * (size_t)n_kv * sizeof(float));
+        if (!j.scratch) return LMH_ENOMEM;
+        int64_t tasks = a->ne[0] * a->ne[1];
+        cpu_pool_run(b->pool, tasks, 1, do_attention, &j);
+        free(j.scratch);
+        break;
+    }
+    default: return LMH_EUNSUPPORTED;
+    }
+    return LMH_OK;
+}
+
+static int cpu_sync(lmh_backend *b) {
+    (void)b; /* ops ran at enqueue */
+    return LMH_OK;
+}
+
+static void cpu_memory(lmh_backend *b, lmh_backend_mem *m) {
+    m->weights = atomic_load(&b->weight_bytes);
+    m->other = atomic_load(&b->other_bytes);
+    m->mapped = atomic_load(&b->mapped_bytes);
+    m->weight_bytes_read = atomic_load(&b->weight_read);
+}
+
+static const char *cpu_describe(lmh_backend *b) { return b->desc; }
+
+static int cpu_create(const lmh_host_api *host, const lmh_backend_opts *o, lmh_backend **out,
+                      char *err, size_t err_len) {
+    (void)host;
+    const char *force = getenv("LMHOST_SIMD");
+    if (force && !*force) force = NULL;
+    const cpu_kernels *k = cpu_kernels_select(force);
+    if (!k) {
+        snprintf(err, err_len, "LMHOST_SIMD=%s: this CPU or build cannot run that path", force);
+        return LMH_EUNSUPPORTED;
+    }
+    lmh_backend *b = calloc(1, sizeof *b);
+    if (!b) return LMH_ENOMEM;
+    b->k = k;
+    b->pool = cpu_pool_new(o && o->threads > 0 ? o->threads : 0);
+    if (!b->pool) {
+        free(b);
+        snprintf(err, err_len, "cannot start worker threads");
+        return LMH_ENOMEM;
+    }
+    snprintf(b->desc, sizeof b->desc, "cpu(%s, %d threads)", k->name, cpu_pool_threads(b->pool));
+    *out = b;
+    return LMH_OK;
+}
+
+static void cpu_destroy(lmh_backend *b) {
+    if (!b) return;
+    cpu_pool_free(b->pool);
+    free(b);
+}
+
+static int cpu_init(const lmh_host_api *host, char *err, size_t err_len) {
+    (void)err;
+    (void)err_len;
+    g_host = host;
+    return 0;
+}
+
+static const char *const weight_dtypes[] = {"f32", "f16", "bf16", NULL};
+static const char *const ops[] = {"get_rows", "matmul", "rms_norm", "add",  "mul",       "scale",
+                                  "swiglu",   "geglu",  "rope",     "copy", "attention", "softcap",
+                                  NULL};
+
+static const lmh_backend_api api = {
+    .size = sizeof(lmh_backend_api),
+    .weight_dtypes = weight_dtypes,
+    .ops = ops,
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .describe = cpu_describe,
+    .supports = cpu_supports,
+    .tensor_new = cpu_tensor_new,
+    .tensor_wrap = cpu_tensor_wrap,
+    .tensor_view = cpu_tensor_view,
+    .tensor_free = cpu_tensor_free,
+    .upload = cpu_upload,
+    .download = cpu_download,
+    .enqueue = cpu_enqueue,
+    .sync = cpu_sync,
+    .memory = cpu_memory,
+};
+
+static const lmh_plugin_info info = {
+    LMH_PLUGIN_HEADER,
+    .kind = LMH_KIND_BACKEND,
+    .name = "cpu",
+    .version = "0.1.0",
+    .summary = "host CPU; f32 compute over f32/f16/bf16 weights; AVX-512, AVX2+FMA, NEON or "
+               "portable C chosen at run time",
+    .init = cpu_init,
+    .api = &api,
+};
+
+LMH_EXPORT const lmh_plugin_info *lmhost_plugin_entry(void) { return &info; }

@@ -1,0 +1,55 @@
+/* Inner loops of the CPU backend, one table per instruction set. The backend picks a
+ * table at run time (cpu_kernels_select) and splits work over its thread pool; each
+ * function here is single-threaded and works on the range it is given. */
+#ifndef LMHOST_CPU_KERNELS_H
+#define LMHOST_CPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct cpu_kernels {
+    const char *name; /* "portable", "avx2", "avx512", "neon" */
+
+    /* y[r * ldy + o] = sum_k x[r * k_dim + k] * w[o * k_dim + k]
+     * for r in [0, n) and o in [o0, o1). w is [out, k_dim] row-major in the named dtype
+     * (f16 and bf16 as raw uint16 bit patterns). k_dim is any size >= 1 (not only a
+     * multiple of the vector width). When n > 1 the weight rows are read once per tile
+     * of x rows, not once per x row. */
+    void (*matmul_f32)(const float *x, int64_t n, int64_t k_dim, const float *w, int64_t o0,
+                       int64_t o1, float *y, int64_t ldy);
+    void (*matmul_f16)(const float *x, int64_t n, int64_t k_dim, const uint16_t *w, int64_t o0,
+                       int64_t o1, float *y, int64_t ldy);
+    void (*matmul_bf16)(const float *x, int64_t n, int64_t k_dim, const uint16_t *w,
+                        int64_t o0, int64_t o1, float *y, int64_t ldy);
+
+    /* sum_i a[i] * b[i], b in f32 / f16 / bf16. */
+    float (*dot_f32)(const float *a, const float *b, int64_t n);
+    float (*dot_f16)(const float *a, const uint16_t *b, int64_t n);
+    float (*dot_bf16)(const float *a, const uint16_t *b, int64_t n);
+    /* y[i] += a * x[i], x in f32 / f16 / bf16. */
+    void (*axpy_f32)(float *y, float a, const float *x, int64_t n);
+    void (*axpy_f16)(float *y, float a, const uint16_t *x, int64_t n);
+    void (*axpy_bf16)(float *y, float a, const uint16_t *x, int64_t n);
+
+    /* Conversions of n elements. f32 -> f16 rounds to nearest even (like numpy/torch);
+     * f32 -> bf16 rounds to nearest even and keeps NaN a NaN. */
+    void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n);
+    void (*bf16_to_f32)(const uint16_t *x, float *y, int64_t n);
+    void (*f32_to_f16)(const float *x, uint16_t *y, int64_t n);
+    void (*f32_to_bf16)(const float *x, uint16_t *y, int64_t n);
+} cpu_kernels;
+
+/* The table for `force` ("portable", "avx2", "avx512", "neon") when given and runnable
+ * on this CPU, else the best one this CPU runs. NULL only when `force` names a path this
+ * CPU or build cannot run. */
+const cpu_kernels *cpu_kernels_select(const char *force);
+/* Every table this build has that this CPU can run, NULL-terminated (for tests). */
+const cpu_kernels *const *cpu_kernels_available(void);
+
+/* Scalar conversions shared by all paths (exact, round to nearest even). */
+float cpu_f16_to_f32(uint16_t h);
+uint16_t cpu_f32_to_f16(float f);
+float cpu_bf16_to_f32(uint16_t h);
+uint16_t cpu_f32_to_bf16(float f);
+
+#endif

@@ -1,0 +1,181 @@
+/* lmhost bench: prefill and decode speed, peak memory, weight bytes read per decoded
+ * token, and decode against the machine's measured memory read bandwidth (the limit for
+ * a matrix-vector-bound decode step). */
+#include "cli.h"
+#include "engine.h"
+#include "log.h"
+#include "sampler.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- memory bandwidth: every thread sums its slice of a buffer much larger than the
+ * caches, with 32-byte vector loads and independent accumulators ---------------------- */
+
+typedef uint64_t v4u __attribute__((vector_size(32)));
+
+typedef struct bw_arg {
+    const v4u *p;
+    size_t n;
+    uint64_t sink;
+    pthread_barrier_t *start;
+} bw_arg;
+
+static void *bw_reader(void *arg) {
+    bw_arg *a = arg;
+    pthread_barrier_wait(a->start);
+    v4u s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+    for (size_t i = 0; i + 4 <= a->n; i += 4) {
+        s0 += a->p[i];
+        s1 += a->p[i + 1];
+        s2 += a->p[i + 2];
+        s3 += a->p[i + 3];
+    }
+    v4u s = s0 + s1 + s2 + s3;
+    a->sink = s[0] + s[1] + s[2] + s[3];
+    return NULL;
+}
+
+/* Best of `reps` passes over `bytes`, in GB/s (1e9 bytes). */
+static double measure_read_bw(int threads, size_t bytes, int reps) {
+    v4u *buf = aligned_alloc(64, bytes);
+    if (!buf) return 0;
+    memset(buf, 1, bytes); /* fault every page in before timing */
+    size_t n = bytes / sizeof(v4u), per = n / (size_t)threads;
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        pthread_t th[256];
+        bw_arg args[256];
+        pthread_barrier_t start;
+        pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
+        for (int t = 0; t < threads; t++) {
+            args[t] = (bw_arg){.p = buf + per * (size_t)t, .n = per, .start = &start};
+            pthread_create(&th[t], NULL, bw_reader, &args[t]);
+        }
+        pthread_barrier_wait(&start);
+        double t0 = now();
+        for (int t = 0; t < threads; t++) pthread_join(th[t], NULL);
+        double dt = now() - t0;
+        pthread_barrier_destroy(&start);
+        double gbs = (double)(per * (size_t)threads * sizeof(v4u)) / dt / 1e9;
+        if (gbs > best) best = gbs;
+    }
+    free(buf);
+    return best;
+}
+
+int cli_bench(int argc, char **argv) {
+    model_args a = {0};
+    const char *prompt_s = NULL, *gen_s = NULL, *chunk_s = NULL;
+    int help = 0, no_bw = 0;
+    cli_opt opts[] = {{"--model", &a.model, NULL, 0},
+                      {"--prompt", &prompt_s, NULL, 0},
+                      {"--gen", &gen_s, NULL, 0},
+                      {"--threads", &a.threads, NULL, 0},
+                      {"--backend", &a.backend, NULL, 0},
+                      {"--cache", &a.cache, NULL, 0},
+                      {"--plugin-dir", &a.plugin_dir, NULL, 0},
+                      {"--chunk", &chunk_s, NULL, 0},
+                      {"--no-bandwidth", NULL, &no_bw, 0},
+                      {"--help", NULL, &help, 0},
+                      {0}};
+    if (cli_parse(argc, argv, opts)) return 2;
+    if (help) {
+        printf("usage: lmhost bench --model DIR [--prompt N] [--gen N] [--threads N] "
+               "[--backend NAME] [--cache NAME] [--chunk N] [--no-bandwidth]\n");
+        return 0;
+    }
+    int64_t n_prompt = 128, n_gen = 32, chunk = 512, threads = 0;
+    if (prompt_s && cli_int("--prompt", prompt_s, 1, 1 << 20, &n_prompt)) return 2;
+    if (gen_s && cli_int("--gen", gen_s, 1, 1 << 20, &n_gen)) return 2;
+    if (chunk_s && cli_int("--chunk", chunk_s, 1, 1 << 20, &chunk)) return 2;
+    if (a.threads && cli_int("--threads", a.threads, 1, 256, &threads)) return 2;
+    registry reg = {0};
+    double t_load = now();
+    engine *e = cli_open_engine(&a, &reg);
+    if (!e) {
+        registry_free(&reg);
+        return 1;
+    }
+    t_load = now() - t_load;
+    int32_t V = engine_vocab(e);
+    /* A fixed pseudo-random prompt: the same run to run, no tokenizer needed. */
+    int32_t *ids = malloc((size_t)n_prompt * sizeof *ids);
+    float *lg = malloc((size_t)V * sizeof(float));
+    uint64_t x = 42;
+    for (int64_t i = 0; ids && i < n_prompt; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        ids[i] = (int32_t)((x >> 33) % (uint64_t)V);
+    }
+    int rc = 1;
+    engine_stats s0, s1, s2;
+    char err[512];
+    sampler_params sp = sampler_defaults();
+    sampler *smp = sampler_new(&sp, V, err, sizeof err);
+    if (!ids || !lg || !smp || engine_seq_add(e, 1) != 0) goto out;
+
+    engine_get_stats(e, &s0);
+    double t0 = now();
+    if (cli_prefill(e, 1, ids, (int32_t)n_prompt, (int32_t)chunk, NULL, lg)) goto out;
+    double t_prefill = now() - t0;
+    engine_get_stats(e, &s1);
+
+    double t1 = now();
+    for (int64_t i = 0; i < n_gen; i++) {
+        engine_row row = {.seq = 1, .token = sampler_sample(smp, lg, NULL, 0)};
+        int32_t out0 = 0;
+        if (engine_step(e, &row, 1, &out0, 1, lg, err, sizeof err)) {
+            fprintf(stderr, "lmhost: %s\n", err);
+            goto out;
+        }
+    }
+    double t_decode = now() - t1;
+    engine_get_stats(e, &s2);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+
+    double per_tok = (double)(s2.weight_read_bytes - s1.weight_read_bytes) / (double)n_gen;
+    double dec_tps = (double)n_gen / t_decode;
+    printf("model: %s\n", a.model);
+    printf("chain: %s\n", engine_chain(e));
+    printf("load: %.2f s\n", t_load);
+    printf("weights: %.1f MiB\n", (double)s2.weight_bytes / 1048576.0);
+    printf("prefill: %lld tokens in %.3f s = %.1f tokens/s\n", (long long)n_prompt, t_prefill,
+           (double)n_prompt / t_prefill);
+    printf("decode: %lld tokens in %.3f s = %.2f tokens/s (%.2f ms/token)\n", (long long)n_gen,
+           t_decode, dec_tps, 1e3 * t_decode / (double)n_gen);
+    printf("weight bytes read per decoded token: %.1f MiB\n", per_tok / 1048576.0);
+    printf("cache: %.1f MiB after %lld positions\n", (double)s2.cache_bytes / 1048576.0,
+           (long long)(n_prompt + n_gen));
+    printf("peak resident memory: %.1f MiB\n", (double)ru.ru_maxrss / 1024.0);
+    if (!no_bw) {
+        int bw_threads = threads > 0 ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+        if (bw_threads > 256) bw_threads = 256;
+        double bw = measure_read_bw(bw_threads, (size_t)1 << 30, 5);
+        double limit = bw * 1e9 / per_tok;
+        printf("memory read bandwidth: %.2f GB/s (%d threads summing a 1 GiB buffer, best of 5)\n",
+               bw, bw_threads);
+        printf("decode bound by bandwidth: %.2f tokens/s; measured decode is %.0f%% of it\n",
+               limit, 100.0 * dec_tps / limit);
+    }
+    (void)s0;
+    rc = 0;
+out:
+    sampler_free(smp);
+    free(ids);
+    free(lg);
+    engine_close(e);
+    registry_free(&reg);
+    return rc;
+}

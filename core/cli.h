@@ -1,0 +1,43 @@
+/* Subcommands of the lmhost binary and the small option parser they share. */
+#ifndef LMHOST_CLI_H
+#define LMHOST_CLI_H
+
+#include <stdint.h>
+
+/* One option: "--name" taking a value (stored in *str) or a flag (*flag = 1). */
+typedef struct cli_opt {
+    const char *name;
+    const char **str; /* NULL for flags */
+    int *flag;
+    int repeatable;
+} cli_opt;
+
+/* Parses argv[1..argc) against opts (argv[0] is the subcommand). Unknown options, missing
+ * values and repeats are errors printed to stderr; returns 0 or 2 (the usage exit code). */
+int cli_parse(int argc, char **argv, const cli_opt *opts);
+/* Strict numeric values: the whole string must parse and lie in range. */
+int cli_int(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out);
+int cli_float(const char *opt, const char *s, double lo, double hi, double *out);
+/* "1,2,3" into a malloc'd array. */
+int cli_ids(const char *opt, const char *s, int32_t **ids, int32_t *n);
+
+/* Options every model command takes. */
+typedef struct model_args {
+    const char *model, *backend, *cache, *threads, *plugin_dir, *tokens;
+} model_args;
+
+struct engine;
+struct registry;
+/* Loads plugins into *reg (always free it) and opens the model; NULL after printing why. */
+struct engine *cli_open_engine(const model_args *a, struct registry *reg);
+/* Prefills sequence `seq` with ids in chunks; last[vocab] gets the last position's logits,
+ * all[n * vocab] (optional) every position's. Prints errors; returns 0 or 1. */
+int cli_prefill(struct engine *e, uint64_t seq, const int32_t *ids, int32_t n, int32_t chunk,
+                float *all, float *last);
+
+int cli_plugins(int argc, char **argv);
+int cli_logits(int argc, char **argv);
+int cli_generate(int argc, char **argv);
+int cli_bench(int argc, char **argv);
+
+#endif

@@ -1,0 +1,375 @@
+/* The model subcommands: plugins, logits, generate (a stable contract: outside checks
+ * parse what they print), plus the option parser shared by the subcommands. */
+#include "cli.h"
+#include "engine.h"
+#include "log.h"
+#include "npy.h"
+#include "sampler.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cli_parse(int argc, char **argv, const cli_opt *opts) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *eq = strchr(a, '=');
+        size_t nl = eq ? (size_t)(eq - a) : strlen(a);
+        const cli_opt *o = NULL;
+        for (const cli_opt *p = opts; p->name; p++)
+            if (strlen(p->name) == nl && strncmp(p->name, a, nl) == 0) o = p;
+        if (!o) {
+            fprintf(stderr, "lmhost %s: unknown option '%s'\n", argv[0], a);
+            return 2;
+        }
+        if (o->flag) {
+            if (eq) {
+                fprintf(stderr, "lmhost %s: %s takes no value\n", argv[0], o->name);
+                return 2;
+            }
+            *o->flag = 1;
+            continue;
+        }
+        const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!v) {
+            fprintf(stderr, "lmhost %s: %s needs a value\n", argv[0], o->name);
+            return 2;
+        }
+        if (*o->str && !o->repeatable) {
+            fprintf(stderr, "lmhost %s: %s given twice\n", argv[0], o->name);
+            return 2;
+        }
+        *o->str = v;
+    }
+    return 0;
+}
+
+int cli_int(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "lmhost: %s must be an integer in [%lld, %lld] (got '%s')\n", opt,
+                (long long)lo, (long long)hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_float(const char *opt, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "lmhost: %s must be a number in [%g, %g] (got '%s')\n", opt, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_ids(const char *opt, const char *s, int32_t **ids, int32_t *n) {
+    size_t cap = 16, len = 0;
+    int32_t *v = malloc(cap * sizeof *v);
+    const char *p = s;
+    while (v && *p) {
+        char *end;
+        errno = 0;
+        long long x = strtoll(p, &end, 10);
+        if (errno || end == p || x < 0 || x > INT32_MAX || (*end && *end != ',')) {
+            fprintf(stderr, "lmhost: %s must be comma-separated token ids (bad at '%s')\n", opt,
+                    p);
+            free(v);
+            return -1;
+        }
+        if (len == cap) {
+            int32_t *nv = realloc(v, (cap *= 2) * sizeof *nv);
+            if (!nv) break;
+            v = nv;
+        }
+        v[len++] = (int32_t)x;
+        p = *end ? end + 1 : end;
+        if (*end && !*p) {
+            fprintf(stderr, "lmhost: %s ends with a comma\n", opt);
+            free(v);
+            return -1;
+        }
+    }
+    if (!v || len == 0) {
+        fprintf(stderr, "lmhost: %s needs at least one token id\n", opt);
+        free(v);
+        return -1;
+    }
+    *ids = v;
+    *n = (int32_t)len;
+    return 0;
+}
+
+/* ---- plugins ------------------------------------------------------------------------ */
+
+static void print_list(const char *label, const char *const *l) {
+    printf("    %s:", label);
+    for (int i = 0; l && l[i]; i++) printf("%s %s", i ? "," : "", l[i]);
+    printf("\n");
+}
+
+int cli_plugins(int argc, char **argv) {
+    const char *dir = NULL;
+    int help = 0;
+    cli_opt opts[] = {{"--plugin-dir", &dir, NULL, 0}, {"--help", NULL, &help, 0}, {0}};
+    if (cli_parse(argc, argv, opts)) return 2;
+    if (help) {
+        printf("usage: lmhost plugins [--plugin-dir DIR]\n");
+        return 0;
+    }
+    registry reg;
+    if (registry_load(&reg, dir)) return 1;
+    static const lmh_plugin_kind kinds[] = {LMH_KIND_ARCH, LMH_KIND_BACKEND, LMH_KIND_CACHE};
+    static const char *const kind_names[] = {"architecture", "backend", "cache"};
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < reg.n; i++) {
+            const lmh_plugin_info *in = reg.items[i].info;
+            if (in->kind != kinds[k]) continue;
+            printf("%s %s %s (ABI %u.%u)\n    file: %s\n    %s\n", kind_names[k], in->name,
+                   in->version ? in->version : "?", in->abi_major, in->abi_minor,
+                   reg.items[i].file, in->summary ? in->summary : "");
+            if (in->kind == LMH_KIND_ARCH)
+                print_list("model types", ((const lmh_arch_api *)in->api)->model_types);
+            if (in->kind == LMH_KIND_BACKEND) {
+                const lmh_backend_api *b = in->api;
+                print_list("ops", b->ops);
+                print_list("weight dtypes", b->weight_dtypes);
+            }
+            if (in->kind == LMH_KIND_CACHE)
+                print_list("formats", ((const lmh_cache_api *)in->api)->formats);
+        }
+    }
+    for (int i = 0; i < reg.n_refused; i++) printf("refused %s\n", reg.refused[i]);
+    registry_free(&reg);
+    return 0;
+}
+
+/* ---- shared by logits / generate ------------------------------------------------------ */
+
+engine *cli_open_engine(const model_args *a, registry *reg) {
+    if (!a->model) {
+        fprintf(stderr, "lmhost: --model DIR is required\n");
+        return NULL;
+    }
+    int64_t th = 0;
+    if (a->threads && cli_int("--threads", a->threads, 1, 1024, &th)) return NULL;
+    if (registry_load(reg, a->plugin_dir)) return NULL;
+    engine_opts o = {.model_dir = a->model, .backend = a->backend, .cache = a->cache,
+                     .threads = (int)th};
+    char err[2048];
+    engine *e = engine_open(reg, &o, err, sizeof err);
+    if (!e) fprintf(stderr, "lmhost: %s\n", err);
+    return e;
+}
+
+/* Runs the prompt through the model in chunks of at most `chunk` rows; leaves the logits
+ * of the last position in last[vocab] (and every position's in all[n*vocab] if given). */
+int cli_prefill(engine *e, uint64_t seq, const int32_t *ids, int32_t n, int32_t chunk,
+                   float *all, float *last) {
+    int32_t V = engine_vocab(e);
+    engine_row *rows = malloc((size_t)chunk * sizeof *rows);
+    int32_t *outs = malloc((size_t)chunk * sizeof *outs);
+    int rc = 0;
+    char err[1024];
+    for (int32_t at = 0; rows && outs && at < n && rc == 0; at += chunk) {
+        int32_t m = n - at < chunk ? n - at : chunk;
+        for (int32_t i = 0; i < m; i++) {
+            rows[i] = (engine_row){.seq = seq, .token = ids[at + i]};
+            outs[i] = i;
+        }
+        float *dst = all ? all + (size_t)at * (size_t)V : last;
+        int32_t n_out = all ? m : 1;
+        if (!all) outs[0] = m - 1;
+        if (engine_step(e, rows, m, outs, n_out, dst, err, sizeof err)) {
+            fprintf(stderr, "lmhost: %s\n", err);
+            rc = 1;
+        }
+    }
+    if (!rows || !outs) rc = 1;
+    if (rc == 0 && all) memcpy(last, all + (size_t)(n - 1) * (size_t)V, (size_t)V * sizeof(float));
+    free(rows);
+    free(outs);
+    return rc;
+}
+
+int cli_logits(int argc, char **argv) {
+    model_args a = {0};
+    const char *out = NULL, *chunk_s = NULL;
+    int help = 0;
+    cli_opt opts[] = {{"--model", &a.model, NULL, 0},     {"--tokens", &a.tokens, NULL, 0},
+                      {"--out", &out, NULL, 0},           {"--backend", &a.backend, NULL, 0},
+                      {"--cache", &a.cache, NULL, 0},     {"--threads", &a.threads, NULL, 0},
+                      {"--plugin-dir", &a.plugin_dir, NULL, 0},
+                      {"--chunk", &chunk_s, NULL, 0},     {"--help", NULL, &help, 0},
+                      {0}};
+    if (cli_parse(argc, argv, opts)) return 2;
+    if (help) {
+        printf("usage: lmhost logits --model DIR --tokens 1,2,3 --out F.npy [--backend NAME] "
+               "[--cache NAME] [--threads N] [--chunk N] [--plugin-dir DIR]\n");
+        return 0;
+    }
+    if (!a.tokens || !out) {
+        fprintf(stderr, "lmhost logits: --tokens and --out are required\n");
+        return 2;
+    }
+    int32_t *ids, n;
+    int64_t chunk = 512;
+    if (cli_ids("--tokens", a.tokens, &ids, &n)) return 2;
+    if (chunk_s && cli_int("--chunk", chunk_s, 1, 1 << 20, &chunk)) return 2;
+    registry reg = {0};
+    engine *e = cli_open_engine(&a, &reg);
+    int rc = 1;
+    if (e) {
+        int32_t V = engine_vocab(e);
+        float *all = malloc((size_t)n * (size_t)V * sizeof(float));
+        float *last = malloc((size_t)V * sizeof(float));
+        char err[512];
+        if (all && last && engine_seq_add(e, 1) == 0 &&
+            cli_prefill(e, 1, ids, n, (int32_t)chunk, all, last) == 0) {
+            if (npy_write_f32(out, all, n, V, err, sizeof err) == 0)
+                rc = 0;
+            else
+                fprintf(stderr, "lmhost: %s\n", err);
+        }
+        free(all);
+        free(last);
+        engine_close(e);
+    }
+    registry_free(&reg);
+    free(ids);
+    return rc;
+}
+
+/* End-of-sequence ids from config.json's eos_token_id (a number or a list). */
+static int32_t eos_ids(engine *e, int32_t *out, int32_t max) {
+    json_object *o = json_object_object_get(engine_config(e), "eos_token_id");
+    int32_t n = 0;
+    if (o && json_object_is_type(o, json_type_int))
+        out[n++] = json_object_get_int(o);
+    else if (o && json_object_is_type(o, json_type_array))
+        for (size_t i = 0; i < json_object_array_length(o) && n < max; i++) {
+            json_object *x = json_object_array_get_idx(o, i);
+            if (json_object_is_type(x, json_type_int)) out[n++] = json_object_get_int(x);
+        }
+    return n;
+}
+
+int cli_generate(int argc, char **argv) {
+    model_args a = {0};
+    const char *max_s = NULL, *temp_s = NULL, *topk_s = NULL, *topp_s = NULL, *minp_s = NULL,
+               *rep_s = NULL, *seed_s = NULL, *chunk_s = NULL;
+    int help = 0, ignore_eos = 0;
+    cli_opt opts[] = {{"--model", &a.model, NULL, 0},
+                      {"--tokens", &a.tokens, NULL, 0},
+                      {"--max-tokens", &max_s, NULL, 0},
+                      {"--temperature", &temp_s, NULL, 0},
+                      {"--top-k", &topk_s, NULL, 0},
+                      {"--top-p", &topp_s, NULL, 0},
+                      {"--min-p", &minp_s, NULL, 0},
+                      {"--repetition-penalty", &rep_s, NULL, 0},
+                      {"--seed", &seed_s, NULL, 0},
+                      {"--backend", &a.backend, NULL, 0},
+                      {"--cache", &a.cache, NULL, 0},
+                      {"--threads", &a.threads, NULL, 0},
+                      {"--plugin-dir", &a.plugin_dir, NULL, 0},
+                      {"--chunk", &chunk_s, NULL, 0},
+                      {"--ignore-eos", NULL, &ignore_eos, 0},
+                      {"--help", NULL, &help, 0},
+                      {0}};
+    if (cli_parse(argc, argv, opts)) return 2;
+    if (help) {
+        printf("usage: lmhost generate --model DIR --tokens 1,2,3 --max-tokens N "
+               "[--temperature T] [--top-k K] [--top-p P] [--min-p M] [--repetition-penalty R] "
+               "[--seed S] [--backend NAME] [--cache NAME] [--threads N] [--chunk N] "
+               "[--ignore-eos] [--plugin-dir DIR]\n");
+        return 0;
+    }
+    if (!a.tokens || !max_s) {
+        fprintf(stderr, "lmhost generate: --tokens and --max-tokens are required\n");
+        return 2;
+    }
+    sampler_params sp = sampler_defaults();
+    int64_t maxn, iv, chunk = 512;
+    double fv;
+    if (cli_int("--max-tokens", max_s, 0, 1 << 24, &maxn)) return 2;
+    if (temp_s) {
+        if (cli_float("--temperature", temp_s, 0, 100, &fv)) return 2;
+        sp.temperature = (float)fv;
+    }
+    if (topk_s) {
+        if (cli_int("--top-k", topk_s, 0, INT32_MAX, &iv)) return 2;
+        sp.top_k = (int32_t)iv;
+    }
+    if (topp_s) {
+        if (cli_float("--top-p", topp_s, 1e-9, 1, &fv)) return 2;
+        sp.top_p = (float)fv;
+    }
+    if (minp_s) {
+        if (cli_float("--min-p", minp_s, 0, 1, &fv)) return 2;
+        sp.min_p = (float)fv;
+    }
+    if (rep_s) {
+        if (cli_float("--repetition-penalty", rep_s, 1e-6, 1e6, &fv)) return 2;
+        sp.repetition_penalty = (float)fv;
+    }
+    if (seed_s) {
+        if (cli_int("--seed", seed_s, 0, INT64_MAX, &iv)) return 2;
+        sp.seed = (uint64_t)iv;
+    }
+    if (chunk_s && cli_int("--chunk", chunk_s, 1, 1 << 20, &chunk)) return 2;
+    int32_t *ids, n;
+    if (cli_ids("--tokens", a.tokens, &ids, &n)) return 2;
+    registry reg = {0};
+    engine *e = cli_open_engine(&a, &reg);
+    if (!e) {
+        registry_free(&reg);
+        free(ids);
+        return 1;
+    }
+    int rc = 1;
+    int32_t V = engine_vocab(e), eos[16], n_eos = ignore_eos ? 0 : eos_ids(e, eos, 16);
+    char err[512];
+    sampler *s = sampler_new(&sp, V, err, sizeof err);
+    float *lg = malloc((size_t)V * sizeof(float));
+    int32_t *hist = malloc(((size_t)n + (size_t)maxn + 1) * sizeof *hist);
+    if (!s) fprintf(stderr, "lmhost: %s\n", err);
+    if (s && lg && hist && engine_seq_add(e, 1) == 0 &&
+        (maxn == 0 || cli_prefill(e, 1, ids, n, (int32_t)chunk, NULL, lg) == 0)) {
+        memcpy(hist, ids, (size_t)n * sizeof *hist);
+        int32_t nh = n;
+        rc = 0;
+        printf("{\"tokens\": [");
+        for (int64_t t = 0; t < maxn; t++) {
+            int32_t tok = sampler_sample(s, lg, hist, nh);
+            hist[nh++] = tok;
+            printf("%s%d", t ? ", " : "", tok);
+            int stop = 0;
+            for (int32_t i = 0; i < n_eos; i++) stop |= tok == eos[i];
+            if (stop || t + 1 == maxn) break;
+            /* one incremental decode step against the cache */
+            engine_row row = {.seq = 1, .token = tok};
+            int32_t out0 = 0;
+            if (engine_step(e, &row, 1, &out0, 1, lg, err, sizeof err)) {
+                fprintf(stderr, "lmhost: %s\n", err);
+                rc = 1;
+                break;
+            }
+        }
+        printf("]}\n");
+    }
+    sampler_free(s);
+    free(lg);
+    free(hist);
+    free(ids);
+    engine_close(e);
+    registry_free(&reg);
+    return rc;
+}

@@ -1,0 +1,53 @@
+/* The engine: one loaded model behind its plugin chain (architecture x backend x cache),
+ * running batched steps of (sequence, token) rows. Not thread-safe: one caller at a time
+ * (the server's scheduler thread, or a CLI command). */
+#ifndef LMHOST_ENGINE_H
+#define LMHOST_ENGINE_H
+
+#include <json-c/json.h>
+#include <stdint.h>
+#include "plugin_loader.h"
+
+typedef struct engine_opts {
+    const char *model_dir;
+    const char *backend;      /* backend plugin name; NULL: "cpu" */
+    const char *cache;        /* cache plugin name, optionally "name:format"; NULL: "plain" */
+    int threads;              /* 0: all cores */
+    int max_seq_len;          /* 0: the model's max_position_embeddings or unbounded */
+} engine_opts;
+
+typedef struct engine engine;
+
+typedef struct engine_row {
+    uint64_t seq;  /* rows of one sequence are contiguous within a step */
+    int32_t token;
+} engine_row;
+
+typedef struct engine_stats {
+    uint64_t weight_bytes;      /* all weights of the checkpoint as loaded */
+    uint64_t weight_read_bytes; /* weights one decode step reads (all but unread tables) */
+    uint64_t cache_bytes;
+    uint64_t backend_bytes;     /* backend memory beyond mapped weights */
+} engine_stats;
+
+engine *engine_open(const registry *reg, const engine_opts *o, char *err, size_t err_len);
+void engine_close(engine *e);
+
+int32_t engine_vocab(const engine *e);
+int32_t engine_n_layers(const engine *e);
+json_object *engine_config(const engine *e);
+/* "arch=NAME backend=DESC cache=NAME(FORMAT)": the plugin chain in use. */
+const char *engine_chain(const engine *e);
+void engine_get_stats(engine *e, engine_stats *s);
+
+int engine_seq_add(engine *e, uint64_t seq);
+void engine_seq_remove(engine *e, uint64_t seq);
+int32_t engine_seq_len(engine *e, uint64_t seq);
+int engine_seq_trim(engine *e, uint64_t seq, int32_t len);
+
+/* One forward step. Each row's position continues its sequence. Writes the logits of
+ * rows out_rows[0..n_out) into logits[n_out * vocab]. */
+int engine_step(engine *e, const engine_row *rows, int32_t n_rows, const int32_t *out_rows,
+                int32_t n_out, float *logits, char *err, size_t err_len);
+
+#endif

@@ -1,0 +1,32 @@
+/* A Hugging Face model directory: config.json plus one safetensors file or a sharded set
+ * named by model.safetensors.index.json. Weights stay memory-mapped. */
+#ifndef LMHOST_MODEL_DIR_H
+#define LMHOST_MODEL_DIR_H
+
+#include <json-c/json.h>
+#include "safetensors.h"
+
+typedef struct model_dir model_dir;
+
+/* Opens DIR: parses config.json (must be a JSON object) and maps the weights
+ * (model.safetensors, or every shard listed in model.safetensors.index.json, checking that
+ * each tensor the index names is in the shard it names; a directory with neither is an
+ * error; a bare *.safetensors set without index is accepted when there is exactly one
+ * file). NULL with err set on failure. */
+model_dir *md_open(const char *dir, char *err, size_t err_len);
+void md_close(model_dir *md);
+
+const char *md_path(const model_dir *md);
+json_object *md_config(const model_dir *md);
+/* The tensor by checkpoint name, NULL if absent. */
+const st_tensor *md_find(const model_dir *md, const char *name);
+int32_t md_count(const model_dir *md);
+const st_tensor *md_at(const model_dir *md, int32_t i);
+/* Total bytes of all tensors. */
+uint64_t md_weight_bytes(const model_dir *md);
+
+/* config lookups by dotted path ("rope_parameters.rope_theta", "layer_types.3").
+ * NULL when absent or JSON null. */
+json_object *cfg_lookup(json_object *root, const char *path);
+
+#endif

@@ -1,0 +1,36 @@
+/* Finding and opening plugins with libltdl, and the registry of those accepted. */
+#ifndef LMHOST_PLUGIN_LOADER_H
+#define LMHOST_PLUGIN_LOADER_H
+
+#include "lmhost/lmhost.h"
+
+typedef struct plugin {
+    const lmh_plugin_info *info;
+    char *file; /* path it was loaded from */
+} plugin;
+
+typedef struct registry {
+    plugin *items;
+    int n, cap;
+    /* Files refused, with why, for `lmhost plugins`. */
+    char **refused;
+    int n_refused;
+} registry;
+
+/* Scans, in this order (first of a kind+name wins): extra_dir (--plugin-dir), each entry
+ * of $LMHOST_PLUGIN_PATH (':'-separated), the build tree, the install prefix. Plugin
+ * files are named lmhost-*.so. Refused plugins are logged with the reason and skipped. */
+int registry_load(registry *r, const char *extra_dir);
+void registry_free(registry *r);
+
+/* The plugin of this kind and name, or NULL. */
+const plugin *registry_find(const registry *r, lmh_plugin_kind kind, const char *name);
+/* The architecture plugin claiming model_type, or NULL. */
+const plugin *registry_find_arch(const registry *r, const char *model_type);
+/* Comma-separated names of a kind (or the model types the architectures claim), malloc'd. */
+char *registry_names(const registry *r, lmh_plugin_kind kind, int model_types);
+
+/* The host services table handed to plugins (engine.c fills the load/forward parts). */
+extern const lmh_host_api host_api;
+
+#endif

@@ -1,0 +1,15 @@
+/* Rotary-embedding settings from config.json, in both the legacy form (rope_theta,
+ * rope_scaling, rope_local_base_freq) and the transformers 5 form (rope_parameters,
+ * possibly keyed by layer type). */
+#ifndef LMHOST_ROPE_CONFIG_H
+#define LMHOST_ROPE_CONFIG_H
+
+#include <json-c/json.h>
+#include "lmhost/abi.h"
+
+/* Writes rot_dims/2 inverse frequencies for layers of `layer_type` (NULL: model-wide).
+ * Supported rope types: default, linear, llama3, yarn. */
+int rope_compute(json_object *config, const char *layer_type, int32_t rot_dims, float *inv_freq,
+                 lmh_rope_info *info, char *err, size_t err_len);
+
+#endif

@@ -1,0 +1,175 @@
+#include "sampler.h"
+#include "log.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cand {
+    float logit;
+    int32_t id;
+} cand;
+
+struct sampler {
+    sampler_params p;
+    int32_t vocab;
+    uint64_t rng[4];
+    cand *c;
+    int32_t *counts; /* occurrences of each token in the history, for the penalties */
+};
+
+sampler_params sampler_defaults(void) {
+    return (sampler_params){.temperature = 0, .top_k = 0, .top_p = 1, .min_p = 0,
+                            .repetition_penalty = 1, .seed = 0};
+}
+
+/* xoshiro256** seeded through splitmix64: small, fast, and the same on every machine. */
+static uint64_t splitmix(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static uint64_t next_u64(uint64_t *s) {
+    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+}
+static double uniform(uint64_t *s) { return (double)(next_u64(s) >> 11) * 0x1.0p-53; }
+
+sampler *sampler_new(const sampler_params *p, int32_t vocab, char *err, size_t err_len) {
+    if (!(p->temperature >= 0) || !isfinite(p->temperature)) {
+        errf(err, err_len, "temperature must be >= 0 (got %g)", p->temperature);
+        return NULL;
+    }
+    if (p->top_k < 0) {
+        errf(err, err_len, "top_k must be >= 0 (got %d)", p->top_k);
+        return NULL;
+    }
+    if (!(p->top_p > 0 && p->top_p <= 1)) {
+        errf(err, err_len, "top_p must be in (0, 1] (got %g)", p->top_p);
+        return NULL;
+    }
+    if (!(p->min_p >= 0 && p->min_p <= 1)) {
+        errf(err, err_len, "min_p must be in [0, 1] (got %g)", p->min_p);
+        return NULL;
+    }
+    if (!(p->repetition_penalty > 0) || !isfinite(p->repetition_penalty)) {
+        errf(err, err_len, "repetition_penalty must be > 0 (got %g)", p->repetition_penalty);
+        return NULL;
+    }
+    if (!isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty)) {
+        errf(err, err_len, "presence/frequency penalties must be finite numbers");
+        return NULL;
+    }
+    sampler *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->p = *p;
+    s->vocab = vocab;
+    s->c = malloc((size_t)vocab * sizeof *s->c);
+    s->counts = calloc((size_t)vocab, sizeof *s->counts);
+    if (!s->c || !s->counts) {
+        sampler_free(s);
+        errf(err, err_len, "out of memory");
+        return NULL;
+    }
+    uint64_t x = p->seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix(&x);
+    return s;
+}
+
+void sampler_free(sampler *s) {
+    if (!s) return;
+    free(s->c);
+    free(s->counts);
+    free(s);
+}
+
+static int by_logit_desc(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit < y->logit ? 1 : -1;
+    return x->id - y->id;
+}
+
+static void penalties(sampler *s, float *lg, const int32_t *hist, int32_t n) {
+    const sampler_params *p = &s->p;
+    if (p->repetition_penalty == 1 && p->presence_penalty == 0 && p->frequency_penalty == 0)
+        return;
+    for (int32_t i = 0; i < n; i++)
+        if (hist[i] >= 0 && hist[i] < s->vocab) s->counts[hist[i]]++;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t t = hist[i];
+        if (t < 0 || t >= s->vocab || s->counts[t] == 0) continue;
+        float v = lg[t];
+        if (p->repetition_penalty != 1)
+            v = v > 0 ? v / p->repetition_penalty : v * p->repetition_penalty;
+        v -= p->presence_penalty + p->frequency_penalty * (float)s->counts[t];
+        lg[t] = v;
+        s->counts[t] = 0; /* once per distinct token; also leaves counts zeroed */
+    }
+}
+
+int32_t sampler_sample(sampler *s, float *lg, const int32_t *hist, int32_t n_hist) {
+    const sampler_params *p = &s->p;
+    const int32_t V = s->vocab;
+    penalties(s, lg, hist, n_hist);
+    if (p->temperature == 0) {
+        int32_t best = 0;
+        for (int32_t i = 1; i < V; i++)
+            if (lg[i] > lg[best]) best = i;
+        return best;
+    }
+    int32_t n = 0;
+    for (int32_t i = 0; i < V; i++)
+        if (isfinite(lg[i]) || lg[i] > 0) s->c[n++] = (cand){lg[i] / p->temperature, i};
+    if (n == 0) return 0;
+    /* Sorting is needed only when a filter looks at ranks or cumulative mass. */
+    int sorted = 0;
+    if ((p->top_k > 0 && p->top_k < n) || p->top_p < 1) {
+        qsort(s->c, (size_t)n, sizeof *s->c, by_logit_desc);
+        sorted = 1;
+        if (p->top_k > 0 && p->top_k < n) n = p->top_k;
+    }
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < n; i++)
+        if (s->c[i].logit > mx) mx = s->c[i].logit;
+    double sum = 0;
+    for (int32_t i = 0; i < n; i++) {
+        float e = expf(s->c[i].logit - mx);
+        s->c[i].logit = e; /* from here on: unnormalised probability */
+        sum += e;
+    }
+    if (p->top_p < 1 && sorted) {
+        double acc = 0;
+        int32_t keep = n;
+        for (int32_t i = 0; i < n; i++) {
+            acc += s->c[i].logit / sum;
+            if (acc >= p->top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        n = keep;
+    }
+    if (p->min_p > 0) {
+        /* the largest probability is exp(0) = 1 after the shift */
+        int32_t m = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (s->c[i].logit >= p->min_p) s->c[m++] = s->c[i];
+        n = m > 0 ? m : 1;
+    }
+    sum = 0;
+    for (int32_t i = 0; i < n; i++) sum += s->c[i].logit;
+    double r = uniform(s->rng) * sum, acc = 0;
+    for (int32_t i = 0; i < n; i++) {
+        acc += s->c[i].logit;
+        if (r < acc) return s->c[i].id;
+    }
+    return s->c[n - 1].id;
+}

@@ -1,0 +1,271 @@
+/* Llama-style decoders: llama, mistral, qwen2, qwen3.
+ *
+ * One block serves all four; they differ only in details read from config.json:
+ *   llama    optional attention/MLP biases, llama3 rope scaling, tied embeddings
+ *   mistral  sliding-window attention
+ *   qwen2    q/k/v biases, optional sliding window on upper layers
+ *   qwen3    RMSNorm on q and k per head
+ * x = embed(tokens); per layer: x += o(attn(rope(q), rope(k), v)); x += down(silu(gate) * up);
+ * logits = lm_head(norm(x)). */
+#include "lmhost/lmhost.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct layer {
+    lmh_tensor *ln1, *ln2;
+    lmh_tensor *wq, *wk, *wv, *wo, *bq, *bk, *bv, *bo;
+    lmh_tensor *q_norm, *k_norm;
+    lmh_tensor *wg, *wu, *wd, *bg, *bu, *bd;
+    int32_t window;
+} layer;
+
+struct lmh_model {
+    int32_t n_layers, hidden, heads, kv_heads, head_dim, inter, vocab;
+    float eps;
+    lmh_tensor *embed, *norm, *lm_head, *inv_freq;
+    float rope_factor;
+    layer *layers;
+};
+
+static const char *const model_types[] = {"llama", "mistral", "qwen2", "qwen3", NULL};
+
+static void unload(lmh_model *m) {
+    if (!m) return;
+    free(m->layers); /* tensors belong to the host */
+    free(m);
+}
+
+/* An integer setting that must be positive; `def` > 0 is used when absent. */
+static int pos_int(const lmh_host_api *h, lmh_load_ctx *ld, const char *key, int64_t def,
+                   int32_t *out) {
+    int64_t v = def;
+    int rc = h->cfg_int(ld, key, &v);
+    if (rc == LMH_ETYPE) return h->fail(ld, "config.json: %s must be an integer", key);
+    if (rc == LMH_ENOTFOUND && def <= 0) return h->fail(ld, "config.json: %s is missing", key);
+    if (v <= 0 || v > (1 << 30))
+        return h->fail(ld, "config.json: %s must be positive (got %lld)", key, (long long)v);
+    *out = (int32_t)v;
+    return 0;
+}
+
+static int cfg_flag(const lmh_host_api *h, lmh_load_ctx *ld, const char *key, int def) {
+    int v = def;
+    h->cfg_bool(ld, key, &v);
+    return v;
+}
+
+/* Sliding window of layer l: layer_types when given, else the family's rule. */
+static int layer_window(const lmh_host_api *h, lmh_load_ctx *ld, const char *type, int32_t l,
+                        int32_t n_layers, int32_t *out) {
+    int64_t sw = 0;
+    int rc = h->cfg_int(ld, "sliding_window", &sw);
+    if (rc == LMH_ETYPE) return h->fail(ld, "config.json: sliding_window must be an integer");
+    if (sw < 0) return h->fail(ld, "config.json: sliding_window must not be negative");
+    char key[64];
+    snprintf(key, sizeof key, "layer_types.%d", l);
+    const char *lt = NULL;
+    *out = 0;
+    if (h->cfg_str(ld, key, &lt) == LMH_OK) {
+        if (strcmp(lt, "sliding_attention") == 0) *out = (int32_t)sw;
+        else if (strcmp(lt, "full_attention") != 0)
+            return h->fail(ld, "config.json: layer_types[%d] is '%s'; this family has only "
+                               "full_attention and sliding_attention layers",
+                           l, lt);
+        return 0;
+    }
+    if (strcmp(type, "mistral") == 0) {
+        *out = (int32_t)sw;
+    } else if (strncmp(type, "qwen", 4) == 0 && cfg_flag(h, ld, "use_sliding_window", 0)) {
+        int64_t mwl = n_layers;
+        h->cfg_int(ld, "max_window_layers", &mwl);
+        if (l >= mwl) *out = (int32_t)sw;
+    }
+    return 0;
+}
+
+static lmh_tensor *w(const lmh_host_api *h, lmh_load_ctx *ld, int32_t l, const char *fmt,
+                     int64_t d0, int64_t d1) {
+    char name[256];
+    snprintf(name, sizeof name, fmt, l);
+    int64_t ne[2] = {d0, d1};
+    return h->weight(ld, l, name, d1 ? 2 : 1, ne);
+}
+
+/* A tensor the checkpoint may or may not have (biases when the config does not say). */
+static lmh_tensor *w_opt(const lmh_host_api *h, lmh_load_ctx *ld, int32_t l, const char *fmt,
+                         int64_t d0, int want) {
+    char name[256];
+    snprintf(name, sizeof name, fmt, l);
+    lmh_weight_info wi;
+    if (!want && h->weight_info(ld, name, &wi) != LMH_OK) return NULL;
+    return h->weight(ld, l, name, 1, &d0);
+}
+
+static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
+    const char *type = NULL;
+    h->cfg_str(ld, "model_type", &type);
+    lmh_model *m = calloc(1, sizeof *m);
+    if (!m) return h->fail(ld, "out of memory");
+    *out = m;
+    if (pos_int(h, ld, "hidden_size", 0, &m->hidden) ||
+        pos_int(h, ld, "num_hidden_layers", 0, &m->n_layers) ||
+        pos_int(h, ld, "num_attention_heads", 0, &m->heads) ||
+        pos_int(h, ld, "num_key_value_heads", m->heads, &m->kv_heads) ||
+        pos_int(h, ld, "head_dim", m->hidden / m->heads, &m->head_dim) ||
+        pos_int(h, ld, "intermediate_size", 0, &m->inter) ||
+        pos_int(h, ld, "vocab_size", 0, &m->vocab))
+        return LMH_EINVAL;
+    if (m->heads % m->kv_heads)
+        return h->fail(ld, "config.json: num_attention_heads %d is not a multiple of "
+                           "num_key_value_heads %d",
+                       m->heads, m->kv_heads);
+    double eps = 1e-6;
+    if (h->cfg_float(ld, "rms_norm_eps", &eps) == LMH_ETYPE || !(eps > 0))
+        return h->fail(ld, "config.json: rms_norm_eps must be a positive number");
+    m->eps = (float)eps;
+    const char *act = "silu";
+    if (h->cfg_str(ld, "hidden_act", &act) == LMH_ETYPE || strcmp(act, "silu") != 0)
+        return h->fail(ld, "config.json: hidden_act '%s' is not supported (this family uses silu)",
+                       act);
+    if (h->declare_model(ld, m->n_layers, m->vocab)) return LMH_EINVAL;
+
+    const int qwen2 = strcmp(type, "qwen2") == 0, qwen3 = strcmp(type, "qwen3") == 0;
+    const int attn_bias = cfg_flag(h, ld, "attention_bias", 0);
+    const int mlp_bias = cfg_flag(h, ld, "mlp_bias", 0);
+    const int64_t H = m->hidden, qd = (int64_t)m->heads * m->head_dim,
+                  kd = (int64_t)m->kv_heads * m->head_dim;
+
+    m->layers = calloc((size_t)m->n_layers, sizeof *m->layers);
+    if (!m->layers) return h->fail(ld, "out of memory");
+    for (int32_t l = 0; l < m->n_layers; l++) {
+        layer *L = &m->layers[l];
+        if (layer_window(h, ld, type, l, m->n_layers, &L->window)) return LMH_EINVAL;
+        lmh_layer_state st = {.kind = LMH_STATE_KV,
+                              .n_kv_heads = m->kv_heads,
+                              .head_dim_k = m->head_dim,
+                              .head_dim_v = m->head_dim,
+                              .window = L->window};
+        if (h->declare_layer(ld, l, &st)) return LMH_EINVAL;
+        L->ln1 = w(h, ld, l, "model.layers.%d.input_layernorm.weight", H, 0);
+        L->ln2 = w(h, ld, l, "model.layers.%d.post_attention_layernorm.weight", H, 0);
+        L->wq = w(h, ld, l, "model.layers.%d.self_attn.q_proj.weight", qd, H);
+        L->wk = w(h, ld, l, "model.layers.%d.self_attn.k_proj.weight", kd, H);
+        L->wv = w(h, ld, l, "model.layers.%d.self_attn.v_proj.weight", kd, H);
+        L->wo = w(h, ld, l, "model.layers.%d.self_attn.o_proj.weight", H, qd);
+        /* Qwen2 always has q/k/v biases; Llama only when attention_bias says so. */
+        const int qkv_bias = qwen2 || attn_bias;
+        L->bq = w_opt(h, ld, l, "model.layers.%d.self_attn.q_proj.bias", qd, qkv_bias);
+        L->bk = w_opt(h, ld, l, "model.layers.%d.self_attn.k_proj.bias", kd, qkv_bias);
+        L->bv = w_opt(h, ld, l, "model.layers.%d.self_attn.v_proj.bias", kd, qkv_bias);
+        if (attn_bias && !qwen2)
+            L->bo = w_opt(h, ld, l, "model.layers.%d.self_attn.o_proj.bias", H, 1);
+        if (qwen3) {
+            L->q_norm = w(h, ld, l, "model.layers.%d.self_attn.q_norm.weight", m->head_dim, 0);
+            L->k_norm = w(h, ld, l, "model.layers.%d.self_attn.k_norm.weight", m->head_dim, 0);
+        }
+        L->wg = w(h, ld, l, "model.layers.%d.mlp.gate_proj.weight", m->inter, H);
+        L->wu = w(h, ld, l, "model.layers.%d.mlp.up_proj.weight", m->inter, H);
+        L->wd = w(h, ld, l, "model.layers.%d.mlp.down_proj.weight", H, m->inter);
+        if (mlp_bias) {
+            L->bg = w_opt(h, ld, l, "model.layers.%d.mlp.gate_proj.bias", m->inter, 1);
+            L->bu = w_opt(h, ld, l, "model.layers.%d.mlp.up_proj.bias", m->inter, 1);
+            L->bd = w_opt(h, ld, l, "model.layers.%d.mlp.down_proj.bias", H, 1);
+        }
+        if (!L->ln1 || !L->ln2 || !L->wq || !L->wk || !L->wv || !L->wo || !L->wg || !L->wu ||
+            !L->wd || (qkv_bias && (!L->bq || !L->bk || !L->bv)) ||
+            (qwen3 && (!L->q_norm || !L->k_norm)))
+            return LMH_EINVAL; /* the host has the message */
+    }
+    int64_t ene[2] = {m->vocab, H};
+    m->embed = h->weight(ld, LMH_LAYER_INPUT, "model.embed_tokens.weight", 2, ene);
+    m->norm = h->weight(ld, LMH_LAYER_OUTPUT, "model.norm.weight", 1, &H);
+    if (!m->embed || !m->norm) return LMH_EINVAL;
+    /* Tied unless the config says otherwise and the checkpoint has its own head. */
+    lmh_weight_info wi;
+    int tie = cfg_flag(h, ld, "tie_word_embeddings", 0);
+    if (!tie && h->weight_info(ld, "lm_head.weight", &wi) == LMH_OK)
+        m->lm_head = h->weight(ld, LMH_LAYER_OUTPUT, "lm_head.weight", 2, ene);
+    else if (!tie && h->weight_info(ld, "lm_head.weight", &wi) != LMH_OK)
+        return h->fail(ld, "missing tensor lm_head.weight (tie_word_embeddings is false)");
+    else
+        m->lm_head = m->embed; /* one table serves both ends */
+    if (!m->lm_head) return LMH_EINVAL;
+
+    float inv[1024];
+    lmh_rope_info ri;
+    if (m->head_dim > 2048 || m->head_dim % 2)
+        return h->fail(ld, "config.json: head_dim %d is not supported", m->head_dim);
+    if (h->rope_freqs(ld, NULL, m->head_dim, inv, &ri)) return LMH_EINVAL;
+    int64_t nf = m->head_dim / 2;
+    m->inv_freq = h->constant(ld, LMH_LAYER_INPUT, LMH_F32, 1, &nf, inv);
+    m->rope_factor = ri.attn_factor;
+    return m->inv_freq ? LMH_OK : LMH_EINVAL;
+}
+
+static int forward(lmh_model *m, const lmh_host_api *h, lmh_fwd *f, const lmh_batch *bt) {
+    const int64_t n = bt->n_rows, H = m->hidden, hd = m->head_dim;
+    const int64_t qd = (int64_t)m->heads * hd, kd = (int64_t)m->kv_heads * hd;
+    lmh_build b = {.h = h, .f = f, .layer = LMH_LAYER_INPUT};
+    lmh_tensor *x = lmh_b_get_rows(&b, NULL, m->embed, bt->tokens);
+    /* Scratch reused by every layer: ops run in order on one queue. */
+    lmh_tensor *hn = lmh_b_new2(&b, n, H), *q = lmh_b_new2(&b, n, qd), *k = lmh_b_new2(&b, n, kd),
+               *v = lmh_b_new2(&b, n, kd), *att = lmh_b_new2(&b, n, qd),
+               *o = lmh_b_new2(&b, n, H), *g = lmh_b_new2(&b, n, m->inter),
+               *u = lmh_b_new2(&b, n, m->inter);
+    lmh_tensor *q3 = lmh_b_heads(&b, q, m->heads, hd), *k3 = lmh_b_heads(&b, k, m->kv_heads, hd),
+               *v3 = lmh_b_heads(&b, v, m->kv_heads, hd),
+               *att3 = lmh_b_heads(&b, att, m->heads, hd);
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int32_t l = 0; l < m->n_layers; l++) {
+        const layer *L = &m->layers[l];
+        b.layer = l;
+        lmh_b_rms_norm(&b, hn, x, L->ln1, m->eps, 0);
+        lmh_b_matmul(&b, q, hn, L->wq, L->bq);
+        lmh_b_matmul(&b, k, hn, L->wk, L->bk);
+        lmh_b_matmul(&b, v, hn, L->wv, L->bv);
+        if (L->q_norm) {
+            lmh_b_rms_norm(&b, q3, q3, L->q_norm, m->eps, 0);
+            lmh_b_rms_norm(&b, k3, k3, L->k_norm, m->eps, 0);
+        }
+        lmh_b_rope(&b, q3, bt->positions, m->inv_freq, (int32_t)hd, LMH_ROPE_HALF, m->rope_factor);
+        lmh_b_rope(&b, k3, bt->positions, m->inv_freq, (int32_t)hd, LMH_ROPE_HALF, m->rope_factor);
+        lmh_attn_params ap = {.scale = scale, .softcap = 0, .window = L->window};
+        if (!q3 || h->fwd_attention(f, l, q3, k3, v3, att3, &ap) != LMH_OK) return LMH_EINVAL;
+        lmh_b_matmul(&b, o, att, L->wo, L->bo);
+        lmh_b_op(&b, LMH_OP_ADD, x, x, o, NULL);
+        lmh_b_rms_norm(&b, hn, x, L->ln2, m->eps, 0);
+        lmh_b_matmul(&b, g, hn, L->wg, L->bg);
+        lmh_b_matmul(&b, u, hn, L->wu, L->bu);
+        lmh_b_op(&b, LMH_OP_SWIGLU, g, g, u, NULL);
+        lmh_b_matmul(&b, o, g, L->wd, L->bd);
+        if (!lmh_b_op(&b, LMH_OP_ADD, x, x, o, NULL)) return LMH_EINVAL;
+    }
+    b.layer = LMH_LAYER_OUTPUT;
+    lmh_tensor *xo = lmh_b_get_rows(&b, NULL, x, bt->out_rows);
+    lmh_tensor *hf = lmh_b_rms_norm(&b, NULL, xo, m->norm, m->eps, 0);
+    return lmh_b_matmul(&b, bt->logits, hf, m->lm_head, NULL) ? LMH_OK : LMH_EINVAL;
+}
+
+static const lmh_arch_api api = {
+    .size = sizeof(lmh_arch_api),
+    .model_types = model_types,
+    .load = load,
+    .forward = forward,
+    .unload = unload,
+};
+
+static const lmh_plugin_info info = {
+    LMH_PLUGIN_HEADER,
+    .kind = LMH_KIND_ARCH,
+    .name = "llama",
+    .version = "0.1.0",
+    .summary = "Llama-style decoders: llama (llama3 rope), mistral (sliding window), qwen2 "
+               "(q/k/v bias), qwen3 (q/k norm)",
+    .init = NULL,
+    .api = &api,
+};
+
+LMH_EXPORT const lmh_plugin_info *lmhost_plugin_entry(void) { return &info; }

@@ -1,0 +1,251 @@
+/* The plain cache plugin: keys and values stored as they are computed, in f32 or f16,
+ * one contiguous [capacity, kv_heads, head_dim] tensor per sequence and layer on the
+ * backend, grown by doubling. Attention runs as the backend's own attention op. */
+#include "lmhost/lmhost.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct layer_kv {
+    lmh_tensor *k, *v;
+    int32_t cap, len;
+} layer_kv;
+
+typedef struct seq {
+    uint64_t id;
+    layer_kv *layers;
+} seq;
+
+struct lmh_cache {
+    const lmh_backend_api *be;
+    lmh_backend *b;
+    lmh_dtype dtype;
+    int32_t n_layers;
+    lmh_layer_state *layers;
+    int32_t first_kv; /* the layer whose length is the sequence's length; -1: none */
+    int32_t max_len;
+    seq *seqs;
+    int32_t n_seqs, cap_seqs;
+    uint64_t bytes;
+};
+
+static const char *const formats[] = {"f32", "f16", NULL};
+
+static seq *find(lmh_cache *c, uint64_t id) {
+    for (int32_t i = 0; i < c->n_seqs; i++)
+        if (c->seqs[i].id == id) return &c->seqs[i];
+    return NULL;
+}
+
+static uint64_t layer_bytes(const lmh_cache *c, int32_t l, int32_t cap) {
+    const lmh_layer_state *s = &c->layers[l];
+    return (uint64_t)cap * (uint64_t)s->n_kv_heads *
+           (uint64_t)(s->head_dim_k + s->head_dim_v) * lmh_dtype_size(c->dtype);
+}
+
+static int create(const lmh_host_api *host, const lmh_backend_api *be, lmh_backend *b,
+                  const lmh_cache_config *cfg, lmh_cache **out, char *err, size_t err_len) {
+    (void)host;
+    lmh_dtype dt = LMH_F32;
+    if (cfg->format && strcmp(cfg->format, "f16") == 0)
+        dt = LMH_F16;
+    else if (cfg->format && strcmp(cfg->format, "f32") != 0) {
+        snprintf(err, err_len, "format '%s' is not one of f32, f16", cfg->format);
+        return LMH_EINVAL;
+    }
+    lmh_cache *c = calloc(1, sizeof *c);
+    if (!c) return LMH_ENOMEM;
+    c->layers = calloc((size_t)cfg->n_layers, sizeof *c->layers);
+    if (!c->layers) {
+        free(c);
+        return LMH_ENOMEM;
+    }
+    memcpy(c->layers, cfg->layers, (size_t)cfg->n_layers * sizeof *c->layers);
+    c->be = be;
+    c->b = b;
+    c->dtype = dt;
+    c->n_layers = cfg->n_layers;
+    c->max_len = cfg->max_seq_len;
+    c->first_kv = -1;
+    for (int32_t l = 0; l < c->n_layers && c->first_kv < 0; l++)
+        if (c->layers[l].kind == LMH_STATE_KV) c->first_kv = l;
+    *out = c;
+    return LMH_OK;
+}
+
+static void free_seq(lmh_cache *c, seq *s) {
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        layer_kv *kv = &s->layers[l];
+        if (kv->k) c->be->tensor_free(c->b, kv->k);
+        if (kv->v) c->be->tensor_free(c->b, kv->v);
+        c->bytes -= kv->k ? layer_bytes(c, l, kv->cap) : 0;
+    }
+    free(s->layers);
+}
+
+static void destroy(lmh_cache *c) {
+    if (!c) return;
+    for (int32_t i = 0; i < c->n_seqs; i++) free_seq(c, &c->seqs[i]);
+    free(c->seqs);
+    free(c->layers);
+    free(c);
+}
+
+static int seq_add(lmh_cache *c, uint64_t id) {
+    if (find(c, id)) return LMH_EINVAL;
+    if (c->n_seqs == c->cap_seqs) {
+        int32_t cap = c->cap_seqs ? c->cap_seqs * 2 : 8;
+        seq *n = realloc(c->seqs, (size_t)cap * sizeof *n);
+        if (!n) return LMH_ENOMEM;
+        c->seqs = n;
+        c->cap_seqs = cap;
+    }
+    seq *s = &c->seqs[c->n_seqs];
+    s->id = id;
+    s->layers = calloc((size_t)c->n_layers, sizeof *s->layers);
+    if (!s->layers) return LMH_ENOMEM;
+    c->n_seqs++;
+    return LMH_OK;
+}
+
+static void seq_remove(lmh_cache *c, uint64_t id) {
+    seq *s = find(c, id);
+    if (!s) return;
+    free_seq(c, s);
+    *s = c->seqs[--c->n_seqs];
+}
+
+static int32_t seq_len(lmh_cache *c, uint64_t id) {
+    seq *s = find(c, id);
+    if (!s) return -1;
+    return c->first_kv < 0 ? 0 : s->layers[c->first_kv].len;
+}
+
+static int seq_trim(lmh_cache *c, uint64_t id, int32_t len) {
+    seq *s = find(c, id);
+    if (!s || len < 0) return LMH_EINVAL;
+    for (int32_t l = 0; l < c->n_layers; l++)
+        if (s->layers[l].len > len) s->layers[l].len = len;
+    return LMH_OK;
+}
+
+/* Copies rows [0, n) of src into rows [at, at + n) of dst (dst converts the dtype). */
+static int copy_rows(lmh_cache *c, lmh_tensor *dst, int32_t at, lmh_tensor *src, int32_t n) {
+    if (n == 0) return LMH_OK;
+    int64_t row = dst->ne[1] * dst->ne[2];
+    int64_t ne[3] = {n, dst->ne[1], dst->ne[2]};
+    lmh_tensor *dv = c->be->tensor_view(c->b, dst, (size_t)at * (size_t)row *
+                                                       lmh_dtype_size(dst->dtype),
+                                        dst->dtype, 3, ne);
+    lmh_tensor *sv = c->be->tensor_view(c->b, src, 0, src->dtype, 3, ne);
+    int rc = LMH_ENOMEM;
+    if (dv && sv) {
+        lmh_op op = {.code = LMH_OP_COPY, .dst = dv, .src = {sv}};
+        rc = c->be->enqueue(c->b, &op);
+    }
+    if (dv) c->be->tensor_free(c->b, dv);
+    if (sv) c->be->tensor_free(c->b, sv);
+    return rc;
+}
+
+static int grow(lmh_cache *c, int32_t l, layer_kv *kv, int32_t need) {
+    const lmh_layer_state *st = &c->layers[l];
+    int32_t cap = kv->cap ? kv->cap : 16;
+    while (cap < need) cap = cap > (1 << 29) ? need : cap * 2;
+    if (c->max_len > 0 && cap > c->max_len) cap = need > c->max_len ? need : c->max_len;
+    int64_t kne[3] = {cap, st->n_kv_heads, st->head_dim_k};
+    int64_t vne[3] = {cap, st->n_kv_heads, st->head_dim_v};
+    lmh_tensor *k = c->be->tensor_new(c->b, c->dtype, 3, kne, 0);
+    lmh_tensor *v = c->be->tensor_new(c->b, c->dtype, 3, vne, 0);
+    if (!k || !v) {
+        if (k) c->be->tensor_free(c->b, k);
+        if (v) c->be->tensor_free(c->b, v);
+        return LMH_ENOMEM;
+    }
+    int rc = LMH_OK;
+    if (kv->k) {
+        rc = copy_rows(c, k, 0, kv->k, kv->len);
+        if (rc == LMH_OK) rc = copy_rows(c, v, 0, kv->v, kv->len);
+        c->be->tensor_free(c->b, kv->k);
+        c->be->tensor_free(c->b, kv->v);
+        c->bytes -= layer_bytes(c, l, kv->cap);
+    }
+    kv->k = k;
+    kv->v = v;
+    kv->cap = cap;
+    c->bytes += layer_bytes(c, l, cap);
+    return rc;
+}
+
+static int append(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *k, lmh_tensor *v) {
+    seq *s = find(c, id);
+    if (!s || l < 0 || l >= c->n_layers || c->layers[l].kind != LMH_STATE_KV) return LMH_EINVAL;
+    const lmh_layer_state *st = &c->layers[l];
+    if (k->ndim != 3 || v->ndim != 3 || k->ne[0] != v->ne[0] || k->ne[1] != st->n_kv_heads ||
+        v->ne[1] != st->n_kv_heads || k->ne[2] != st->head_dim_k || v->ne[2] != st->head_dim_v)
+        return LMH_ESHAPE;
+    layer_kv *kv = &s->layers[l];
+    int32_t n = (int32_t)k->ne[0];
+    if (c->max_len > 0 && kv->len + n > c->max_len) return LMH_ENOMEM;
+    if (kv->len + n > kv->cap) {
+        int rc = grow(c, l, kv, kv->len + n);
+        if (rc) return rc;
+    }
+    int rc = copy_rows(c, kv->k, kv->len, k, n);
+    if (rc == LMH_OK) rc = copy_rows(c, kv->v, kv->len, v, n);
+    if (rc == LMH_OK) kv->len += n;
+    return rc;
+}
+
+static int attend(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *q, lmh_tensor *q_pos,
+                  lmh_tensor *out, const lmh_attn_params *p) {
+    seq *s = find(c, id);
+    if (!s || l < 0 || l >= c->n_layers || !s->layers[l].k) return LMH_EINVAL;
+    layer_kv *kv = &s->layers[l];
+    lmh_op op = {.code = LMH_OP_ATTENTION, .dst = out, .src = {q, kv->k, kv->v, q_pos}};
+    op.p.i[0] = kv->len;
+    op.p.i[1] = 0;
+    op.p.i[2] = p->window;
+    op.p.f[0] = p->scale;
+    op.p.f[1] = p->softcap;
+    return c->be->enqueue(c->b, &op);
+}
+
+static uint64_t bytes(lmh_cache *c) { return c->bytes; }
+
+static uint64_t seq_bytes(lmh_cache *c, uint64_t id) {
+    seq *s = find(c, id);
+    uint64_t n = 0;
+    if (s)
+        for (int32_t l = 0; l < c->n_layers; l++)
+            if (s->layers[l].k) n += layer_bytes(c, l, s->layers[l].cap);
+    return n;
+}
+
+static const lmh_cache_api api = {
+    .size = sizeof(lmh_cache_api),
+    .formats = formats,
+    .create = create,
+    .destroy = destroy,
+    .seq_add = seq_add,
+    .seq_remove = seq_remove,
+    .seq_trim = seq_trim,
+    .seq_len = seq_len,
+    .append = append,
+    .attend = attend,
+    .bytes = bytes,
+    .seq_bytes = seq_bytes,
+};
+
+static const lmh_plugin_info info = {
+    LMH_PLUGIN_HEADER,
+    .kind = LMH_KIND_CACHE,
+    .name = "plain",
+    .version = "0.1.0",
+    .summary = "keys and values as computed, f32 or f16, per sequence and layer",
+    .init = NULL,
+    .api = &api,
+};
+
+LMH_EXPORT const lmh_plugin_info *lmhost_plugin_entry(void) { return &info; }

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Builds lmhost and runs every test: the meson suite (unit, tokenizer, template and model
+# conformance on each SIMD path), the same suite under ASan+UBSan, the fuzz targets for a
+# bounded time, and the NEON kernels under qemu. Ends with "N passed, N failed".
+# Environment: FUZZ_SECONDS (default 30), LMHOST_TOKENIZERS (tokenizer cache; fetched
+# with npm when missing), SKIP_ASAN=1 / SKIP_FUZZ=1 / SKIP_NEON=1 to leave a part out.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+passed=0
+failed=0
+
+export LMHOST_TOKENIZERS=${LMHOST_TOKENIZERS:-$HOME/.cache/lmhost/tokenizers}
+if ! tools/fetch_tokenizers.sh "$LMHOST_TOKENIZERS"; then
+    echo "warning: could not fetch tokenizers; tokenizer/template tests will fail" >&2
+fi
+
+# meson test's summary: "Ok: N", "Fail: N", "Unexpected Pass: N", "Timeout: N" ...
+count_meson() {
+    local log=$1 ok fail
+    ok=$(grep -E '^Ok:' "$log" | awk '{s+=$2} END {print s+0}')
+    fail=$(grep -E '^(Fail|Unexpected Pass|Timeout):' "$log" | awk '{s+=$NF} END {print s+0}')
+    passed=$((passed + ok))
+    failed=$((failed + fail))
+}
+
+run_suite() { # name builddir [meson setup args...]
+    local name=$1 dir=$2
+    shift 2
+    echo "=== $name ==="
+    if [ ! -f "$dir/build.ninja" ]; then
+        meson setup "$dir" "$@" >"/tmp/lmhost-setup-$name.log" 2>&1 || {
+            cat "/tmp/lmhost-setup-$name.log"
+            echo "$name: meson setup failed"
+            failed=$((failed + 1))
+            return
+        }
+    fi
+    if ! ninja -C "$dir" >"/tmp/lmhost-build-$name.log" 2>&1; then
+        tail -50 "/tmp/lmhost-build-$name.log"
+        echo "$name: build failed"
+        failed=$((failed + 1))
+        return
+    fi
+    meson test -C "$dir" --print-errorlogs --num-processes "$(nproc)" 2>&1 |
+        tee "/tmp/lmhost-test-$name.log" | grep -E '^ *[0-9]+/[0-9]+ |^(Ok|Fail|Skipped|Timeout):'
+    count_meson "/tmp/lmhost-test-$name.log"
+}
+
+run_suite release build
+if [ "${SKIP_ASAN:-0}" != 1 ]; then
+    # Sanitizers see every parser and plugin; the leak checker too.
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+        run_suite asan build-asan -Db_sanitize=address,undefined -Db_lundef=false \
+        -Dbuildtype=debugoptimized
+fi
+
+one() { # name command...: a test outside meson
+    local name=$1
+    shift
+    if "$@" >"/tmp/lmhost-$name.log" 2>&1; then
+        echo "$name: ok"
+        passed=$((passed + 1))
+    else
+        tail -30 "/tmp/lmhost-$name.log"
+        echo "$name: FAILED"
+        failed=$((failed + 1))
+    fi
+}
+
+if [ "${SKIP_FUZZ:-0}" != 1 ]; then
+    echo "=== fuzz ==="
+    one fuzz tests/fuzz/run_fuzzers.sh "${FUZZ_SECONDS:-30}"
+fi
+if [ "${SKIP_NEON:-0}" != 1 ]; then
+    echo "=== neon (qemu) ==="
+    one neon-qemu tests/cpu/run_neon_qemu.sh
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

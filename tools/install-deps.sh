@@ -1,0 +1,20 @@
+#!/bin/sh
+# Installs what lmhost builds and tests with, from Debian packages (Debian 12).
+# Runs apt-get as root, or through sudo when not root.
+set -eu
+SUDO=
+[ "$(id -u)" = 0 ] || SUDO=sudo
+PKGS="build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
+      libltdl-dev libjson-c-dev libpcre2-dev libutf8proc-dev
+      gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+      npm ca-certificates"
+missing=
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    # shellcheck disable=SC2086
+    $SUDO apt-get install -y -qq --no-install-recommends $missing
+fi

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Writes a model directory with random bf16 weights in a given Llama-style shape, for
+benchmarks (no download, no numpy: bytes come from os.urandom).
+
+usage: make_random_model.py OUT [--preset qwen3-0.6b] [--layers N]
+
+Weights are uniform in magnitude over [2^-7, 2^-5) with random signs (like a trained
+matrix's spread); norm weights are in [1, 2). The tokenizer is not written: `lmhost bench`
+feeds token ids directly.
+"""
+import json
+import os
+import struct
+import sys
+
+PRESETS = {
+    # Qwen3-0.6B: hidden 1024, 28 layers, 16 heads / 8 KV heads of 128, MLP 3072.
+    "qwen3-0.6b": dict(model_type="qwen3", architectures=["Qwen3ForCausalLM"], hidden_size=1024,
+                       num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
+                       head_dim=128, intermediate_size=3072, vocab_size=151936,
+                       max_position_embeddings=40960, rms_norm_eps=1e-6,
+                       rope_theta=1000000.0, tie_word_embeddings=True, hidden_act="silu"),
+}
+
+
+def tensors(c):
+    H, L = c["hidden_size"], c["num_hidden_layers"]
+    hd, nh, nkv, I = c["head_dim"], c["num_attention_heads"], c["num_key_value_heads"], c["intermediate_size"]
+    yield "model.embed_tokens.weight", [c["vocab_size"], H], False
+    for i in range(L):
+        p = f"model.layers.{i}."
+        yield p + "input_layernorm.weight", [H], True
+        yield p + "post_attention_layernorm.weight", [H], True
+        yield p + "self_attn.q_proj.weight", [nh * hd, H], False
+        yield p + "self_attn.k_proj.weight", [nkv * hd, H], False
+        yield p + "self_attn.v_proj.weight", [nkv * hd, H], False
+        yield p + "self_attn.o_proj.weight", [H, nh * hd], False
+        if c["model_type"] == "qwen3":
+            yield p + "self_attn.q_norm.weight", [hd], True
+            yield p + "self_attn.k_norm.weight", [hd], True
+        yield p + "mlp.gate_proj.weight", [I, H], False
+        yield p + "mlp.up_proj.weight", [I, H], False
+        yield p + "mlp.down_proj.weight", [H, I], False
+    yield "model.norm.weight", [H], True
+    if not c.get("tie_word_embeddings"):
+        yield "lm_head.weight", [c["vocab_size"], H], False
+
+
+# bf16 little-endian: byte 1 = sign + exponent bits 7..1, byte 0 = exponent bit 0 + mantissa.
+HI_WEIGHT = bytes((0x3C if b & 1 else 0xBC) for b in range(256))  # exponent 120/121, random sign
+LO_ANY = bytes(range(256))
+HI_NORM = bytes([0x3F] * 256)
+LO_NORM = bytes((0x80 | (b & 0x7F)) for b in range(256))  # exponent 127: [1, 2)
+
+
+def random_bf16(n, norm):
+    raw = os.urandom(2 * n)
+    out = bytearray(2 * n)
+    out[0::2] = raw[0::2].translate(LO_NORM if norm else LO_ANY)
+    out[1::2] = raw[1::2].translate(HI_NORM if norm else HI_WEIGHT)
+    return out
+
+
+def main():
+    args = sys.argv[1:]
+    if not args or args[0].startswith("-"):
+        sys.exit(__doc__)
+    out, preset, layers = args[0], "qwen3-0.6b", None
+    i = 1
+    while i < len(args):
+        if args[i] == "--preset":
+            preset = args[i + 1]; i += 2
+        elif args[i] == "--layers":
+            layers = int(args[i + 1]); i += 2
+        else:
+            sys.exit(f"unknown option {args[i]}")
+    c = dict(PRESETS[preset])
+    if layers:
+        c["num_hidden_layers"] = layers
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+    header, off, plan = {}, 0, []
+    for name, shape, norm in tensors(c):
+        n = 1
+        for d in shape:
+            n *= d
+        header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [off, off + 2 * n]}
+        plan.append((n, norm))
+        off += 2 * n
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(os.path.join(out, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for n, norm in plan:
+            for at in range(0, n, 1 << 24):
+                f.write(random_bf16(min(1 << 24, n - at), norm))
+    print(f"wrote {out}: {off / 2**30:.2f} GiB of bf16 weights")
+
+
+if __name__ == "__main__":
+    main()
