@@ -3,6 +3,7 @@
 #include "cli.h"
 #include "lmhost/abi.h"
 #include "log.h"
+#include "server/server.h"
 #include "template_cli.h"
 #include "tokenizer_cli.h"
 
@@ -15,6 +16,7 @@ static const struct {
     int (*fn)(int, char **);
     const char *help;
 } commands[] = {
+    {"serve", cli_serve, "serve the OpenAI API over HTTP/HTTPS"},
     {"generate", cli_generate, "generate tokens from prompt token ids"},
     {"logits", cli_logits, "write the logits of one prefill as .npy"},
     {"bench", cli_bench, "measure prefill/decode speed, memory and bytes per token"},

@@ -15,6 +15,10 @@ if ! tools/fetch_tokenizers.sh "$LMHOST_TOKENIZERS"; then
     echo "warning: could not fetch tokenizers; tokenizer/template tests will fail" >&2
 fi
 
+# The openai client for the server tests, pinned by tests/server/package-lock.json.
+(cd tests/server && npm ci --no-audit --no-fund --loglevel=error >/dev/null) ||
+    echo "warning: npm ci failed; server tests will fail" >&2
+
 # meson test's summary: "Ok: N", "Fail: N", "Unexpected Pass: N", "Timeout: N" ...
 count_meson() {
     local log=$1 ok fail

@@ -6,12 +6,15 @@ SUDO=
 [ "$(id -u)" = 0 ] || SUDO=sudo
 PKGS="build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
       libltdl-dev libjson-c-dev libpcre2-dev libutf8proc-dev
-      gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
-      npm ca-certificates"
+      libevent-dev libssl-dev openssl curl
+      gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user ca-certificates"
 missing=
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
 done
+# Node.js and npm (tokenizer fixtures, the openai client tests): take the machine's own
+# when present (it may come from another repository than Debian's), else Debian's.
+command -v npm >/dev/null 2>&1 || missing="$missing nodejs npm"
 if [ -n "$missing" ]; then
     export DEBIAN_FRONTEND=noninteractive
     $SUDO apt-get update -qq

@@ -1,0 +1,710 @@
+#include "api.h"
+#include "../log.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- growable byte buffers -------------------------------------------------------------- */
+
+static int sb_add(sbuf *b, const char *s, size_t n) {
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) return -1;
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+    return 0;
+}
+
+static void sb_drop_front(sbuf *b, size_t n) {
+    memmove(b->p, b->p + n, b->len - n);
+    b->len -= n;
+    b->p[b->len] = 0;
+}
+
+static void sb_free(sbuf *b) {
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+/* ---- stop strings and think sections ---------------------------------------------------- */
+
+static const char THINK_OPEN[] = "<think>", THINK_CLOSE[] = "</think>";
+
+/* Longest k < tl such that s ends with tag[0..k). */
+static size_t partial_suffix(const char *s, size_t n, const char *tag, size_t tl) {
+    for (size_t k = tl - 1 > n ? n : tl - 1; k > 0; k--)
+        if (memcmp(s + n - k, tag, k) == 0) return k;
+    return 0;
+}
+
+static void release(text_state *t, const char *s, size_t n, int final) {
+    if (!t->split_think) {
+        sb_add(&t->out_c, s, n);
+        sb_add(&t->content, s, n);
+        return;
+    }
+    sb_add(&t->tag, s, n);
+    for (;;) {
+        const char *tag = t->reasoning ? THINK_CLOSE : THINK_OPEN;
+        size_t tl = strlen(tag);
+        sbuf *dst = t->reasoning ? &t->out_r : &t->out_c;
+        sbuf *all = t->reasoning ? &t->reasoning_all : &t->content;
+        char *hit = memmem(t->tag.p, t->tag.len, tag, tl);
+        if (hit) {
+            size_t at = (size_t)(hit - t->tag.p);
+            sb_add(dst, t->tag.p, at);
+            sb_add(all, t->tag.p, at);
+            sb_drop_front(&t->tag, at + tl);
+            t->reasoning = !t->reasoning;
+            continue;
+        }
+        size_t keep = final ? 0 : partial_suffix(t->tag.p, t->tag.len, tag, tl);
+        sb_add(dst, t->tag.p, t->tag.len - keep);
+        sb_add(all, t->tag.p, t->tag.len - keep);
+        sb_drop_front(&t->tag, t->tag.len - keep);
+        return;
+    }
+}
+
+static void outputs(text_state *t, text_out *o) {
+    o->content = t->out_c.p ? t->out_c.p : "";
+    o->content_len = t->out_c.len;
+    o->reasoning = t->out_r.p ? t->out_r.p : "";
+    o->reasoning_len = t->out_r.len;
+}
+
+int text_push(text_state *t, const char *s, size_t len, text_out *o) {
+    t->out_c.len = t->out_r.len = 0;
+    sb_add(&t->held, s, len);
+    /* the earliest stop string wins; text before it is released, the rest dropped */
+    size_t best = (size_t)-1;
+    for (int i = 0; i < t->n_stops; i++) {
+        char *hit = memmem(t->held.p, t->held.len, t->stops[i], strlen(t->stops[i]));
+        if (hit && (size_t)(hit - t->held.p) < best) best = (size_t)(hit - t->held.p);
+    }
+    if (best != (size_t)-1) {
+        release(t, t->held.p, best, 1);
+        t->held.len = 0;
+        outputs(t, o);
+        return 1;
+    }
+    size_t keep = 0;
+    for (int i = 0; i < t->n_stops; i++) {
+        size_t k = partial_suffix(t->held.p, t->held.len, t->stops[i], strlen(t->stops[i]));
+        if (k > keep) keep = k;
+    }
+    release(t, t->held.p, t->held.len - keep, 0);
+    sb_drop_front(&t->held, t->held.len - keep);
+    outputs(t, o);
+    return 0;
+}
+
+void text_flush(text_state *t, text_out *o) {
+    t->out_c.len = t->out_r.len = 0;
+    release(t, t->held.p ? t->held.p : "", t->held.len, 1);
+    t->held.len = 0;
+    outputs(t, o);
+}
+
+void text_init_mode(text_state *t, int reasoning) { t->reasoning = reasoning; }
+
+int text_prompt_opens_think(const char *p) {
+    const char *o = NULL, *c = NULL, *x;
+    for (x = p; (x = strstr(x, THINK_OPEN)); x++) o = x;
+    for (x = p; (x = strstr(x, THINK_CLOSE)); x++) c = x;
+    return o && (!c || c < o);
+}
+
+/* ---- requests ------------------------------------------------------------------------- */
+
+static int fail(char *err, size_t el, char *param, size_t pl, const char *field,
+                const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static int fail(char *err, size_t el, char *param, size_t pl, const char *field,
+                const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, el, fmt, ap);
+    va_end(ap);
+    snprintf(param, pl, "%s", field ? field : "");
+    return -1;
+}
+
+static int is_num(json_object *o) {
+    return json_object_is_type(o, json_type_int) || json_object_is_type(o, json_type_double);
+}
+
+/* Reads an optional number field within [lo, hi]. 0 absent/null, 1 read, -1 error. */
+static int get_num(json_object *b, const char *k, double lo, double hi, double *out, char *err,
+                   size_t el, char *param, size_t pl) {
+    json_object *v;
+    if (!json_object_object_get_ex(b, k, &v) || !v) return 0;
+    if (!is_num(v)) return fail(err, el, param, pl, k, "'%s' must be a number", k);
+    double d = json_object_get_double(v);
+    if (!(d >= lo && d <= hi))
+        return fail(err, el, param, pl, k, "'%s' must be between %g and %g (got %g)", k, lo, hi,
+                    d);
+    *out = d;
+    return 1;
+}
+
+static int get_int(json_object *b, const char *k, int64_t lo, int64_t hi, int64_t *out,
+                   char *err, size_t el, char *param, size_t pl) {
+    json_object *v;
+    if (!json_object_object_get_ex(b, k, &v) || !v) return 0;
+    int ok = json_object_is_type(v, json_type_int);
+    if (!ok && json_object_is_type(v, json_type_double)) {
+        double d = json_object_get_double(v);
+        ok = d == floor(d) && fabs(d) < 9e15;
+    }
+    if (!ok) return fail(err, el, param, pl, k, "'%s' must be an integer", k);
+    int64_t x = json_object_get_int64(v);
+    if (x < lo || x > hi)
+        return fail(err, el, param, pl, k, "'%s' must be between %lld and %lld (got %lld)", k,
+                    (long long)lo, (long long)hi, (long long)x);
+    *out = x;
+    return 1;
+}
+
+static int get_bool(json_object *b, const char *k, int *out, char *err, size_t el, char *param,
+                    size_t pl) {
+    json_object *v;
+    if (!json_object_object_get_ex(b, k, &v) || !v) return 0;
+    if (!json_object_is_type(v, json_type_boolean))
+        return fail(err, el, param, pl, k, "'%s' must be a boolean", k);
+    *out = json_object_get_boolean(v);
+    return 1;
+}
+
+/* Chat messages as the template expects them: content parts joined into one string. */
+static json_object *normalize_messages(json_object *msgs, char *err, size_t el, char *param,
+                                       size_t pl) {
+    if (!msgs || !json_object_is_type(msgs, json_type_array)) {
+        fail(err, el, param, pl, "messages", "'messages' must be an array of messages");
+        return NULL;
+    }
+    size_t n = json_object_array_length(msgs);
+    if (n == 0) {
+        fail(err, el, param, pl, "messages", "'messages' must not be empty");
+        return NULL;
+    }
+    json_object *out = json_object_new_array();
+    for (size_t i = 0; i < n; i++) {
+        json_object *m = json_object_array_get_idx(msgs, i), *role, *content;
+        char field[64];
+        snprintf(field, sizeof field, "messages[%zu]", i);
+        if (!json_object_is_type(m, json_type_object)) {
+            fail(err, el, param, pl, field, "'%s' must be an object", field);
+            goto bad;
+        }
+        if (!json_object_object_get_ex(m, "role", &role) ||
+            !json_object_is_type(role, json_type_string)) {
+            fail(err, el, param, pl, field, "'%s.role' must be a string", field);
+            goto bad;
+        }
+        const char *r = json_object_get_string(role);
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") &&
+            strcmp(r, "tool") && strcmp(r, "developer")) {
+            fail(err, el, param, pl, field,
+                 "'%s.role' must be system, developer, user, assistant or tool (got '%s')",
+                 field, r);
+            goto bad;
+        }
+        json_object *copy = NULL;
+        if (json_object_deep_copy(m, &copy, NULL) != 0) goto bad;
+        if (json_object_object_get_ex(m, "content", &content) && content) {
+            if (json_object_is_type(content, json_type_array)) {
+                sbuf text = {0};
+                for (size_t k = 0; k < json_object_array_length(content); k++) {
+                    json_object *part = json_object_array_get_idx(content, k), *type, *t;
+                    if (!json_object_is_type(part, json_type_object) ||
+                        !json_object_object_get_ex(part, "type", &type) ||
+                        !json_object_is_type(type, json_type_string)) {
+                        fail(err, el, param, pl, field,
+                             "'%s.content[%zu]' must be an object with a 'type'", field, k);
+                        sb_free(&text);
+                        json_object_put(copy);
+                        goto bad;
+                    }
+                    if (strcmp(json_object_get_string(type), "text") != 0) {
+                        fail(err, el, param, pl, field,
+                             "'%s.content[%zu]': content type '%s' is not supported (text only)",
+                             field, k, json_object_get_string(type));
+                        sb_free(&text);
+                        json_object_put(copy);
+                        goto bad;
+                    }
+                    if (!json_object_object_get_ex(part, "text", &t) ||
+                        !json_object_is_type(t, json_type_string)) {
+                        fail(err, el, param, pl, field,
+                             "'%s.content[%zu].text' must be a string", field, k);
+                        sb_free(&text);
+                        json_object_put(copy);
+                        goto bad;
+                    }
+                    sb_add(&text, json_object_get_string(t), (size_t)json_object_get_string_len(t));
+                }
+                json_object_object_add(copy, "content",
+                                       json_object_new_string_len(text.p ? text.p : "",
+                                                                  (int)text.len));
+                sb_free(&text);
+            } else if (!json_object_is_type(content, json_type_string)) {
+                fail(err, el, param, pl, field,
+                     "'%s.content' must be a string or a list of content parts", field);
+                json_object_put(copy);
+                goto bad;
+            }
+        } else if (strcmp(r, "assistant") != 0) {
+            fail(err, el, param, pl, field, "'%s.content' is required", field);
+            json_object_put(copy);
+            goto bad;
+        }
+        json_object_array_add(out, copy);
+    }
+    return out;
+bad:
+    json_object_put(out);
+    return NULL;
+}
+
+#define ERRARGS err, err_len, param, param_len
+
+job *job_from_request(job_kind kind, json_object *b, const server_opts *o,
+                      const char *model_name, char *err, size_t err_len, char *param,
+                      size_t param_len) {
+    if (!json_object_is_type(b, json_type_object)) {
+        fail(ERRARGS, NULL, "the request body must be a JSON object");
+        return NULL;
+    }
+    job *j = calloc(1, sizeof *j);
+    if (!j) {
+        fail(ERRARGS, NULL, "out of memory");
+        return NULL;
+    }
+    j->kind = kind;
+    j->top_logprobs = -1;
+    j->sr.sp = o->defaults;
+    json_object *v;
+    double d;
+    int64_t x;
+    int flag, r;
+
+    if (json_object_object_get_ex(b, "model", &v) && v && !json_object_is_type(v, json_type_string)) {
+        fail(ERRARGS, "model", "'model' must be a string");
+        goto bad;
+    }
+    snprintf(j->model, sizeof j->model, "%s", model_name);
+
+    if (kind == JOB_CHAT) {
+        json_object *msgs = NULL;
+        json_object_object_get_ex(b, "messages", &msgs);
+        if (!msgs) {
+            fail(ERRARGS, "messages", "'messages' is required");
+            goto bad;
+        }
+        if (!(j->messages = normalize_messages(msgs, ERRARGS))) goto bad;
+        if (json_object_object_get_ex(b, "tools", &v) && v) {
+            if (!json_object_is_type(v, json_type_array)) {
+                fail(ERRARGS, "tools", "'tools' must be an array");
+                goto bad;
+            }
+            j->tools = json_object_get(v);
+        }
+        j->vars = json_object_new_object();
+        if (json_object_object_get_ex(b, "chat_template_kwargs", &v) && v) {
+            if (!json_object_is_type(v, json_type_object)) {
+                fail(ERRARGS, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+                goto bad;
+            }
+            json_object_object_foreach(v, k, val) {
+                json_object_object_add(j->vars, k, json_object_get(val));
+            }
+        }
+        if ((r = get_bool(b, "enable_thinking", &flag, ERRARGS)) < 0) goto bad;
+        if (r) json_object_object_add(j->vars, "enable_thinking", json_object_new_boolean(flag));
+        j->text.split_think = 1;
+    } else {
+        json_object *p = NULL;
+        json_object_object_get_ex(b, "prompt", &p);
+        if (!p) {
+            fail(ERRARGS, "prompt", "'prompt' is required");
+            goto bad;
+        }
+        if (json_object_is_type(p, json_type_array) && json_object_array_length(p) == 1 &&
+            json_object_is_type(json_object_array_get_idx(p, 0), json_type_string))
+            p = json_object_array_get_idx(p, 0);
+        if (json_object_is_type(p, json_type_string)) {
+            j->prompt_text = strdup(json_object_get_string(p));
+        } else if (json_object_is_type(p, json_type_array) && json_object_array_length(p) > 0) {
+            size_t n = json_object_array_length(p);
+            j->prompt = malloc(n * sizeof *j->prompt);
+            for (size_t i = 0; j->prompt && i < n; i++) {
+                json_object *t = json_object_array_get_idx(p, i);
+                if (!json_object_is_type(t, json_type_int) || json_object_get_int64(t) < 0 ||
+                    json_object_get_int64(t) > INT32_MAX) {
+                    fail(ERRARGS, "prompt",
+                         "'prompt' must be a string, a list of one string, or a list of token "
+                         "ids (only one prompt per request is supported)");
+                    goto bad;
+                }
+                j->prompt[i] = (int32_t)json_object_get_int64(t);
+            }
+            j->n_prompt = (int32_t)n;
+        } else {
+            fail(ERRARGS, "prompt",
+                 "'prompt' must be a string, a list of one string, or a list of token ids");
+            goto bad;
+        }
+    }
+
+    j->max_tokens = o->max_tokens;
+    if ((r = get_int(b, "max_tokens", 1, 1 << 24, &x, ERRARGS)) < 0) goto bad;
+    if (r) j->max_tokens = (int32_t)x;
+    if ((r = get_int(b, "max_completion_tokens", 1, 1 << 24, &x, ERRARGS)) < 0) goto bad;
+    if (r) j->max_tokens = (int32_t)x;
+    j->sr.max_tokens = j->max_tokens;
+
+    sampler_params *sp = &j->sr.sp;
+    if ((r = get_num(b, "temperature", 0, 2, &d, ERRARGS)) < 0) goto bad;
+    if (r) sp->temperature = (float)d;
+    if ((r = get_num(b, "top_p", 0, 1, &d, ERRARGS)) < 0) goto bad;
+    if (r) {
+        if (d <= 0) {
+            fail(ERRARGS, "top_p", "'top_p' must be greater than 0");
+            goto bad;
+        }
+        sp->top_p = (float)d;
+    }
+    if ((r = get_int(b, "top_k", -1, INT32_MAX, &x, ERRARGS)) < 0) goto bad;
+    if (r) sp->top_k = x < 0 ? 0 : (int32_t)x;
+    if ((r = get_num(b, "min_p", 0, 1, &d, ERRARGS)) < 0) goto bad;
+    if (r) sp->min_p = (float)d;
+    if ((r = get_num(b, "repetition_penalty", 1e-6, 1e6, &d, ERRARGS)) < 0) goto bad;
+    if (r) sp->repetition_penalty = (float)d;
+    if ((r = get_num(b, "presence_penalty", -2, 2, &d, ERRARGS)) < 0) goto bad;
+    if (r) sp->presence_penalty = (float)d;
+    if ((r = get_num(b, "frequency_penalty", -2, 2, &d, ERRARGS)) < 0) goto bad;
+    if (r) sp->frequency_penalty = (float)d;
+    if ((r = get_int(b, "seed", INT64_MIN, INT64_MAX, &x, ERRARGS)) < 0) goto bad;
+    if (r) {
+        sp->seed = (uint64_t)x;
+    } else {
+        static atomic_uint_fast64_t counter;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        sp->seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^
+                   (atomic_fetch_add(&counter, 1) * 0x9e3779b97f4a7c15ULL);
+    }
+    if ((r = get_int(b, "n", 1, 128, &x, ERRARGS)) < 0) goto bad;
+    if (r && x != 1) {
+        fail(ERRARGS, "n", "only n=1 is supported (got %lld)", (long long)x);
+        goto bad;
+    }
+    if (json_object_object_get_ex(b, "stop", &v) && v) {
+        size_t n = json_object_is_type(v, json_type_string) ? 1
+                   : json_object_is_type(v, json_type_array) ? json_object_array_length(v)
+                                                             : (size_t)-1;
+        if (n == (size_t)-1 || n > 16) {
+            fail(ERRARGS, "stop", "'stop' must be a string or a list of at most 16 strings");
+            goto bad;
+        }
+        j->text.stops = calloc(n ? n : 1, sizeof(char *));
+        for (size_t i = 0; i < n; i++) {
+            json_object *s = json_object_is_type(v, json_type_string)
+                                 ? v
+                                 : json_object_array_get_idx(v, i);
+            if (!json_object_is_type(s, json_type_string) || json_object_get_string_len(s) == 0) {
+                fail(ERRARGS, "stop", "'stop' entries must be non-empty strings");
+                goto bad;
+            }
+            j->text.stops[j->text.n_stops++] = strdup(json_object_get_string(s));
+        }
+    }
+    int lp = 0;
+    if ((r = get_bool(b, "logprobs", &lp, ERRARGS)) < 0) {
+        /* the legacy completions API takes an integer here */
+        if (kind != JOB_COMPLETION) goto bad;
+        if ((r = get_int(b, "logprobs", 0, SCHED_MAX_TOP_LOGPROBS, &x, ERRARGS)) < 0) goto bad;
+        j->top_logprobs = (int32_t)x;
+    } else if (lp) {
+        j->top_logprobs = 0;
+    }
+    if ((r = get_int(b, "top_logprobs", 0, SCHED_MAX_TOP_LOGPROBS, &x, ERRARGS)) < 0) goto bad;
+    if (r) {
+        if (j->top_logprobs < 0) {
+            fail(ERRARGS, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+            goto bad;
+        }
+        j->top_logprobs = (int32_t)x;
+    }
+    if ((r = get_bool(b, "stream", &j->stream, ERRARGS)) < 0) goto bad;
+    if (json_object_object_get_ex(b, "stream_options", &v) && v) {
+        if (!json_object_is_type(v, json_type_object)) {
+            fail(ERRARGS, "stream_options", "'stream_options' must be an object");
+            goto bad;
+        }
+        if (get_bool(v, "include_usage", &j->include_usage, ERRARGS) < 0) {
+            snprintf(param, param_len, "stream_options.include_usage");
+            goto bad;
+        }
+    }
+    if ((r = get_bool(b, "ignore_eos", &j->ignore_eos, ERRARGS)) < 0) goto bad;
+    /* Group-quantized cache settings: validated now, honoured by a cache plugin that
+     * offers them. */
+    if ((r = get_int(b, "kv_bits", 2, 8, &x, ERRARGS)) < 0) goto bad;
+    if (r && x == 7) {
+        fail(ERRARGS, "kv_bits", "'kv_bits' must be 2, 3, 4, 5, 6 or 8");
+        goto bad;
+    }
+    if ((r = get_int(b, "kv_group_size", 32, 128, &x, ERRARGS)) < 0) goto bad;
+    if (r && x != 32 && x != 64 && x != 128) {
+        fail(ERRARGS, "kv_group_size", "'kv_group_size' must be 32, 64 or 128");
+        goto bad;
+    }
+
+    static atomic_uint_fast64_t ids;
+    unsigned long long id = atomic_fetch_add(&ids, 1) + 1;
+    snprintf(j->id, sizeof j->id, "%s-%08llx%08llx", kind == JOB_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)(sp->seed & 0xffffffffULL), id);
+    j->created = (int64_t)time(NULL);
+    return j;
+bad:
+    job_free(j);
+    return NULL;
+}
+
+void job_fail(job *j, int code, const char *param, const char *msg) {
+    j->error_code = code;
+    snprintf(j->error, sizeof j->error, "%s", msg);
+    snprintf(j->error_param, sizeof j->error_param, "%s", param ? param : "");
+}
+
+void job_free(job *j) {
+    if (!j) return;
+    json_object_put(j->messages);
+    json_object_put(j->tools);
+    json_object_put(j->vars);
+    json_object_put(j->lp_all);
+    free(j->prompt_text);
+    free(j->prompt);
+    for (int i = 0; i < j->text.n_stops; i++) free(j->text.stops[i]);
+    free(j->text.stops);
+    sb_free(&j->text.held);
+    sb_free(&j->text.tag);
+    sb_free(&j->text.content);
+    sb_free(&j->text.reasoning_all);
+    sb_free(&j->text.out_c);
+    sb_free(&j->text.out_r);
+    if (j->ts) textio_stream_free(j->ts);
+    free(j);
+}
+
+/* ---- replies --------------------------------------------------------------------------- */
+
+const char *api_reason(int code) {
+    switch (code) {
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 413: return "Payload Too Large";
+    case 429: return "Too Many Requests";
+    case 503: return "Service Unavailable";
+    default: return "Internal Server Error";
+    }
+}
+
+json_object *api_error(const char *msg, const char *type, const char *param, int code) {
+    json_object *e = json_object_new_object(), *o = json_object_new_object();
+    json_object_object_add(e, "message", json_object_new_string(msg));
+    json_object_object_add(e, "type", json_object_new_string(type));
+    json_object_object_add(e, "param", param ? json_object_new_string(param) : NULL);
+    char c[16];
+    snprintf(c, sizeof c, "%d", code);
+    const char *name = code == 401   ? "invalid_api_key"
+                       : code == 404 ? "not_found"
+                       : code == 405 ? "method_not_allowed"
+                       : code == 413 ? "request_too_large"
+                       : code == 429 ? "rate_limit_exceeded"
+                                     : NULL;
+    json_object_object_add(e, "code", json_object_new_string(name ? name : c));
+    json_object_object_add(o, "error", e);
+    return o;
+}
+
+static json_object *envelope(job *j, int chunk) {
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "id", json_object_new_string(j->id));
+    const char *obj = j->kind == JOB_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                          : "text_completion";
+    json_object_object_add(o, "object", json_object_new_string(obj));
+    json_object_object_add(o, "created", json_object_new_int64(j->created));
+    json_object_object_add(o, "model", json_object_new_string(j->model));
+    return o;
+}
+
+static const char *reason_name(finish_reason f) {
+    return f == FINISH_LENGTH ? "length" : f == FINISH_ERROR ? "error" : "stop";
+}
+
+static json_object *choice(job *j, json_object *delta_or_text, json_object *logprobs,
+                           const char *finish) {
+    json_object *c = json_object_new_object();
+    json_object_object_add(c, "index", json_object_new_int(0));
+    if (j->kind == JOB_CHAT)
+        json_object_object_add(c, j->stream ? "delta" : "message", delta_or_text);
+    else
+        json_object_object_add(c, "text", delta_or_text);
+    json_object_object_add(c, "logprobs", logprobs);
+    json_object_object_add(c, "finish_reason", finish ? json_object_new_string(finish) : NULL);
+    return c;
+}
+
+static json_object *with_choice(json_object *env, json_object *ch) {
+    json_object *arr = json_object_new_array();
+    json_object_array_add(arr, ch);
+    json_object_object_add(env, "choices", arr);
+    return env;
+}
+
+json_object *api_role_chunk(job *j) {
+    json_object *d = json_object_new_object();
+    json_object_object_add(d, "role", json_object_new_string("assistant"));
+    json_object_object_add(d, "content", json_object_new_string(""));
+    return with_choice(envelope(j, 1), choice(j, d, NULL, NULL));
+}
+
+/* Chat logprobs are {"content": [entries]}; completions keep the legacy arrays. */
+static json_object *wrap_logprobs(job *j, json_object *entries) {
+    if (!entries) return NULL;
+    if (j->kind == JOB_CHAT) {
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "content", entries);
+        return o;
+    }
+    json_object *o = json_object_new_object(), *toks = json_object_new_array(),
+                *lps = json_object_new_array(), *tops = json_object_new_array();
+    for (size_t i = 0; i < json_object_array_length(entries); i++) {
+        json_object *e = json_object_array_get_idx(entries, i), *t, *l, *tl;
+        json_object_object_get_ex(e, "token", &t);
+        json_object_object_get_ex(e, "logprob", &l);
+        json_object_array_add(toks, json_object_get(t));
+        json_object_array_add(lps, json_object_get(l));
+        json_object *m = json_object_new_object();
+        if (json_object_object_get_ex(e, "top_logprobs", &tl))
+            for (size_t k = 0; k < json_object_array_length(tl); k++) {
+                json_object *x = json_object_array_get_idx(tl, k), *xt, *xl;
+                json_object_object_get_ex(x, "token", &xt);
+                json_object_object_get_ex(x, "logprob", &xl);
+                json_object_object_add(m, json_object_get_string(xt), json_object_get(xl));
+            }
+        json_object_array_add(tops, m);
+    }
+    json_object_object_add(o, "tokens", toks);
+    json_object_object_add(o, "token_logprobs", lps);
+    json_object_object_add(o, "top_logprobs", tops);
+    json_object_put(entries);
+    return o;
+}
+
+json_object *api_delta_chunk(job *j, const char *reasoning, size_t rl, const char *content,
+                             size_t cl, json_object *logprobs) {
+    json_object *entries = NULL;
+    if (logprobs) {
+        entries = json_object_new_array();
+        json_object_array_add(entries, logprobs);
+    }
+    json_object *lp = wrap_logprobs(j, entries);
+    if (j->kind == JOB_CHAT) {
+        json_object *d = json_object_new_object();
+        if (rl) json_object_object_add(d, "reasoning_content",
+                                       json_object_new_string_len(reasoning, (int)rl));
+        if (cl || !rl) json_object_object_add(d, "content",
+                                              json_object_new_string_len(content, (int)cl));
+        return with_choice(envelope(j, 1), choice(j, d, lp, NULL));
+    }
+    return with_choice(envelope(j, 1),
+                       choice(j, json_object_new_string_len(content, (int)cl), lp, NULL));
+}
+
+json_object *api_final_chunk(job *j) {
+    json_object *d = j->kind == JOB_CHAT ? json_object_new_object() : json_object_new_string("");
+    return with_choice(envelope(j, 1), choice(j, d, NULL, reason_name(j->fin)));
+}
+
+static json_object *usage(job *j) {
+    json_object *u = json_object_new_object();
+    json_object_object_add(u, "prompt_tokens", json_object_new_int(j->n_prompt));
+    json_object_object_add(u, "completion_tokens", json_object_new_int(j->n_gen));
+    json_object_object_add(u, "total_tokens", json_object_new_int(j->n_prompt + j->n_gen));
+    return u;
+}
+
+json_object *api_usage_chunk(job *j) {
+    json_object *o = envelope(j, 1);
+    json_object_object_add(o, "choices", json_object_new_array());
+    json_object_object_add(o, "usage", usage(j));
+    return o;
+}
+
+json_object *api_response(job *j) {
+    text_state *t = &j->text;
+    json_object *lp = wrap_logprobs(j, j->lp_all ? json_object_get(j->lp_all) : NULL);
+    json_object *body;
+    if (j->kind == JOB_CHAT) {
+        body = json_object_new_object();
+        json_object_object_add(body, "role", json_object_new_string("assistant"));
+        json_object_object_add(body, "content",
+                               json_object_new_string_len(t->content.p ? t->content.p : "",
+                                                          (int)t->content.len));
+        if (t->reasoning_all.len)
+            json_object_object_add(body, "reasoning_content",
+                                   json_object_new_string_len(t->reasoning_all.p,
+                                                              (int)t->reasoning_all.len));
+    } else {
+        body = json_object_new_string_len(t->content.p ? t->content.p : "", (int)t->content.len);
+    }
+    json_object *o = with_choice(envelope(j, 0), choice(j, body, lp, reason_name(j->fin)));
+    json_object_object_add(o, "usage", usage(j));
+    return o;
+}
+
+static json_object *token_entry(textio *tio, int32_t id, float lp) {
+    json_object *e = json_object_new_object();
+    char *txt = textio_token_text(tio, id);
+    const char *s = txt ? txt : "";
+    json_object_object_add(e, "token", json_object_new_string(s));
+    json_object_object_add(e, "logprob", json_object_new_double(isfinite(lp) ? lp : -9999.0));
+    json_object *bytes = json_object_new_array();
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        json_object_array_add(bytes, json_object_new_int(*p));
+    json_object_object_add(e, "bytes", bytes);
+    free(txt);
+    return e;
+}
+
+json_object *api_token_logprobs(job *j, textio *tio, const sched_token *t) {
+    (void)j;
+    json_object *e = token_entry(tio, t->id, t->logprob), *top = json_object_new_array();
+    for (int32_t k = 0; k < t->n_top; k++)
+        if (t->top_id[k] >= 0)
+            json_object_array_add(top, token_entry(tio, t->top_id[k], t->top_logprob[k]));
+    json_object_object_add(e, "top_logprobs", top);
+    return e;
+}
+
+void api_keep_logprobs(job *j, json_object *entry) {
+    if (!j->lp_all) j->lp_all = json_object_new_array();
+    json_object_array_add(j->lp_all, entry);
+}

@@ -1,0 +1,93 @@
+/* The OpenAI API surface: request validation into a job, the JSON of replies and stream
+ * chunks, and the text handling between tokens and replies (stop strings matched across
+ * token boundaries and never streamed partially; <think> sections split off into
+ * reasoning_content). */
+#ifndef LMHOST_API_H
+#define LMHOST_API_H
+
+#include <json-c/json.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "scheduler.h"
+#include "server.h"
+#include "textio.h"
+
+typedef enum { JOB_CHAT, JOB_COMPLETION } job_kind;
+
+typedef struct text_out {
+    const char *reasoning, *content;
+    size_t reasoning_len, content_len;
+} text_out;
+
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+} sbuf;
+
+typedef struct text_state {
+    char **stops;
+    int n_stops;
+    sbuf held;        /* generated text not yet released (may begin a stop string) */
+    int split_think;  /* chat replies: <think>...</think> becomes reasoning_content */
+    int reasoning;    /* inside a think section */
+    sbuf tag;         /* released text that may begin a think tag */
+    sbuf content, reasoning_all; /* everything released, for non-streamed replies */
+    sbuf out_c, out_r;           /* what the last call released */
+} text_state;
+
+struct server;
+struct evhttp_request;
+
+typedef struct job {
+    struct server *srv;
+    struct evhttp_request *req; /* NULL once the reply is done or the client left */
+    job_kind kind;
+    int stream, include_usage, ignore_eos;
+    int32_t max_tokens;
+    int32_t top_logprobs; /* -1: no logprobs */
+    json_object *messages, *tools, *vars;
+    char *prompt_text;
+    int32_t *prompt, n_prompt;
+    sched_req sr;
+    textio_stream *ts;
+    text_state text;
+    int think;
+    int32_t n_gen;
+    finish_reason fin;
+    int in_engine, in_prep, http_done;
+    double t_start, t_last;
+    char id[48];
+    int64_t created;
+    char model[256];
+    json_object *lp_all; /* non-streamed logprobs entries */
+    int error_code;
+    char error[1024], error_param[64];
+    struct job *prep_next;
+} job;
+
+/* Validates a request body; NULL with a message (and the offending field in param). */
+job *job_from_request(job_kind kind, json_object *body, const server_opts *o,
+                      const char *model_name, char *err, size_t err_len, char *param,
+                      size_t param_len);
+void job_fail(job *j, int code, const char *param, const char *msg);
+void job_free(job *j);
+
+const char *api_reason(int code);
+json_object *api_error(const char *msg, const char *type, const char *param, int code);
+json_object *api_role_chunk(job *j);
+/* Takes ownership of logprobs (an entry made by api_token_logprobs) when not NULL. */
+json_object *api_delta_chunk(job *j, const char *reasoning, size_t rl, const char *content,
+                             size_t cl, json_object *logprobs);
+json_object *api_final_chunk(job *j);
+json_object *api_usage_chunk(job *j);
+json_object *api_response(job *j);
+json_object *api_token_logprobs(job *j, textio *tio, const sched_token *t);
+void api_keep_logprobs(job *j, json_object *entry);
+
+int text_push(text_state *t, const char *s, size_t len, text_out *out);
+void text_flush(text_state *t, text_out *out);
+void text_init_mode(text_state *t, int reasoning);
+/* Whether a rendered prompt leaves a think section open (the model continues inside it). */
+int text_prompt_opens_think(const char *prompt);
+
+#endif

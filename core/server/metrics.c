@@ -1,0 +1,93 @@
+#include "metrics.h"
+
+#include <event2/buffer.h>
+#include <string.h>
+#include <time.h>
+
+static const double ttft_bounds[METRICS_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                    0.5,   1,    2.5,   5,    10,  30};
+static const double itl_bounds[METRICS_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.02, 0.05,
+                                                   0.1,   0.2,    0.5,   1,    2,    5};
+
+void metrics_init(metrics *m) {
+    memset(m, 0, sizeof *m);
+    m->started = (int64_t)time(NULL);
+}
+
+void metrics_free(metrics *m) { (void)m; }
+void metrics_received(metrics *m) { m->received++; }
+void metrics_disconnect(metrics *m) { m->disconnects++; }
+
+void metrics_request(metrics *m, int status) {
+    for (int i = 0; i < m->n_codes; i++)
+        if (m->codes[i] == status) {
+            m->by_code[i]++;
+            return;
+        }
+    if (m->n_codes < 16) {
+        m->codes[m->n_codes] = status;
+        m->by_code[m->n_codes++] = 1;
+    }
+}
+
+void metrics_finish(metrics *m, int32_t p, int32_t g) {
+    m->prompt_tokens += (uint64_t)p;
+    m->generated_tokens += (uint64_t)g;
+}
+
+static void observe(histogram *h, const double *bounds, double v) {
+    int i = 0;
+    while (i < METRICS_BUCKETS && v > bounds[i]) i++;
+    h->counts[i]++;
+    h->sum += v;
+    h->n++;
+}
+
+void metrics_ttft(metrics *m, double s) { observe(&m->ttft, ttft_bounds, s); }
+void metrics_itl(metrics *m, double s) { observe(&m->itl, itl_bounds, s); }
+
+static void render_hist(struct evbuffer *b, const char *name, const char *help,
+                        const histogram *h, const double *bounds) {
+    evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t acc = 0;
+    for (int i = 0; i < METRICS_BUCKETS; i++) {
+        acc += h->counts[i];
+        evbuffer_add_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i],
+                            (unsigned long long)acc);
+    }
+    acc += h->counts[METRICS_BUCKETS];
+    evbuffer_add_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
+                        (unsigned long long)acc, name, h->sum, name, (unsigned long long)h->n);
+}
+
+void metrics_render(const metrics *m, struct evbuffer *b, int running, int waiting,
+                    uint64_t cache_bytes) {
+    evbuffer_add_printf(b, "# HELP lmhost_requests_total HTTP responses by status code.\n"
+                           "# TYPE lmhost_requests_total counter\n");
+    for (int i = 0; i < m->n_codes; i++)
+        evbuffer_add_printf(b, "lmhost_requests_total{status=\"%d\"} %llu\n", m->codes[i],
+                            (unsigned long long)m->by_code[i]);
+    evbuffer_add_printf(
+        b,
+        "# HELP lmhost_generation_requests_total Completion requests accepted.\n"
+        "# TYPE lmhost_generation_requests_total counter\nlmhost_generation_requests_total %llu\n"
+        "# HELP lmhost_client_disconnects_total Clients gone before their reply ended.\n"
+        "# TYPE lmhost_client_disconnects_total counter\nlmhost_client_disconnects_total %llu\n"
+        "# HELP lmhost_prompt_tokens_total Prompt tokens of finished requests.\n"
+        "# TYPE lmhost_prompt_tokens_total counter\nlmhost_prompt_tokens_total %llu\n"
+        "# HELP lmhost_generation_tokens_total Tokens generated.\n"
+        "# TYPE lmhost_generation_tokens_total counter\nlmhost_generation_tokens_total %llu\n"
+        "# HELP lmhost_requests_running Sequences in the running batch.\n"
+        "# TYPE lmhost_requests_running gauge\nlmhost_requests_running %d\n"
+        "# HELP lmhost_queue_depth Requests waiting for a place in the batch.\n"
+        "# TYPE lmhost_queue_depth gauge\nlmhost_queue_depth %d\n"
+        "# HELP lmhost_cache_bytes Bytes held by the K/V cache.\n"
+        "# TYPE lmhost_cache_bytes gauge\nlmhost_cache_bytes %llu\n",
+        (unsigned long long)m->received, (unsigned long long)m->disconnects,
+        (unsigned long long)m->prompt_tokens, (unsigned long long)m->generated_tokens, running,
+        waiting, (unsigned long long)cache_bytes);
+    render_hist(b, "lmhost_time_to_first_token_seconds",
+                "Time from request to its first generated token.", &m->ttft, ttft_bounds);
+    render_hist(b, "lmhost_time_per_output_token_seconds", "Time between generated tokens.",
+                &m->itl, itl_bounds);
+}

@@ -1,0 +1,37 @@
+/* Prometheus metrics of the server. Updated and rendered on the event-loop thread only. */
+#ifndef LMHOST_METRICS_H
+#define LMHOST_METRICS_H
+
+#include <stdint.h>
+
+struct evbuffer;
+
+#define METRICS_BUCKETS 12
+
+typedef struct histogram {
+    uint64_t counts[METRICS_BUCKETS + 1]; /* last: +Inf */
+    double sum;
+    uint64_t n;
+} histogram;
+
+typedef struct metrics {
+    int64_t started;
+    uint64_t received, disconnects, prompt_tokens, generated_tokens;
+    int codes[16];
+    uint64_t by_code[16];
+    int n_codes;
+    histogram ttft, itl;
+} metrics;
+
+void metrics_init(metrics *m);
+void metrics_free(metrics *m);
+void metrics_received(metrics *m);
+void metrics_request(metrics *m, int status);
+void metrics_finish(metrics *m, int32_t prompt_tokens, int32_t generated_tokens);
+void metrics_ttft(metrics *m, double seconds);
+void metrics_itl(metrics *m, double seconds);
+void metrics_disconnect(metrics *m);
+void metrics_render(const metrics *m, struct evbuffer *out, int running, int waiting,
+                    uint64_t cache_bytes);
+
+#endif

@@ -1,0 +1,309 @@
+#include "scheduler.h"
+#include "../log.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct sched {
+    engine *e;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv, call_done;
+    sched_req *wait_head, *wait_tail;
+    int32_t n_wait, max_waiting, max_running, chunk;
+    sched_req **run;
+    int32_t n_run;     /* engine thread only */
+    int32_t n_run_pub; /* n_run as of the last step, under mu */
+    int stop, drain;
+    uint64_t next_seq, steps, cache_bytes;
+    int32_t vocab;
+    /* per-step buffers, sized for max_running + chunk rows */
+    engine_row *rows;
+    int32_t *outs;
+    sched_req **out_req;
+    float *logits, *lsm;
+    /* a function to run between steps (sched_call) */
+    int (*call_fn)(engine *, void *);
+    void *call_arg;
+    int call_rc, call_pending;
+};
+
+static void finish(sched *s, sched_req *r, finish_reason why) {
+    engine_seq_remove(s->e, r->seq);
+    sampler_free(r->smp);
+    r->smp = NULL;
+    free(r->hist);
+    r->hist = NULL;
+    r->emit(r, NULL, why, r->user); /* after this the request may be freed by its owner */
+}
+
+static int admit(sched *s, sched_req *r) {
+    char err[256];
+    r->seq = ++s->next_seq;
+    r->n_done = r->n_gen = 0;
+    r->hist = malloc(((size_t)r->n_prompt + (size_t)r->max_tokens + 1) * sizeof *r->hist);
+    r->smp = sampler_new(&r->sp, s->vocab, err, sizeof err);
+    if (!r->hist || !r->smp || engine_seq_add(s->e, r->seq) != 0) {
+        log_msg(LMH_LOG_ERROR, "cannot start a sequence: %s", r->smp ? "out of memory" : err);
+        sampler_free(r->smp);
+        free(r->hist);
+        r->smp = NULL;
+        r->hist = NULL;
+        r->emit(r, NULL, FINISH_ERROR, r->user);
+        return -1;
+    }
+    memcpy(r->hist, r->prompt, (size_t)r->n_prompt * sizeof *r->hist);
+    return 0;
+}
+
+/* log-softmax of the raw logits (before penalties and temperature): the chosen token's
+ * logprob and the `want` most likely tokens'. */
+static void top_logprobs(sched *s, const float *lg, int32_t want, sched_token *t) {
+    t->n_top = want;
+    for (int32_t k = 0; k < want; k++) {
+        t->top_id[k] = -1;
+        t->top_logprob[k] = -INFINITY;
+    }
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < s->vocab; i++)
+        if (lg[i] > mx) mx = lg[i];
+    double sum = 0;
+    for (int32_t i = 0; i < s->vocab; i++) sum += exp((double)(lg[i] - mx));
+    float lse = mx + (float)log(sum);
+    t->logprob = lg[t->id] - lse;
+    for (int32_t i = 0; i < s->vocab && want > 0; i++) {
+        float v = lg[i] - lse;
+        if (v <= t->top_logprob[want - 1]) continue;
+        int32_t k = want - 1;
+        while (k > 0 && t->top_logprob[k - 1] < v) {
+            t->top_logprob[k] = t->top_logprob[k - 1];
+            t->top_id[k] = t->top_id[k - 1];
+            k--;
+        }
+        t->top_logprob[k] = v;
+        t->top_id[k] = i;
+    }
+}
+
+/* One step: a decode row for every prefilled sequence, then prompt rows up to the chunk
+ * budget. Returns 0 when there was nothing to do. */
+static int step(sched *s) {
+    int32_t n = 0, n_out = 0, budget = s->chunk;
+    for (int32_t i = 0; i < s->n_run; i++) {
+        sched_req *r = s->run[i];
+        if (r->n_done < r->n_prompt) continue;
+        s->rows[n] = (engine_row){.seq = r->seq, .token = r->next};
+        s->outs[n_out] = n;
+        s->out_req[n_out++] = r;
+        n++;
+    }
+    budget -= n;
+    if (budget < 16) budget = 16; /* prompts always progress, however many decode */
+    for (int32_t i = 0; i < s->n_run && budget > 0; i++) {
+        sched_req *r = s->run[i];
+        if (r->n_done >= r->n_prompt) continue;
+        int32_t take = r->n_prompt - r->n_done;
+        if (take > budget) take = budget;
+        for (int32_t j = 0; j < take; j++)
+            s->rows[n++] = (engine_row){.seq = r->seq, .token = r->prompt[r->n_done + j]};
+        r->n_done += take;
+        budget -= take;
+        if (r->n_done == r->n_prompt) {
+            s->outs[n_out] = n - 1;
+            s->out_req[n_out++] = r;
+        }
+    }
+    if (n == 0) return 0;
+    char err[512];
+    if (engine_step(s->e, s->rows, n, s->outs, n_out, s->logits, err, sizeof err) != 0) {
+        log_msg(LMH_LOG_ERROR, "step failed: %s", err);
+        /* every sequence in the step is ended; the others go on */
+        for (int32_t i = 0; i < s->n_run;) {
+            int in = 0;
+            for (int32_t j = 0; j < n && !in; j++) in = s->rows[j].seq == s->run[i]->seq;
+            if (in) {
+                finish(s, s->run[i], FINISH_ERROR);
+                s->run[i] = s->run[--s->n_run];
+            } else {
+                i++;
+            }
+        }
+        return 1;
+    }
+    s->steps++;
+    for (int32_t k = 0; k < n_out; k++) {
+        sched_req *r = s->out_req[k];
+        float *lg = s->logits + (size_t)k * (size_t)s->vocab;
+        sched_token t = {.n_top = 0};
+        if (r->top_logprobs >= 0) memcpy(s->lsm, lg, (size_t)s->vocab * sizeof(float));
+        t.id = sampler_sample(r->smp, lg, r->hist, r->n_prompt + r->n_gen);
+        if (r->top_logprobs >= 0) top_logprobs(s, s->lsm, r->top_logprobs, &t);
+        r->hist[r->n_prompt + r->n_gen++] = t.id;
+        r->next = t.id;
+        int eos = 0;
+        for (int32_t j = 0; j < r->n_stop_ids; j++) eos |= t.id == r->stop_ids[j];
+        if (!eos) r->emit(r, &t, FINISH_NONE, r->user);
+        if (eos || r->n_gen >= r->max_tokens) {
+            for (int32_t i = 0; i < s->n_run; i++)
+                if (s->run[i] == r) {
+                    s->run[i] = s->run[--s->n_run];
+                    break;
+                }
+            finish(s, r, eos ? FINISH_STOP : FINISH_LENGTH);
+        }
+    }
+    return 1;
+}
+
+static void *thread_main(void *arg) {
+    sched *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        if (s->call_pending) {
+            s->call_rc = s->call_fn(s->e, s->call_arg);
+            s->call_pending = 0;
+            pthread_cond_broadcast(&s->call_done);
+        }
+        if (s->stop && !s->drain) {
+            /* cancel everything still here */
+            while (s->wait_head) {
+                sched_req *r = s->wait_head;
+                s->wait_head = r->qnext;
+                s->n_wait--;
+                r->emit(r, NULL, FINISH_CANCELLED, r->user);
+            }
+            for (int32_t i = 0; i < s->n_run; i++) finish(s, s->run[i], FINISH_CANCELLED);
+            s->n_run = 0;
+        }
+        while (s->n_run < s->max_running && s->wait_head) {
+            sched_req *r = s->wait_head;
+            s->wait_head = r->qnext;
+            if (!s->wait_head) s->wait_tail = NULL;
+            s->n_wait--;
+            pthread_mutex_unlock(&s->mu);
+            int ok = admit(s, r) == 0;
+            pthread_mutex_lock(&s->mu);
+            if (ok) s->run[s->n_run++] = r;
+        }
+        s->n_run_pub = s->n_run;
+        if (s->n_run == 0) {
+            if (s->stop) break;
+            pthread_cond_wait(&s->cv, &s->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+        for (int32_t i = 0; i < s->n_run;) {
+            if (atomic_load(&s->run[i]->cancel)) {
+                finish(s, s->run[i], FINISH_CANCELLED);
+                s->run[i] = s->run[--s->n_run];
+            } else {
+                i++;
+            }
+        }
+        step(s);
+        engine_stats es;
+        engine_get_stats(s->e, &es);
+        pthread_mutex_lock(&s->mu);
+        s->cache_bytes = es.cache_bytes;
+        s->n_run_pub = s->n_run;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+sched *sched_new(engine *e, int32_t max_running, int32_t max_waiting, int32_t chunk) {
+    sched *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->e = e;
+    s->vocab = engine_vocab(e);
+    s->max_running = max_running > 0 ? max_running : 1;
+    s->max_waiting = max_waiting >= 0 ? max_waiting : 0;
+    s->chunk = chunk > 16 ? chunk : 16;
+    size_t rows = (size_t)s->max_running + (size_t)s->chunk;
+    s->run = calloc((size_t)s->max_running, sizeof *s->run);
+    s->rows = malloc(rows * sizeof *s->rows);
+    s->outs = malloc(rows * sizeof *s->outs);
+    s->out_req = malloc(rows * sizeof *s->out_req);
+    s->logits = malloc((size_t)s->max_running * (size_t)s->vocab * sizeof(float) * 2);
+    s->lsm = malloc((size_t)s->vocab * sizeof(float));
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_cond_init(&s->call_done, NULL);
+    if (!s->run || !s->rows || !s->outs || !s->out_req || !s->logits || !s->lsm ||
+        pthread_create(&s->th, NULL, thread_main, s) != 0) {
+        free(s->run);
+        free(s->rows);
+        free(s->outs);
+        free(s->out_req);
+        free(s->logits);
+        free(s->lsm);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void sched_free(sched *s, int drain) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    s->drain = drain;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->th, NULL);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    pthread_cond_destroy(&s->call_done);
+    free(s->run);
+    free(s->rows);
+    free(s->outs);
+    free(s->out_req);
+    free(s->logits);
+    free(s->lsm);
+    free(s);
+}
+
+int sched_submit(sched *s, sched_req *r) {
+    pthread_mutex_lock(&s->mu);
+    int free_slots = s->max_running - s->n_run_pub;
+    if (s->stop || s->n_wait >= s->max_waiting + (free_slots > 0 ? free_slots : 0)) {
+        pthread_mutex_unlock(&s->mu);
+        return -1;
+    }
+    atomic_store(&r->cancel, 0);
+    r->qnext = NULL;
+    if (s->wait_tail)
+        s->wait_tail->qnext = r;
+    else
+        s->wait_head = r;
+    s->wait_tail = r;
+    s->n_wait++;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+void sched_get_stats(sched *s, sched_stats *st) {
+    pthread_mutex_lock(&s->mu);
+    st->running = s->n_run_pub;
+    st->waiting = s->n_wait;
+    st->cache_bytes = s->cache_bytes;
+    st->steps = s->steps;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int sched_call(sched *s, int (*fn)(engine *e, void *arg), void *arg) {
+    pthread_mutex_lock(&s->mu);
+    while (s->call_pending) pthread_cond_wait(&s->call_done, &s->mu);
+    s->call_fn = fn;
+    s->call_arg = arg;
+    s->call_pending = 1;
+    pthread_cond_signal(&s->cv);
+    while (s->call_pending) pthread_cond_wait(&s->call_done, &s->mu);
+    int rc = s->call_rc;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}

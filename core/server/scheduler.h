@@ -1,0 +1,78 @@
+/* The scheduler: one engine thread running continuous batching. Requests join the running
+ * batch between decode steps; prompts are prefilled in chunks so a long prompt cannot stall
+ * the others; every step decodes one token for each running sequence. Tokens go back to the
+ * caller through a callback invoked on the engine thread (the server forwards them to its
+ * event loop). */
+#ifndef LMHOST_SCHEDULER_H
+#define LMHOST_SCHEDULER_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include "../engine.h"
+#include "../sampler.h"
+
+typedef enum finish_reason { FINISH_NONE = 0, FINISH_STOP, FINISH_LENGTH, FINISH_CANCELLED, FINISH_ERROR } finish_reason;
+
+#define SCHED_MAX_TOP_LOGPROBS 20
+
+typedef struct sched_token {
+    int32_t id;
+    float logprob;                  /* log-softmax of the model's raw logits */
+    int32_t n_top;
+    int32_t top_id[SCHED_MAX_TOP_LOGPROBS];
+    float top_logprob[SCHED_MAX_TOP_LOGPROBS];
+} sched_token;
+
+typedef struct sched_req sched_req;
+
+/* Called on the engine thread for every generated token (tok != NULL), then once at the
+ * end (tok == NULL, reason set). Must not block. */
+typedef void (*sched_emit_fn)(sched_req *r, const sched_token *tok, finish_reason reason,
+                              void *user);
+
+struct sched_req {
+    /* set by the caller before sched_submit */
+    int32_t *prompt;
+    int32_t n_prompt;
+    int32_t max_tokens;
+    sampler_params sp;
+    int32_t stop_ids[8]; /* end-of-sequence ids that finish with FINISH_STOP */
+    int32_t n_stop_ids;
+    int32_t top_logprobs; /* 0..SCHED_MAX_TOP_LOGPROBS; -1: no logprobs */
+    sched_emit_fn emit;
+    void *user;
+    /* set from any thread: stop generating at the next step (client gone, stop string) */
+    atomic_int cancel;
+
+    /* engine thread's own */
+    uint64_t seq;
+    int32_t n_done;   /* prompt tokens prefilled */
+    int32_t n_gen;
+    int32_t *hist;
+    sampler *smp;
+    int32_t next;     /* token to feed in the next step, once prefilled */
+    double t_submit, t_first, t_last;
+    sched_req *qnext;
+};
+
+typedef struct sched_stats {
+    int32_t running, waiting;
+    uint64_t cache_bytes;
+    uint64_t steps;
+} sched_stats;
+
+typedef struct sched sched;
+
+/* max_running sequences decode together; at most max_waiting wait behind them;
+ * chunk is the most prompt rows one step takes (across all prefilling sequences). */
+sched *sched_new(engine *e, int32_t max_running, int32_t max_waiting, int32_t chunk);
+/* Stops the thread after the running and waiting requests have finished (drain=1) or
+ * cancels them (drain=0), then frees the scheduler (not the engine). */
+void sched_free(sched *s, int drain);
+/* Queues r. Returns 0, or -1 when the wait queue is full (the caller answers 429). */
+int sched_submit(sched *s, sched_req *r);
+void sched_get_stats(sched *s, sched_stats *st);
+/* Runs fn on the engine thread between steps, with the engine idle, and waits for it. */
+int sched_call(sched *s, int (*fn)(engine *e, void *arg), void *arg);
+
+#endif

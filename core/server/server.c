@@ -1,0 +1,785 @@
+/* lmhost serve: an OpenAI-compatible HTTP/HTTPS server on libevent.
+ *
+ * Threads: the libevent loop (this file) parses requests and writes replies and never
+ * computes; a prep thread renders chat templates and tokenizes; the scheduler's engine
+ * thread runs the model. The two worker threads hand results back through one queue that
+ * wakes the loop (event_active). All job state changes happen on the loop thread, so the
+ * only locks are around the queues. */
+#include "server.h"
+#include "../cli.h"
+#include "../engine.h"
+#include "../log.h"
+#include "api.h"
+#include "metrics.h"
+#include "scheduler.h"
+#include "textio.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/thread.h>
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+typedef enum { EV_PREP_DONE, EV_TOKEN, EV_FINISH } ev_type;
+
+typedef struct ev_item {
+    ev_type type;
+    job *j;
+    sched_token tok;
+    finish_reason why;
+    struct ev_item *next;
+} ev_item;
+
+typedef struct server server;
+struct server {
+    struct event_base *base;
+    struct evhttp *http;
+    struct evhttp_bound_socket *sock;
+    SSL_CTX *ssl;
+    registry reg;
+    engine *e;
+    sched *sch;
+    textio *tio;
+    server_opts o;
+    char model_name[256];
+    int32_t eos[16], n_eos;
+    /* results from the worker threads */
+    pthread_mutex_t qmu;
+    ev_item *qhead, *qtail;
+    struct event *notify;
+    /* the prep thread's queue */
+    pthread_t prep_th;
+    pthread_mutex_t pmu;
+    pthread_cond_t pcv;
+    job *prep_head, *prep_tail;
+    int prep_stop;
+    /* shutdown */
+    int draining;
+    int active;
+    struct event *sig_int, *sig_term, *grace;
+    metrics m;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- the queue back to the loop ----------------------------------------------------- */
+
+static void post(server *s, ev_item *it) {
+    pthread_mutex_lock(&s->qmu);
+    it->next = NULL;
+    if (s->qtail)
+        s->qtail->next = it;
+    else
+        s->qhead = it;
+    s->qtail = it;
+    pthread_mutex_unlock(&s->qmu);
+    event_active(s->notify, EV_READ, 0);
+}
+
+/* Called on the engine thread. */
+static void on_emit(sched_req *r, const sched_token *tok, finish_reason why, void *user) {
+    job *j = user;
+    (void)r;
+    ev_item *it = calloc(1, sizeof *it);
+    if (!it) return; /* a lost token on OOM; the finish event still comes */
+    it->j = j;
+    it->type = tok ? EV_TOKEN : EV_FINISH;
+    if (tok) it->tok = *tok;
+    it->why = why;
+    post(j->srv, it);
+}
+
+/* ---- replies ------------------------------------------------------------------------- */
+
+static void count_status(server *s, int code) { metrics_request(&s->m, code); }
+
+static void send_json(server *s, struct evhttp_request *req, int code, json_object *o) {
+    struct evbuffer *b = evbuffer_new();
+    const char *txt = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
+                                                            JSON_C_TO_STRING_NOSLASHESCAPE);
+    evbuffer_add(b, txt, strlen(txt));
+    evbuffer_add(b, "\n", 1);
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    evhttp_add_header(h, "Content-Type", "application/json");
+    evhttp_send_reply(req, code, code == 200 ? "OK" : api_reason(code), b);
+    evbuffer_free(b);
+    count_status(s, code);
+}
+
+static void send_error(server *s, struct evhttp_request *req, int code, const char *type,
+                       const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+static void send_error(server *s, struct evhttp_request *req, int code, const char *type,
+                       const char *param, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_object *o = api_error(msg, type, param, code);
+    if (code == 401)
+        evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
+    send_json(s, req, code, o);
+    json_object_put(o);
+}
+
+static void send_sse(job *j, json_object *chunk) {
+    struct evbuffer *b = evbuffer_new();
+    const char *txt = json_object_to_json_string_ext(chunk, JSON_C_TO_STRING_PLAIN |
+                                                                JSON_C_TO_STRING_NOSLASHESCAPE);
+    evbuffer_add_printf(b, "data: %s\n\n", txt);
+    evhttp_send_reply_chunk(j->req, b);
+    evbuffer_free(b);
+}
+
+static void release(job *j);
+
+/* The end of a reply: final chunks for a stream, the whole object otherwise. */
+static void finish_reply(job *j, finish_reason why) {
+    server *s = j->srv;
+    if (j->http_done) return;
+    j->http_done = 1;
+    if (!j->req) return;
+    j->fin = why;
+    metrics_finish(&s->m, j->n_prompt, j->n_gen);
+    if (why == FINISH_ERROR && !j->stream) {
+        send_error(s, j->req, 500, "server_error", NULL, "generation failed");
+    } else if (j->stream) {
+        if (why == FINISH_ERROR) {
+            json_object *e = api_error("generation failed", "server_error", NULL, 500);
+            send_sse(j, e);
+            json_object_put(e);
+        } else {
+            json_object *c = api_final_chunk(j);
+            send_sse(j, c);
+            json_object_put(c);
+            if (j->include_usage) {
+                c = api_usage_chunk(j);
+                send_sse(j, c);
+                json_object_put(c);
+            }
+        }
+        struct evbuffer *b = evbuffer_new();
+        evbuffer_add_printf(b, "data: [DONE]\n\n");
+        evhttp_send_reply_chunk(j->req, b);
+        evbuffer_free(b);
+        evhttp_send_reply_end(j->req);
+        count_status(s, 200);
+    } else {
+        json_object *o = api_response(j);
+        send_json(s, j->req, 200, o);
+        json_object_put(o);
+    }
+    evhttp_connection_set_closecb(evhttp_request_get_connection(j->req), NULL, NULL);
+    j->req = NULL;
+}
+
+/* Text the stop-string and think-tag logic let through: to the client or the record. */
+static void deliver(job *j, const char *reasoning, size_t rl, const char *content, size_t cl,
+                    json_object *logprobs) {
+    if (j->stream && j->req && (rl || cl || logprobs)) {
+        json_object *c = api_delta_chunk(j, reasoning, rl, content, cl, logprobs);
+        send_sse(j, c);
+        json_object_put(c);
+    } else if (logprobs) {
+        json_object_put(logprobs);
+    }
+}
+
+static void on_text(job *j, const char *txt, size_t len, json_object *logprobs) {
+    text_out out;
+    int stopped = text_push(&j->text, txt, len, &out);
+    deliver(j, out.reasoning, out.reasoning_len, out.content, out.content_len, logprobs);
+    if (stopped) {
+        atomic_store(&j->sr.cancel, 1); /* the engine's finish event frees the job */
+        finish_reply(j, FINISH_STOP);
+    }
+}
+
+static void on_token(job *j, const sched_token *t) {
+    server *s = j->srv;
+    double tnow = now_s();
+    if (j->n_gen == 0)
+        metrics_ttft(&s->m, tnow - j->t_start);
+    else
+        metrics_itl(&s->m, tnow - j->t_last);
+    j->t_last = tnow;
+    j->n_gen++;
+    if (j->http_done) return;
+    size_t len;
+    const char *txt = textio_stream_push(j->ts, t->id, &len);
+    json_object *lp = j->top_logprobs >= 0 ? api_token_logprobs(j, s->tio, t) : NULL;
+    if (lp && !j->stream) {
+        api_keep_logprobs(j, lp);
+        lp = NULL;
+    }
+    on_text(j, txt, len, lp);
+}
+
+static void on_finish(job *j, finish_reason why) {
+    j->in_engine = 0;
+    if (!j->http_done) {
+        size_t len;
+        const char *txt = textio_stream_flush(j->ts, &len);
+        if (len) on_text(j, txt, len, NULL);
+        if (!j->http_done) {
+            text_out out;
+            text_flush(&j->text, &out);
+            deliver(j, out.reasoning, out.reasoning_len, out.content, out.content_len, NULL);
+            finish_reply(j, why);
+        }
+    }
+    release(j);
+}
+
+static void on_prep_done(job *j) {
+    server *s = j->srv;
+    j->in_prep = 0;
+    if (!j->req) { /* the client left while we were tokenizing */
+        release(j);
+        return;
+    }
+    if (j->error_code) {
+        j->http_done = 1;
+        send_error(s, j->req, j->error_code, j->error_code == 400 ? "invalid_request_error"
+                                                                    : "server_error",
+                   j->error_param, "%s", j->error);
+        evhttp_connection_set_closecb(evhttp_request_get_connection(j->req), NULL, NULL);
+        j->req = NULL;
+        release(j);
+        return;
+    }
+    j->sr.prompt = j->prompt;
+    j->sr.n_prompt = j->n_prompt;
+    j->sr.emit = on_emit;
+    j->sr.user = j;
+    j->sr.n_stop_ids = s->n_eos < 8 ? s->n_eos : 8;
+    memcpy(j->sr.stop_ids, s->eos, (size_t)j->sr.n_stop_ids * sizeof(int32_t));
+    if (j->ignore_eos) j->sr.n_stop_ids = 0;
+    j->sr.top_logprobs = j->top_logprobs;
+    if (sched_submit(s->sch, &j->sr) != 0) {
+        j->http_done = 1;
+        send_error(s, j->req, 429, "rate_limit_exceeded", NULL,
+                   "the server is busy: %d requests are running and the wait queue is full",
+                   s->o.parallel);
+        evhttp_connection_set_closecb(evhttp_request_get_connection(j->req), NULL, NULL);
+        j->req = NULL;
+        release(j);
+        return;
+    }
+    j->in_engine = 1;
+    if (j->stream) {
+        struct evkeyvalq *h = evhttp_request_get_output_headers(j->req);
+        evhttp_add_header(h, "Content-Type", "text/event-stream");
+        evhttp_add_header(h, "Cache-Control", "no-cache");
+        evhttp_send_reply_start(j->req, 200, "OK");
+        if (j->kind == JOB_CHAT) {
+            json_object *c = api_role_chunk(j);
+            send_sse(j, c);
+            json_object_put(c);
+        }
+    }
+}
+
+static void drain_queue(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    server *s = arg;
+    pthread_mutex_lock(&s->qmu);
+    ev_item *it = s->qhead;
+    s->qhead = s->qtail = NULL;
+    pthread_mutex_unlock(&s->qmu);
+    while (it) {
+        ev_item *next = it->next;
+        switch (it->type) {
+        case EV_PREP_DONE: on_prep_done(it->j); break;
+        case EV_TOKEN: on_token(it->j, &it->tok); break;
+        case EV_FINISH: on_finish(it->j, it->why); break;
+        }
+        free(it);
+        it = next;
+    }
+    if (s->draining && s->active == 0) event_base_loopexit(s->base, NULL);
+}
+
+/* A job is freed once neither the engine nor the prep thread holds it and its reply is
+ * done or its client gone. */
+static void release(job *j) {
+    if (j->in_engine || j->in_prep) return;
+    if (j->req && !j->http_done) return;
+    server *s = j->srv;
+    s->active--;
+    job_free(j);
+}
+
+static void on_close(struct evhttp_connection *c, void *arg) {
+    (void)c;
+    job *j = arg;
+    j->req = NULL; /* libevent frees the request after this */
+    j->http_done = 1;
+    atomic_store(&j->sr.cancel, 1);
+    metrics_disconnect(&j->srv->m);
+    if (!j->in_engine && !j->in_prep) release(j);
+}
+
+/* ---- the prep thread: chat template and tokenizer ------------------------------------- */
+
+static void prep(server *s, job *j) {
+    char err[1024] = "";
+    char *text = NULL;
+    if (j->kind == JOB_CHAT) {
+        if (!textio_has_template(s->tio)) {
+            job_fail(j, 400, NULL, "this model has no chat template; use /v1/completions");
+            return;
+        }
+        if (textio_render(s->tio, j->messages, j->tools, j->vars, 1, &text, err, sizeof err)) {
+            job_fail(j, 400, "messages", err);
+            return;
+        }
+        j->think = text_prompt_opens_think(text);
+        text_init_mode(&j->text, j->think);
+        if (textio_encode(s->tio, text, 0, &j->prompt, &j->n_prompt, err, sizeof err)) {
+            free(text);
+            job_fail(j, 400, "messages", err);
+            return;
+        }
+        free(text);
+    } else if (!j->prompt) {
+        if (textio_encode(s->tio, j->prompt_text, 1, &j->prompt, &j->n_prompt, err,
+                          sizeof err)) {
+            job_fail(j, 400, "prompt", err);
+            return;
+        }
+    }
+    int32_t vocab = engine_vocab(s->e);
+    for (int32_t i = 0; i < j->n_prompt; i++)
+        if (j->prompt[i] < 0 || j->prompt[i] >= vocab) {
+            snprintf(err, sizeof err, "token id %d is outside the vocabulary (%d)", j->prompt[i],
+                     vocab);
+            job_fail(j, 400, "prompt", err);
+            return;
+        }
+    if (j->n_prompt == 0) {
+        job_fail(j, 400, j->kind == JOB_CHAT ? "messages" : "prompt", "the prompt is empty");
+        return;
+    }
+    if ((int64_t)j->n_prompt + j->max_tokens > s->o.ctx_size) {
+        snprintf(err, sizeof err,
+                 "This model's maximum context length is %d tokens. However, you requested %lld "
+                 "tokens (%d in the prompt, %d for the completion). Please reduce the length of "
+                 "the prompt or of max_tokens.",
+                 s->o.ctx_size, (long long)j->n_prompt + j->max_tokens, j->n_prompt,
+                 j->max_tokens);
+        job_fail(j, 400, "messages", err);
+        return;
+    }
+}
+
+static void *prep_main(void *arg) {
+    server *s = arg;
+    pthread_mutex_lock(&s->pmu);
+    for (;;) {
+        while (!s->prep_head && !s->prep_stop) pthread_cond_wait(&s->pcv, &s->pmu);
+        if (!s->prep_head) break;
+        job *j = s->prep_head;
+        s->prep_head = j->prep_next;
+        if (!s->prep_head) s->prep_tail = NULL;
+        pthread_mutex_unlock(&s->pmu);
+        prep(s, j);
+        ev_item *it = calloc(1, sizeof *it);
+        if (it) {
+            it->type = EV_PREP_DONE;
+            it->j = j;
+            /* in_prep is cleared on the loop thread, where it is read */
+            post(s, it);
+        }
+        pthread_mutex_lock(&s->pmu);
+    }
+    pthread_mutex_unlock(&s->pmu);
+    return NULL;
+}
+
+/* ---- routes --------------------------------------------------------------------------- */
+
+static int authorized(server *s, struct evhttp_request *req) {
+    if (!s->o.api_key) return 1;
+    const char *h = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return 0;
+    const char *k = h + 7;
+    size_t kl = strlen(k), want = strlen(s->o.api_key);
+    /* constant time in the key's contents; the length alone is not secret enough to hide */
+    unsigned char diff = (unsigned char)(kl != want);
+    for (size_t i = 0; i < want; i++)
+        diff |= (unsigned char)(s->o.api_key[i] ^ (i < kl ? k[i] : 0));
+    return diff == 0;
+}
+
+static json_object *read_body(server *s, struct evhttp_request *req, int *code) {
+    struct evbuffer *b = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(b);
+    if (len > s->o.max_body) {
+        *code = 413;
+        return NULL;
+    }
+    char *buf = malloc(len + 1);
+    if (!buf) {
+        *code = 500;
+        return NULL;
+    }
+    evbuffer_copyout(b, buf, len);
+    buf[len] = 0;
+    json_tokener *tk = json_tokener_new();
+    json_object *o = json_tokener_parse_ex(tk, buf, (int)len);
+    enum json_tokener_error je = json_tokener_get_error(tk);
+    size_t used = (size_t)json_tokener_get_parse_end(tk);
+    json_tokener_free(tk);
+    while (o && used < len && strchr(" \t\r\n", buf[used])) used++;
+    free(buf);
+    if (!o || je != json_tokener_success || used != len) {
+        json_object_put(o);
+        *code = 400;
+        return NULL;
+    }
+    return o;
+}
+
+static void handle_generate(server *s, struct evhttp_request *req, job_kind kind) {
+    int code = 0;
+    json_object *body = read_body(s, req, &code);
+    if (!body) {
+        if (code == 413)
+            send_error(s, req, 413, "invalid_request_error", NULL,
+                       "request body is larger than %zu bytes", s->o.max_body);
+        else if (code == 400)
+            send_error(s, req, 400, "invalid_request_error", NULL,
+                       "the request body is not valid JSON");
+        else
+            send_error(s, req, 500, "server_error", NULL, "out of memory");
+        return;
+    }
+    char err[512], param[64] = "";
+    job *j = job_from_request(kind, body, &s->o, s->model_name, err, sizeof err, param,
+                              sizeof param);
+    json_object_put(body);
+    if (!j) {
+        send_error(s, req, 400, "invalid_request_error", param[0] ? param : NULL, "%s", err);
+        return;
+    }
+    j->srv = s;
+    j->req = req;
+    j->t_start = now_s();
+    j->ts = textio_stream_new(s->tio);
+    if (!j->ts) {
+        job_free(j);
+        send_error(s, req, 500, "server_error", NULL, "out of memory");
+        return;
+    }
+    s->active++;
+    metrics_received(&s->m);
+    evhttp_connection_set_closecb(evhttp_request_get_connection(req), on_close, j);
+    j->in_prep = 1;
+    pthread_mutex_lock(&s->pmu);
+    j->prep_next = NULL;
+    if (s->prep_tail)
+        s->prep_tail->prep_next = j;
+    else
+        s->prep_head = j;
+    s->prep_tail = j;
+    pthread_cond_signal(&s->pcv);
+    pthread_mutex_unlock(&s->pmu);
+}
+
+static void handle_health(server *s, struct evhttp_request *req) {
+    sched_stats st;
+    sched_get_stats(s->sch, &st);
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "status", json_object_new_string(s->draining ? "draining" : "ok"));
+    json_object_object_add(o, "model", json_object_new_string(s->model_name));
+    json_object *caps = json_object_new_array();
+    json_object_array_add(caps, json_object_new_string("completions"));
+    if (textio_has_template(s->tio)) json_object_array_add(caps, json_object_new_string("chat"));
+    json_object_array_add(caps, json_object_new_string("streaming"));
+    json_object_array_add(caps, json_object_new_string("logprobs"));
+    json_object_object_add(o, "capabilities", caps);
+    json_object_object_add(o, "chain", json_object_new_string(engine_chain(s->e)));
+    json_object_object_add(o, "running", json_object_new_int(st.running));
+    json_object_object_add(o, "waiting", json_object_new_int(st.waiting));
+    json_object_object_add(o, "cache_bytes", json_object_new_int64((int64_t)st.cache_bytes));
+    send_json(s, req, 200, o);
+    json_object_put(o);
+}
+
+static void handle_models(server *s, struct evhttp_request *req) {
+    json_object *o = json_object_new_object(), *data = json_object_new_array(),
+                *m = json_object_new_object();
+    json_object_object_add(m, "id", json_object_new_string(s->model_name));
+    json_object_object_add(m, "object", json_object_new_string("model"));
+    json_object_object_add(m, "created", json_object_new_int64(s->m.started));
+    json_object_object_add(m, "owned_by", json_object_new_string("lmhost"));
+    json_object_array_add(data, m);
+    json_object_object_add(o, "object", json_object_new_string("list"));
+    json_object_object_add(o, "data", data);
+    send_json(s, req, 200, o);
+    json_object_put(o);
+}
+
+static void handle_metrics(server *s, struct evhttp_request *req) {
+    sched_stats st;
+    sched_get_stats(s->sch, &st);
+    struct evbuffer *b = evbuffer_new();
+    metrics_render(&s->m, b, st.running, st.waiting, st.cache_bytes);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+                      "text/plain; version=0.0.4");
+    evhttp_send_reply(req, 200, "OK", b);
+    evbuffer_free(b);
+    count_status(s, 200);
+}
+
+static void route(struct evhttp_request *req, void *arg) {
+    server *s = arg;
+    const char *uri = evhttp_request_get_uri(req);
+    char path[256];
+    size_t pl = strcspn(uri, "?#");
+    snprintf(path, sizeof path, "%.*s", (int)(pl < 255 ? pl : 255), uri);
+    enum evhttp_cmd_type m = evhttp_request_get_command(req);
+    static const struct {
+        const char *path;
+        enum evhttp_cmd_type method;
+        int auth;
+    } routes[] = {{"/health", EVHTTP_REQ_GET, 0},
+                  {"/v1/models", EVHTTP_REQ_GET, 1},
+                  {"/v1/chat/completions", EVHTTP_REQ_POST, 1},
+                  {"/v1/completions", EVHTTP_REQ_POST, 1},
+                  {"/metrics", EVHTTP_REQ_GET, 0}};
+    int found = -1;
+    for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
+        if (strcmp(path, routes[i].path) == 0) found = (int)i;
+    if (found < 0) {
+        send_error(s, req, 404, "invalid_request_error", NULL, "unknown route %s", path);
+        return;
+    }
+    if (m != routes[found].method) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
+                          routes[found].method == EVHTTP_REQ_GET ? "GET" : "POST");
+        send_error(s, req, 405, "invalid_request_error", NULL, "%s takes %s", path,
+                   routes[found].method == EVHTTP_REQ_GET ? "GET" : "POST");
+        return;
+    }
+    if (routes[found].auth && !authorized(s, req)) {
+        send_error(s, req, 401, "invalid_request_error", NULL,
+                   "missing or wrong API key (send Authorization: Bearer KEY)");
+        return;
+    }
+    if (s->draining && routes[found].method == EVHTTP_REQ_POST) {
+        send_error(s, req, 503, "server_error", NULL, "the server is shutting down");
+        return;
+    }
+    switch (found) {
+    case 0: handle_health(s, req); break;
+    case 1: handle_models(s, req); break;
+    case 2: handle_generate(s, req, JOB_CHAT); break;
+    case 3: handle_generate(s, req, JOB_COMPLETION); break;
+    case 4: handle_metrics(s, req); break;
+    }
+}
+
+/* ---- TLS ------------------------------------------------------------------------------ */
+
+static struct bufferevent *tls_bev(struct event_base *base, void *arg) {
+    server *s = arg;
+    SSL *ssl = SSL_new(s->ssl);
+    if (!ssl) return NULL;
+    return bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING,
+                                          BEV_OPT_CLOSE_ON_FREE);
+}
+
+static int tls_setup(server *s, char *err, size_t err_len) {
+    s->ssl = SSL_CTX_new(TLS_server_method());
+    if (!s->ssl) return errf(err, err_len, "cannot create a TLS context");
+    SSL_CTX_set_min_proto_version(s->ssl, TLS1_2_VERSION);
+    SSL_CTX_set_options(s->ssl, SSL_OP_NO_COMPRESSION | SSL_OP_CIPHER_SERVER_PREFERENCE);
+    if (SSL_CTX_use_certificate_chain_file(s->ssl, s->o.tls_cert) != 1) {
+        char e[256];
+        ERR_error_string_n(ERR_get_error(), e, sizeof e);
+        return errf(err, err_len, "cannot load TLS certificate %s: %s", s->o.tls_cert, e);
+    }
+    if (SSL_CTX_use_PrivateKey_file(s->ssl, s->o.tls_key, SSL_FILETYPE_PEM) != 1 ||
+        SSL_CTX_check_private_key(s->ssl) != 1) {
+        char e[256];
+        ERR_error_string_n(ERR_get_error(), e, sizeof e);
+        return errf(err, err_len, "cannot load TLS key %s: %s", s->o.tls_key, e);
+    }
+    return 0;
+}
+
+/* ---- shutdown --------------------------------------------------------------------------- */
+
+static void on_grace(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    server *s = arg;
+    log_msg(LMH_LOG_WARN, "shutdown: %d requests still running after the grace period; "
+                          "stopping them",
+            s->active);
+    event_base_loopexit(s->base, NULL);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg) {
+    (void)what;
+    server *s = arg;
+    if (s->draining) {
+        event_base_loopexit(s->base, NULL); /* a second signal: stop now */
+        return;
+    }
+    log_msg(LMH_LOG_INFO, "signal %d: no new connections; finishing %d requests",
+            (int)sig, s->active);
+    s->draining = 1;
+    if (s->sock) {
+        evhttp_del_accept_socket(s->http, s->sock);
+        s->sock = NULL;
+    }
+    if (s->active == 0) {
+        event_base_loopexit(s->base, NULL);
+        return;
+    }
+    struct timeval tv = {s->o.shutdown_grace, 0};
+    s->grace = evtimer_new(s->base, on_grace, s);
+    evtimer_add(s->grace, &tv);
+}
+
+/* ---- the command ---------------------------------------------------------------------- */
+
+int server_run(const server_opts *o) {
+    server *s = calloc(1, sizeof *s);
+    if (!s) return 1;
+    s->o = *o;
+    int rc = 1;
+    char err[2048];
+    pthread_mutex_init(&s->qmu, NULL);
+    pthread_mutex_init(&s->pmu, NULL);
+    pthread_cond_init(&s->pcv, NULL);
+    metrics_init(&s->m);
+    const char *slash = strrchr(o->model_dir, '/');
+    while (slash && slash[1] == 0 && slash > o->model_dir) { /* "dir/" */
+        const char *p = slash - 1;
+        while (p > o->model_dir && *p != '/') p--;
+        slash = *p == '/' ? p : NULL;
+    }
+    snprintf(s->model_name, sizeof s->model_name, "%s",
+             o->model_name ? o->model_name : slash ? slash + 1 : o->model_dir);
+    s->model_name[strcspn(s->model_name, "/")] = 0;
+
+    model_args a = {.model = o->model_dir, .backend = o->backend, .cache = o->cache,
+                    .threads = o->threads, .plugin_dir = o->plugin_dir};
+    s->e = cli_open_engine(&a, &s->reg);
+    if (!s->e) goto out;
+    s->tio = textio_open(o->model_dir, err, sizeof err);
+    if (!s->tio) {
+        fprintf(stderr, "lmhost: %s\n", err);
+        goto out;
+    }
+    s->n_eos = textio_eos(s->tio, s->eos, 16);
+    if (s->o.ctx_size <= 0) {
+        json_object *mp = json_object_object_get(engine_config(s->e), "max_position_embeddings");
+        s->o.ctx_size = mp ? json_object_get_int(mp) : 4096;
+        if (s->o.ctx_size <= 0) s->o.ctx_size = 4096;
+    }
+    s->sch = sched_new(s->e, o->parallel, o->queue, o->chunk);
+    if (!s->sch) {
+        fprintf(stderr, "lmhost: cannot start the scheduler\n");
+        goto out;
+    }
+    if (pthread_create(&s->prep_th, NULL, prep_main, s) != 0) goto out;
+
+    if (evthread_use_pthreads() != 0) goto out;
+    s->base = event_base_new();
+    s->http = s->base ? evhttp_new(s->base) : NULL;
+    if (!s->http) goto out;
+    if (o->tls_cert || o->tls_key) {
+        if (!o->tls_cert || !o->tls_key) {
+            fprintf(stderr, "lmhost serve: --tls-cert and --tls-key go together\n");
+            goto out;
+        }
+        if (tls_setup(s, err, sizeof err)) {
+            fprintf(stderr, "lmhost: %s\n", err);
+            goto out;
+        }
+        evhttp_set_bevcb(s->http, tls_bev, s);
+    }
+    evhttp_set_max_headers_size(s->http, 16384);
+    evhttp_set_max_body_size(s->http, (ev_ssize_t)o->max_body + 1); /* we answer 413 ourselves */
+    evhttp_set_timeout(s->http, o->timeout);
+    evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
+                                            EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD |
+                                            EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+    evhttp_set_gencb(s->http, route, s);
+    s->sock = evhttp_bind_socket_with_handle(s->http, o->host, (ev_uint16_t)o->port);
+    if (!s->sock) {
+        fprintf(stderr, "lmhost serve: cannot listen on %s:%d\n", o->host, o->port);
+        goto out;
+    }
+    int port = o->port;
+    {
+        /* --port 0 asks the kernel for a free port; say which one we got */
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        if (getsockname(evhttp_bound_socket_get_fd(s->sock), (struct sockaddr *)&ss, &sl) == 0)
+            port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                  : ((struct sockaddr_in *)&ss)->sin_port);
+    }
+    s->notify = event_new(s->base, -1, EV_PERSIST, drain_queue, s);
+    s->sig_int = evsignal_new(s->base, SIGINT, on_signal, s);
+    s->sig_term = evsignal_new(s->base, SIGTERM, on_signal, s);
+    event_add(s->sig_int, NULL);
+    event_add(s->sig_term, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    fprintf(stderr, "lmhost: serving %s on %s://%s:%d (%s)\n", s->model_name,
+            s->ssl ? "https" : "http", o->host, port, engine_chain(s->e));
+    event_base_dispatch(s->base);
+    rc = 0;
+out:
+    if (s->prep_th) {
+        pthread_mutex_lock(&s->pmu);
+        s->prep_stop = 1;
+        pthread_cond_signal(&s->pcv);
+        pthread_mutex_unlock(&s->pmu);
+        pthread_join(s->prep_th, NULL);
+    }
+    if (s->sch) sched_free(s->sch, 0);
+    if (s->notify) {
+        drain_queue(-1, 0, s); /* the cancel events of what was still running */
+        event_free(s->notify);
+    }
+    if (s->sig_int) event_free(s->sig_int);
+    if (s->sig_term) event_free(s->sig_term);
+    if (s->grace) event_free(s->grace);
+    if (s->http) evhttp_free(s->http);
+    if (s->base) event_base_free(s->base);
+    if (s->ssl) SSL_CTX_free(s->ssl);
+    textio_close(s->tio);
+    engine_close(s->e);
+    registry_free(&s->reg);
+    metrics_free(&s->m);
+    free(s);
+    return rc;
+}

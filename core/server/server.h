@@ -1,0 +1,26 @@
+/* lmhost serve: options and entry point. */
+#ifndef LMHOST_SERVER_H
+#define LMHOST_SERVER_H
+
+#include <stddef.h>
+#include "../sampler.h"
+
+typedef struct server_opts {
+    const char *model_dir, *model_name, *host, *tls_cert, *tls_key, *api_key;
+    const char *backend, *cache, *threads, *plugin_dir;
+    int port;
+    int max_tokens;      /* default max_tokens of a request */
+    int ctx_size;        /* prompt + completion limit; 0: the model's */
+    int parallel;        /* sequences decoded together */
+    int queue;           /* requests waiting beyond those */
+    int chunk;           /* prompt rows per step */
+    int timeout;         /* seconds a client may take to send a request */
+    int shutdown_grace;  /* seconds in-flight requests get after SIGINT/SIGTERM */
+    size_t max_body;
+    sampler_params defaults; /* sampling when a request does not say */
+} server_opts;
+
+int server_run(const server_opts *o);
+int cli_serve(int argc, char **argv);
+
+#endif

@@ -1,0 +1,42 @@
+/* Plugins the host must refuse, each built from this file with one -D switch:
+ * BAD_MAJOR (ABI major + 1), NO_ENTRY (no entry symbol), FAIL_INIT (init says no),
+ * BAD_TABLE (a backend table without its required functions). */
+#include "lmhost/lmhost.h"
+
+#include <stdio.h>
+
+__attribute__((unused)) static int fail_init(const lmh_host_api *host, char *err, size_t len) {
+    (void)host;
+    snprintf(err, len, "needs hardware this machine lacks");
+    return -1;
+}
+
+static const char *const types[] = {"test_refused", NULL};
+__attribute__((unused)) static const lmh_arch_api arch = {.size = sizeof(lmh_arch_api), .model_types = types};
+__attribute__((unused)) static const lmh_backend_api backend = {.size = sizeof(lmh_backend_api)};
+
+static const lmh_plugin_info info = {
+#ifdef BAD_MAJOR
+    LMH_ABI_MAJOR + 1, 0, sizeof(lmh_plugin_info),
+#else
+    LMH_PLUGIN_HEADER,
+#endif
+#ifdef BAD_TABLE
+    .kind = LMH_KIND_BACKEND,
+    .api = &backend,
+#else
+    .kind = LMH_KIND_ARCH,
+    .api = &arch,
+#endif
+    .name = "test-refused",
+    .version = "0",
+#ifdef FAIL_INIT
+    .init = fail_init,
+#endif
+};
+
+#ifndef NO_ENTRY
+LMH_EXPORT const lmh_plugin_info *lmhost_plugin_entry(void) { return &info; }
+#else
+LMH_EXPORT const lmh_plugin_info *some_other_symbol(void) { return &info; }
+#endif

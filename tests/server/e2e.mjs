@@ -1,0 +1,312 @@
+// End-to-end tests of `lmhost serve` with real clients: the official openai npm package and
+// curl, over HTTP and HTTPS, with and without an API key. The model is the e2e fixture (two
+// Qwen3 layers, random bf16 weights, the real Qwen3 vocabulary); with temperature 0 every
+// reply must equal the reference's greedy text exactly.
+//
+// usage: node e2e.mjs LMHOST SCENARIO   (http | https | auth | errors | concurrency | shutdown)
+// Needs LMHOST_TOKENIZERS (the fetched tokenizers) and tests/data/e2e.
+import { spawn, execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import OpenAI from 'openai';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, '../..');
+const [lmhost, scenario] = process.argv.slice(2);
+const data = path.join(root, 'tests/data/e2e');
+const cases = JSON.parse(fs.readFileSync(path.join(data, 'e2e.json'), 'utf8')).cases;
+const tokdir = path.join(process.env.LMHOST_TOKENIZERS || path.join(os.homedir(), '.cache/lmhost/tokenizers'), 'qwen3');
+
+let failures = 0;
+function check(cond, what, detail) {
+  if (cond) { console.log(`ok   ${what}`); return; }
+  failures++;
+  console.log(`FAIL ${what}${detail !== undefined ? ': ' + detail : ''}`);
+}
+const eq = (a, b, what) => check(a === b, what, `got ${JSON.stringify(a)}, want ${JSON.stringify(b)}`);
+
+// A model directory: the fixture's weights beside the real Qwen3 tokenizer.
+function modelDir() {
+  if (!fs.existsSync(path.join(tokdir, 'tokenizer.json')))
+    throw new Error(`no tokenizer in ${tokdir}: run tools/fetch_tokenizers.sh`);
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lmhost-e2e-'));
+  for (const f of ['config.json', 'model.safetensors']) fs.symlinkSync(path.join(data, f), path.join(dir, f));
+  for (const f of ['tokenizer.json', 'tokenizer_config.json']) fs.symlinkSync(path.join(tokdir, f), path.join(dir, f));
+  return dir;
+}
+
+function startServer(extra = []) {
+  return new Promise((resolve, reject) => {
+    const p = spawn(lmhost, ['serve', '--model', modelDir(), '--port', '0', '--model-name', 'e2e', ...extra],
+      { stdio: ['ignore', 'inherit', 'pipe'] });
+    let err = '';
+    const timer = setTimeout(() => reject(new Error('server did not start: ' + err)), 30000);
+    p.stderr.on('data', (d) => {
+      err += d;
+      process.stderr.write(d);
+      const m = /serving \S+ on (https?):\/\/([^:]+):(\d+)/.exec(err);
+      if (m && !p.url) {
+        clearTimeout(timer);
+        p.url = `${m[1]}://${m[2]}:${m[3]}`;
+        resolve(p);
+      }
+    });
+    p.on('exit', (code) => { p.exitCode_ = code; if (!p.url) reject(new Error(`server exited ${code}: ${err}`)); });
+  });
+}
+
+function stop(p) {
+  return new Promise((resolve) => {
+    if (p.exitCode_ !== undefined) return resolve(p.exitCode_);
+    p.on('exit', (code, sig) => resolve(code ?? sig));
+    p.kill('SIGTERM');
+  });
+}
+
+function client(url, opts = {}) {
+  return new OpenAI({ baseURL: url + '/v1', apiKey: opts.key ?? 'none', maxRetries: 0, timeout: 60000, ...opts.extra });
+}
+
+const chatBody = (c, extra = {}) => ({
+  model: 'e2e', messages: c.messages, max_tokens: 24, temperature: 0,
+  ...(Object.keys(c.template_vars).length ? { chat_template_kwargs: c.template_vars } : {}), ...extra,
+});
+
+async function streamText(cl, body) {
+  const stream = await cl.chat.completions.create({ ...body, stream: true });
+  let text = '', usage = null, finish = null, chunks = 0;
+  for await (const ch of stream) {
+    chunks++;
+    if (ch.usage) usage = ch.usage;
+    for (const c of ch.choices) {
+      if (c.delta?.content) text += c.delta.content;
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  return { text, usage, finish, chunks };
+}
+
+async function greedyCases(cl, label) {
+  for (const [i, c] of cases.entries()) {
+    const r = await cl.chat.completions.create(chatBody(c));
+    eq(r.choices[0].message.content, c.greedy_text, `${label} case ${i} non-stream content`);
+    eq(r.usage.prompt_tokens, c.prompt_ids.length, `${label} case ${i} prompt_tokens`);
+    eq(r.usage.completion_tokens, 24, `${label} case ${i} completion_tokens`);
+    eq(r.choices[0].finish_reason, 'length', `${label} case ${i} finish_reason`);
+    const s = await streamText(cl, chatBody(c, { stream_options: { include_usage: true } }));
+    eq(s.text, c.greedy_text, `${label} case ${i} streamed content`);
+    check(s.usage && s.usage.completion_tokens === 24 && s.usage.prompt_tokens === c.prompt_ids.length,
+      `${label} case ${i} usage chunk`, JSON.stringify(s.usage));
+    eq(s.finish, 'length', `${label} case ${i} streamed finish_reason`);
+  }
+}
+
+function curl(args) {
+  return execFileSync('curl', ['-sS', '--max-time', '60', ...args], { encoding: 'utf8' });
+}
+
+async function scenarioHttp() {
+  const p = await startServer();
+  try {
+    await greedyCases(client(p.url), 'http');
+    const c = cases[0];
+    // curl, non-streamed and streamed (raw SSE framing)
+    const body = JSON.stringify(chatBody(c));
+    const r = JSON.parse(curl(['-H', 'Content-Type: application/json', '-d', body, p.url + '/v1/chat/completions']));
+    eq(r.choices[0].message.content, c.greedy_text, 'curl non-stream content');
+    const raw = curl(['-N', '-H', 'Content-Type: application/json', '-d', JSON.stringify(chatBody(c, { stream: true })), p.url + '/v1/chat/completions']);
+    const events = raw.split('\n\n').filter((e) => e.length);
+    check(events.every((e) => e.startsWith('data: ')), 'SSE events are data: lines', raw.slice(0, 200));
+    eq(events[events.length - 1], 'data: [DONE]', 'SSE ends with data: [DONE]');
+    const text = events.slice(0, -1).map((e) => JSON.parse(e.slice(6))).map((j) => j.choices[0]?.delta?.content ?? '').join('');
+    eq(text, c.greedy_text, 'curl streamed content');
+    // text completions on the rendered prompt give the same continuation
+    const cl = client(p.url);
+    const comp = await cl.completions.create({ model: 'e2e', prompt: c.prompt_text, max_tokens: 24, temperature: 0 });
+    eq(comp.choices[0].text, c.greedy_text, '/v1/completions text');
+    const ids = await cl.completions.create({ model: 'e2e', prompt: c.prompt_ids, max_tokens: 24, temperature: 0 });
+    eq(ids.choices[0].text, c.greedy_text, '/v1/completions with token ids');
+    // stop strings cut the text, never stream part of the stop
+    const stopAt = c.greedy_text.slice(10, 16);
+    const want = c.greedy_text.slice(0, c.greedy_text.indexOf(stopAt));
+    const st = await streamText(cl, chatBody(c, { stop: [stopAt] }));
+    eq(st.text, want, 'stop string, streamed');
+    eq(st.finish, 'stop', 'stop string finish_reason');
+    const ns = await cl.chat.completions.create(chatBody(c, { stop: stopAt }));
+    eq(ns.choices[0].message.content, want, 'stop string, non-stream');
+    // logprobs: the greedy token is the most likely one
+    const lp = await cl.chat.completions.create(chatBody(c, { max_tokens: 3, logprobs: true, top_logprobs: 2 }));
+    const ent = lp.choices[0].logprobs?.content ?? [];
+    check(ent.length === 3 && ent.every((e) => e.top_logprobs.length === 2 && e.logprob <= 0 &&
+      Math.abs(e.logprob - e.top_logprobs[0].logprob) < 1e-5), 'logprobs and top_logprobs', JSON.stringify(ent).slice(0, 300));
+    // health, models, metrics
+    const h = JSON.parse(curl([p.url + '/health']));
+    check(h.status === 'ok' && /arch=llama/.test(h.chain) && h.model === 'e2e', '/health', JSON.stringify(h));
+    const m = await cl.models.list();
+    eq(m.data[0].id, 'e2e', '/v1/models');
+    const met = curl([p.url + '/metrics']);
+    check(/lmhost_requests_total\{status="200"\} \d+/.test(met) && /lmhost_time_to_first_token_seconds_bucket/.test(met) &&
+      /lmhost_queue_depth \d+/.test(met) && /lmhost_cache_bytes \d+/.test(met), '/metrics exposition', met.slice(0, 300));
+  } finally {
+    eq(await stop(p), 0, 'server exits 0 on SIGTERM');
+  }
+}
+
+async function scenarioHttps() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lmhost-tls-'));
+  const key = path.join(dir, 'key.pem'), cert = path.join(dir, 'cert.pem');
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', key, '-out', cert,
+    '-days', '1', '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1,DNS:localhost'], { stdio: 'ignore' });
+  const p = await startServer(['--tls-cert', cert, '--tls-key', key, '--api-key', 'sekrit']);
+  try {
+    check(p.url.startsWith('https://'), 'server says https');
+    // Node's fetch trusts extra CAs only from the environment at start: a child runs the client.
+    const out = execFileSync(process.execPath, [fileURLToPath(import.meta.url), lmhost, 'https-client', p.url],
+      { encoding: 'utf8', env: { ...process.env, NODE_EXTRA_CA_CERTS: cert } });
+    process.stdout.write(out);
+    check(/all checks passed/.test(out), 'openai client over https');
+    const r = JSON.parse(curl(['--cacert', cert, '-H', 'Authorization: Bearer sekrit', '-H', 'Content-Type: application/json',
+      '-d', JSON.stringify(chatBody(cases[1])), p.url + '/v1/chat/completions']));
+    eq(r.choices[0].message.content, cases[1].greedy_text, 'curl over https');
+    let tls11 = 'refused';
+    try { curl(['--cacert', cert, '--tls-max', '1.1', '--tlsv1.1', p.url + '/health']); tls11 = 'accepted'; } catch { /* expected */ }
+    eq(tls11, 'refused', 'TLS 1.1 is refused');
+  } finally {
+    eq(await stop(p), 0, 'https server exits 0');
+  }
+}
+
+async function status(url, opts) {
+  const r = await fetch(url, opts);
+  let body = null;
+  try { body = await r.json(); } catch { /* not JSON */ }
+  return { code: r.status, body };
+}
+
+async function scenarioAuth() {
+  const keyFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'lmhost-key-')), 'key');
+  fs.writeFileSync(keyFile, 'k-123\n');
+  const p = await startServer(['--api-key-file', keyFile]);
+  try {
+    const body = JSON.stringify(chatBody(cases[0], { max_tokens: 2 }));
+    const hdr = { 'Content-Type': 'application/json' };
+    const none = await status(p.url + '/v1/chat/completions', { method: 'POST', headers: hdr, body });
+    check(none.code === 401 && none.body?.error?.type === 'invalid_request_error', 'no key: 401 in OpenAI shape', JSON.stringify(none));
+    const wrong = await status(p.url + '/v1/chat/completions', { method: 'POST', headers: { ...hdr, Authorization: 'Bearer k-124' }, body });
+    eq(wrong.code, 401, 'wrong key: 401');
+    const right = await status(p.url + '/v1/chat/completions', { method: 'POST', headers: { ...hdr, Authorization: 'Bearer k-123' }, body });
+    eq(right.code, 200, 'right key: 200');
+    let err = null;
+    try { await client(p.url, { key: 'bad' }).chat.completions.create(chatBody(cases[0])); } catch (e) { err = e; }
+    eq(err?.status, 401, 'openai client sees 401');
+    const r = await client(p.url, { key: 'k-123' }).chat.completions.create(chatBody(cases[0]));
+    eq(r.choices[0].message.content, cases[0].greedy_text, 'openai client with key');
+    eq((await status(p.url + '/health')).code, 200, '/health needs no key');
+  } finally {
+    eq(await stop(p), 0, 'server exits 0');
+  }
+}
+
+async function scenarioErrors() {
+  const p = await startServer(['--ctx-size', '64', '--max-body', '4096']);
+  try {
+    const post = (b, raw) => status(p.url + '/v1/chat/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: raw ?? JSON.stringify(b) });
+    const shape = (r) => r.body && r.body.error && typeof r.body.error.message === 'string' && 'type' in r.body.error && 'param' in r.body.error && 'code' in r.body.error;
+    let r = await post(null, '{"messages": [');
+    check(r.code === 400 && shape(r), 'malformed JSON: 400', JSON.stringify(r));
+    r = await post({ messages: [] });
+    check(r.code === 400 && r.body.error.param === 'messages', 'empty messages: 400 naming messages', JSON.stringify(r));
+    r = await post({ messages: [{ role: 'user', content: 'hi' }], temperature: 'hot' });
+    check(r.code === 400 && r.body.error.param === 'temperature', 'wrong type: 400 naming the field', JSON.stringify(r));
+    r = await post({ messages: [{ role: 'user', content: 'hi' }], n: 2 });
+    check(r.code === 400 && r.body.error.param === 'n', 'n=2: 400', JSON.stringify(r));
+    r = await post({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 100 });
+    check(r.code === 400 && /64/.test(r.body.error.message) && /100/.test(r.body.error.message), 'context overflow: 400 with both sizes', JSON.stringify(r));
+    r = await post({ messages: [{ role: 'user', content: 'x'.repeat(5000) }] });
+    check(r.code === 413 && shape(r), 'body over the limit: 413', JSON.stringify(r));
+    r = await status(p.url + '/v1/nothing');
+    check(r.code === 404 && shape(r), 'unknown route: 404', JSON.stringify(r));
+    r = await status(p.url + '/v1/chat/completions');
+    check(r.code === 405 && shape(r), 'wrong method: 405', JSON.stringify(r));
+    r = await post({ messages: [{ role: 'user', content: [{ type: 'text', text: 'What is ' }, { type: 'text', text: '2+2?' }] }], max_tokens: 24, temperature: 0 });
+    eq(r.body?.choices?.[0]?.message?.content, cases[0].greedy_text, 'list-of-parts content');
+    r = await post({ messages: [{ role: 'user', content: 'hi' }], kv_bits: 7 });
+    check(r.code === 400 && r.body.error.param === 'kv_bits', 'kv_bits validated', JSON.stringify(r));
+    const h = await status(p.url + '/health');
+    eq(h.code, 200, 'still serving after bad requests');
+  } finally {
+    eq(await stop(p), 0, 'server exits 0');
+  }
+}
+
+// 16 different prompts at once, streamed: each must equal the same request alone.
+async function scenarioConcurrency() {
+  const p = await startServer(['--parallel', '16']);
+  try {
+    const cl = client(p.url);
+    const prompts = Array.from({ length: 16 }, (_, i) => ({ messages: [{ role: 'user', content: `Count to ${i + 3} in ${['French', 'Greek', 'Latin', 'Hindi'][i % 4]}, please.` }], template_vars: i % 2 ? { enable_thinking: false } : {} }));
+    const alone = [];
+    for (const c of prompts) alone.push((await streamText(cl, chatBody(c))).text);
+    const together = await Promise.all(prompts.map((c) => streamText(cl, chatBody(c))));
+    let same = 0;
+    together.forEach((t, i) => { if (t.text === alone[i]) same++; else console.log(`  prompt ${i}: alone ${JSON.stringify(alone[i])}, together ${JSON.stringify(t.text)}`); });
+    eq(same, 16, '16 concurrent streams equal their solo runs');
+    // a client leaving mid-stream frees its sequence while the others finish
+    const before = curl([p.url + '/metrics']);
+    const gone = (n) => Number(/lmhost_client_disconnects_total (\d+)/.exec(n)[1]);
+    const ctrl = new AbortController();
+    const leaving = (async () => {
+      const s = await cl.chat.completions.create({ ...chatBody(prompts[0], { max_tokens: 2000 }), stream: true }, { signal: ctrl.signal });
+      let n = 0;
+      try { for await (const ch of s) { if (++n === 5) ctrl.abort(); } } catch { /* aborted */ }
+      return n;
+    })();
+    const others = Promise.all(prompts.slice(1, 4).map((c) => streamText(cl, chatBody(c))));
+    await leaving;
+    const rest = await others;
+    check(rest.every((t, i) => t.text === alone[i + 1]), 'the other streams finish unchanged');
+    let after = '';
+    for (let k = 0; k < 50; k++) {
+      after = curl([p.url + '/metrics']);
+      if (gone(after) > gone(before) && /lmhost_requests_running 0/.test(after)) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    check(gone(after) === gone(before) + 1, 'the disconnect is counted in /metrics', after.match(/lmhost_client_disconnects_total \d+/)?.[0]);
+    check(/lmhost_requests_running 0/.test(after), 'its sequence is freed (nothing left running)', after.match(/lmhost_requests_running \d+/)?.[0]);
+  } finally {
+    eq(await stop(p), 0, 'server exits 0');
+  }
+}
+
+// SIGTERM while a stream runs: the stream ends cleanly with [DONE], the server exits 0.
+async function scenarioShutdown() {
+  const p = await startServer();
+  const cl = client(p.url);
+  const s = await cl.chat.completions.create({ ...chatBody(cases[0], { max_tokens: 200 }), stream: true });
+  let n = 0, finish = null, code = null;
+  const exited = new Promise((r) => p.on('exit', (c) => r(c)));
+  for await (const ch of s) {
+    if (++n === 3) p.kill('SIGTERM');
+    for (const c of ch.choices) if (c.finish_reason) finish = c.finish_reason;
+  }
+  code = await exited;
+  eq(finish, 'length', 'in-flight stream finished after SIGTERM');
+  eq(code, 0, 'exit status 0');
+}
+
+async function scenarioHttpsClient() {
+  await greedyCases(client(process.argv[4], { key: 'sekrit' }), 'https');
+}
+
+const scenarios = { 'https-client': scenarioHttpsClient, http: scenarioHttp, https: scenarioHttps, auth: scenarioAuth, errors: scenarioErrors, concurrency: scenarioConcurrency, shutdown: scenarioShutdown };
+if (!scenarios[scenario]) { console.error('unknown scenario ' + scenario); process.exit(2); }
+try {
+  await scenarios[scenario]();
+} catch (e) {
+  failures++;
+  console.log('FAIL ' + (e.stack || e));
+}
+console.log(failures ? `${failures} checks failed` : 'all checks passed');
+process.exit(failures ? 1 : 0);
