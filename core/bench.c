@@ -7,6 +7,7 @@
 #include "sampler.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,6 +159,28 @@ int cli_bench(int argc, char **argv) {
     printf("weight bytes read per decoded token: %.1f MiB\n", per_tok / 1048576.0);
     printf("cache: %.1f MiB after %lld positions\n", (double)s2.cache_bytes / 1048576.0,
            (long long)(n_prompt + n_gen));
+    /* cache rows by layer kind: full-attention layers hold the whole sequence, sliding
+     * ones about their window */
+    for (int pass = 0; pass < 2; pass++) {
+        int32_t n_layers = engine_n_layers(e), count = 0, rows_min = INT32_MAX, rows_max = 0;
+        int32_t window = 0;
+        for (int32_t l = 0; l < n_layers; l++) {
+            const lmh_layer_state *st = engine_layer_state(e, l);
+            if (st->kind != LMH_STATE_KV || (st->window > 0) != pass) continue;
+            int32_t r = engine_layer_rows(e, 1, l);
+            count++;
+            window = st->window;
+            if (r < rows_min) rows_min = r;
+            if (r > rows_max) rows_max = r;
+        }
+        if (!count) continue;
+        if (pass)
+            printf("cache rows per sequence, sliding-window layers (window %d): %d..%d in %d "
+                   "layers\n", window, rows_min, rows_max, count);
+        else
+            printf("cache rows per sequence, full-attention layers: %d..%d in %d layers\n",
+                   rows_min, rows_max, count);
+    }
     printf("peak resident memory: %.1f MiB\n", (double)ru.ru_maxrss / 1024.0);
     if (!no_bw) {
         int bw_threads = threads > 0 ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN);

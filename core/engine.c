@@ -577,6 +577,14 @@ int engine_seq_trim(engine *e, uint64_t seq, int32_t len) {
     return e->cache_api->seq_trim(e->cache, seq, len);
 }
 
+int32_t engine_layer_rows(engine *e, uint64_t seq, int32_t layer) {
+    return e->cache_api->layer_rows(e->cache, seq, layer);
+}
+
+const lmh_layer_state *engine_layer_state(const engine *e, int32_t layer) {
+    return layer >= 0 && layer < e->n_layers ? &e->layers[layer] : NULL;
+}
+
 static lmh_tensor *input_tensor(engine *e, lmh_fwd *f, lmh_dtype dt, int64_t n, const void *data) {
     lmh_tensor *t = host_fwd_tensor(f, LMH_LAYER_INPUT, dt, 1, &n);
     if (t && e->be_api->upload(e->be, t, 0, data, (size_t)n * lmh_dtype_size(dt)) != 0) {

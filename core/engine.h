@@ -44,6 +44,10 @@ int engine_seq_add(engine *e, uint64_t seq);
 void engine_seq_remove(engine *e, uint64_t seq);
 int32_t engine_seq_len(engine *e, uint64_t seq);
 int engine_seq_trim(engine *e, uint64_t seq, int32_t len);
+/* Positions layer `layer` of the sequence holds in the cache now. */
+int32_t engine_layer_rows(engine *e, uint64_t seq, int32_t layer);
+/* The state layer `layer` declared. */
+const lmh_layer_state *engine_layer_state(const engine *e, int32_t layer);
 
 /* One forward step. Each row's position continues its sequence. Writes the logits of
  * rows out_rows[0..n_out) into logits[n_out * vocab]. */

@@ -65,7 +65,7 @@ static int check_info(const lmh_plugin_info *in, char *why, size_t len) {
     }
     case LMH_KIND_CACHE: {
         const lmh_cache_api *c = in->api;
-        need = offsetof(lmh_cache_api, seq_bytes) + sizeof(void *);
+        need = offsetof(lmh_cache_api, layer_rows) + sizeof(void *);
         if (tsize >= need && (!c->create || !c->append || !c->attend || !c->seq_add ||
                               !c->formats || !c->formats[0]))
             return errf(why, len, "cache table lacks required functions");

@@ -54,6 +54,9 @@ typedef struct lmh_cache_api {
     /* Bytes the cache holds on its backend, in all and for one sequence. */
     uint64_t (*bytes)(lmh_cache *c);
     uint64_t (*seq_bytes)(lmh_cache *c, uint64_t seq);
+    /* Positions (seq, layer) holds in memory now: the sequence length for layers that
+     * keep everything, at most about the window for sliding-window layers. */
+    int32_t (*layer_rows)(lmh_cache *c, uint64_t seq, int32_t layer);
 } lmh_cache_api;
 
 #ifdef __cplusplus

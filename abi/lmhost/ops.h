@@ -45,10 +45,13 @@ typedef enum lmh_op_code {
      * src0 q f32 [n, heads, d]; src1 K [cap, kv_heads, d]; src2 V [cap, kv_heads, dv]
      * (K/V f32, f16 or bf16; heads a multiple of kv_heads); src3 i32 [n] the positions
      * of the q rows; dst f32 [n, heads, dv].
-     * p.i[0] n_kv: keys 0..n_kv-1 are valid; p.i[1]: position of key 0 (key j sits at
-     * p.i[1] + j); p.i[2] window: key at position pk is visible to a query at pq iff
-     * pk <= pq and (window == 0 or pq - pk < window). p.f[0]: logit scale; p.f[1]:
-     * soft-cap c (logits become c * tanh(logit / c)), 0 for none. */
+     * p.i[0] n_kv: key rows 0..n_kv-1 are valid. Where they sit:
+     *   p.i[3] == 0: in order; key j is at position p.i[1] + j;
+     *   p.i[3] == R > 0: a ring of R rows holding the last n_kv of p.i[4] positions;
+     *     row j holds the largest position pk < p.i[4] with pk % R == j.
+     * p.i[2] window: key at position pk is visible to a query at pq iff pk <= pq and
+     * (window == 0 or pq - pk < window). p.f[0]: logit scale; p.f[1]: soft-cap c
+     * (logits become c * tanh(logit / c)), 0 for none. */
     LMH_OP_ATTENTION = 11,
     /* dst = p.f[0] * tanh(src0 / p.f[0]): final-logit soft-capping. */
     LMH_OP_SOFTCAP = 12,

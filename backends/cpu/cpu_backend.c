@@ -345,19 +345,35 @@ static void do_attention(void *arg, int64_t t0, int64_t t1, int w) {
     float scale = op->p.f[0], cap = op->p.f[1];
     float *sc = j->scratch + (int64_t)w * j->scratch_per;
     size_t kes = lmh_dtype_size(K->dtype), ves = lmh_dtype_size(V->dtype);
+    const int32_t ring = op->p.i[3], total = op->p.i[4];
     for (int64_t t = t0; t < t1; t++) {
         int64_t r = t / heads, h = t % heads, g = h / group;
         const float *qv = (const float *)DATA(q) + (r * heads + h) * d;
         float *out = (float *)DATA(op->dst) + (r * heads + h) * dv;
-        /* visible keys: positions (pq - window, pq], clipped to what is stored */
+        /* visible keys: positions (pq - window, pq] among those stored */
         int64_t pq = qpos[r];
-        int64_t hi = pq - kv0, lo = window > 0 ? pq - window + 1 - kv0 : 0;
-        if (hi > n_kv - 1) hi = n_kv - 1;
-        if (lo < 0) lo = 0;
+        int64_t lo, hi;
+        if (ring) {
+            lo = 0;
+            hi = n_kv - 1;
+        } else {
+            hi = pq - kv0;
+            lo = window > 0 ? pq - window + 1 - kv0 : 0;
+            if (hi > n_kv - 1) hi = n_kv - 1;
+            if (lo < 0) lo = 0;
+        }
         memset(out, 0, (size_t)dv * sizeof(float));
-        if (hi < lo) continue;
         float mx = -INFINITY;
+        int any = 0;
         for (int64_t s = lo; s <= hi; s++) {
+            if (ring) {
+                /* the newest position that row s holds */
+                int64_t pk = s + (int64_t)ring * ((total - 1 - s) / ring);
+                if (pk > pq || (window > 0 && pq - pk >= window)) {
+                    sc[s - lo] = -INFINITY;
+                    continue;
+                }
+            }
             const uint8_t *kr = DATA(K) + ((size_t)s * (size_t)kvh + (size_t)g) * (size_t)d * kes;
             float v = K->dtype == LMH_F32   ? k->dot_f32(qv, (const float *)kr, d)
                       : K->dtype == LMH_F16 ? k->dot_f16(qv, (const uint16_t *)kr, d)
@@ -366,15 +382,18 @@ static void do_attention(void *arg, int64_t t0, int64_t t1, int w) {
             if (cap > 0) v = cap * tanhf(v / cap);
             sc[s - lo] = v;
             if (v > mx) mx = v;
+            any = 1;
         }
+        if (!any) continue;
         float sum = 0;
         for (int64_t s = lo; s <= hi; s++) {
-            float e = expf(sc[s - lo] - mx);
+            float e = sc[s - lo] == -INFINITY ? 0.0f : expf(sc[s - lo] - mx);
             sc[s - lo] = e;
             sum += e;
         }
         float inv = 1.0f / sum;
         for (int64_t s = lo; s <= hi; s++) {
+            if (sc[s - lo] == 0.0f) continue;
             const uint8_t *vr =
                 DATA(V) + ((size_t)s * (size_t)kvh + (size_t)g) * (size_t)dv * ves;
             float a = sc[s - lo] * inv;
@@ -452,7 +471,9 @@ static int check_op(const lmh_op *op) {
             K->ne[2] != a->ne[2] || d->ne[0] != a->ne[0] || d->ne[1] != a->ne[1] ||
             d->ne[2] != V->ne[2] || lmh_nelem(pos) != a->ne[0] || V->ne[0] < K->ne[0])
             return LMH_ESHAPE;
-        if (op->p.i[0] < 0 || op->p.i[0] > K->ne[0] || op->p.i[2] < 0) return LMH_EINVAL;
+        if (op->p.i[0] < 0 || op->p.i[0] > K->ne[0] || op->p.i[2] < 0 || op->p.i[3] < 0 ||
+            (op->p.i[3] > 0 && (op->p.i[3] > K->ne[0] || op->p.i[4] < op->p.i[0])))
+            return LMH_EINVAL;
         return LMH_OK;
     }
     default: break;

@@ -1,6 +1,9 @@
 /* The plain cache plugin: keys and values stored as they are computed, in f32 or f16,
- * one contiguous [capacity, kv_heads, head_dim] tensor per sequence and layer on the
- * backend, grown by doubling. Attention runs as the backend's own attention op. */
+ * one [capacity, kv_heads, head_dim] tensor per sequence and layer on the backend.
+ * Layers that see the whole sequence keep every position in order, grown by doubling.
+ * Sliding-window layers keep a ring of window - 1 + (rows of the largest step) positions,
+ * so their memory stays bounded however long the sequence grows. Attention runs as the
+ * backend's own attention op, which knows both layouts. */
 #include "lmhost/lmhost.h"
 
 #include <stdio.h>
@@ -9,8 +12,12 @@
 
 typedef struct layer_kv {
     lmh_tensor *k, *v;
-    int32_t cap, len;
+    int32_t cap; /* rows allocated */
+    int32_t pos; /* positions appended so far (the sequence length for this layer) */
 } layer_kv;
+
+/* Rows held: every position, or the ring's capacity once it has wrapped. */
+static int32_t rows_held(const layer_kv *kv) { return kv->pos < kv->cap ? kv->pos : kv->cap; }
 
 typedef struct seq {
     uint64_t id;
@@ -119,26 +126,36 @@ static void seq_remove(lmh_cache *c, uint64_t id) {
 static int32_t seq_len(lmh_cache *c, uint64_t id) {
     seq *s = find(c, id);
     if (!s) return -1;
-    return c->first_kv < 0 ? 0 : s->layers[c->first_kv].len;
+    return c->first_kv < 0 ? 0 : s->layers[c->first_kv].pos;
 }
 
 static int seq_trim(lmh_cache *c, uint64_t id, int32_t len) {
     seq *s = find(c, id);
     if (!s || len < 0) return LMH_EINVAL;
+    /* A ring that has wrapped has overwritten what came before its window: it can only
+     * start over. Check every layer before changing any. */
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        const layer_kv *kv = &s->layers[l];
+        if (c->layers[l].window > 0 && len > 0 && len < kv->pos && kv->pos > kv->cap)
+            return LMH_EUNSUPPORTED;
+    }
     for (int32_t l = 0; l < c->n_layers; l++)
-        if (s->layers[l].len > len) s->layers[l].len = len;
+        if (s->layers[l].pos > len) s->layers[l].pos = len;
     return LMH_OK;
 }
 
-/* Copies rows [0, n) of src into rows [at, at + n) of dst (dst converts the dtype). */
-static int copy_rows(lmh_cache *c, lmh_tensor *dst, int32_t at, lmh_tensor *src, int32_t n) {
+/* Copies rows [from, from + n) of src into rows [at, at + n) of dst (converting the
+ * dtype where they differ). */
+static int copy_rows(lmh_cache *c, lmh_tensor *dst, int32_t at, lmh_tensor *src, int32_t from,
+                     int32_t n) {
     if (n == 0) return LMH_OK;
     int64_t row = dst->ne[1] * dst->ne[2];
     int64_t ne[3] = {n, dst->ne[1], dst->ne[2]};
     lmh_tensor *dv = c->be->tensor_view(c->b, dst, (size_t)at * (size_t)row *
                                                        lmh_dtype_size(dst->dtype),
                                         dst->dtype, 3, ne);
-    lmh_tensor *sv = c->be->tensor_view(c->b, src, 0, src->dtype, 3, ne);
+    lmh_tensor *sv = c->be->tensor_view(
+        c->b, src, (size_t)from * (size_t)row * lmh_dtype_size(src->dtype), src->dtype, 3, ne);
     int rc = LMH_ENOMEM;
     if (dv && sv) {
         lmh_op op = {.code = LMH_OP_COPY, .dst = dv, .src = {sv}};
@@ -149,11 +166,14 @@ static int copy_rows(lmh_cache *c, lmh_tensor *dst, int32_t at, lmh_tensor *src,
     return rc;
 }
 
-static int grow(lmh_cache *c, int32_t l, layer_kv *kv, int32_t need) {
+/* The row that holds position p. */
+static int32_t slot(const lmh_cache *c, int32_t l, const layer_kv *kv, int32_t p) {
+    return c->layers[l].window > 0 ? p % kv->cap : p;
+}
+
+/* Reallocates (seq, layer) to `cap` rows and moves the positions still needed there. */
+static int grow(lmh_cache *c, int32_t l, layer_kv *kv, int32_t cap) {
     const lmh_layer_state *st = &c->layers[l];
-    int32_t cap = kv->cap ? kv->cap : 16;
-    while (cap < need) cap = cap > (1 << 29) ? need : cap * 2;
-    if (c->max_len > 0 && cap > c->max_len) cap = need > c->max_len ? need : c->max_len;
     int64_t kne[3] = {cap, st->n_kv_heads, st->head_dim_k};
     int64_t vne[3] = {cap, st->n_kv_heads, st->head_dim_v};
     lmh_tensor *k = c->be->tensor_new(c->b, c->dtype, 3, kne, 0);
@@ -165,8 +185,20 @@ static int grow(lmh_cache *c, int32_t l, layer_kv *kv, int32_t need) {
     }
     int rc = LMH_OK;
     if (kv->k) {
-        rc = copy_rows(c, k, 0, kv->k, kv->len);
-        if (rc == LMH_OK) rc = copy_rows(c, v, 0, kv->v, kv->len);
+        layer_kv nk = {.k = k, .v = v, .cap = cap, .pos = kv->pos};
+        if (st->window == 0) {
+            rc = copy_rows(c, k, 0, kv->k, 0, kv->pos);
+            if (rc == LMH_OK) rc = copy_rows(c, v, 0, kv->v, 0, kv->pos);
+        } else {
+            /* a ring: only the last window - 1 positions matter from here on */
+            int32_t first = kv->pos - (st->window - 1);
+            if (first < kv->pos - rows_held(kv)) first = kv->pos - rows_held(kv);
+            if (first < 0) first = 0;
+            for (int32_t p = first; p < kv->pos && rc == LMH_OK; p++) {
+                rc = copy_rows(c, k, slot(c, l, &nk, p), kv->k, slot(c, l, kv, p), 1);
+                if (rc == LMH_OK) rc = copy_rows(c, v, slot(c, l, &nk, p), kv->v, slot(c, l, kv, p), 1);
+            }
+        }
         c->be->tensor_free(c->b, kv->k);
         c->be->tensor_free(c->b, kv->v);
         c->bytes -= layer_bytes(c, l, kv->cap);
@@ -187,14 +219,31 @@ static int append(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *k, lmh_tenso
         return LMH_ESHAPE;
     layer_kv *kv = &s->layers[l];
     int32_t n = (int32_t)k->ne[0];
-    if (c->max_len > 0 && kv->len + n > c->max_len) return LMH_ENOMEM;
-    if (kv->len + n > kv->cap) {
-        int rc = grow(c, l, kv, kv->len + n);
-        if (rc) return rc;
+    if (c->max_len > 0 && kv->pos + n > c->max_len) return LMH_ENOMEM;
+    int rc = LMH_OK;
+    if (st->window > 0) {
+        /* queries of this step see up to window - 1 earlier positions plus the step */
+        int32_t need = st->window - 1 + n;
+        if (kv->cap < need)
+            rc = grow(c, l, kv, need > st->window ? need : st->window);
+        else if (n == 1 && kv->cap > st->window)
+            rc = grow(c, l, kv, st->window); /* decoding after a long prefill step: shrink */
+        int32_t s0 = kv->pos % kv->cap, first = kv->cap - s0 < n ? kv->cap - s0 : n;
+        if (rc == LMH_OK) rc = copy_rows(c, kv->k, s0, k, 0, first);
+        if (rc == LMH_OK) rc = copy_rows(c, kv->v, s0, v, 0, first);
+        if (rc == LMH_OK) rc = copy_rows(c, kv->k, 0, k, first, n - first);
+        if (rc == LMH_OK) rc = copy_rows(c, kv->v, 0, v, first, n - first);
+    } else {
+        if (kv->pos + n > kv->cap) {
+            int32_t cap = kv->cap ? kv->cap : 16;
+            while (cap < kv->pos + n) cap = cap > (1 << 29) ? kv->pos + n : cap * 2;
+            if (c->max_len > 0 && cap > c->max_len) cap = c->max_len;
+            rc = grow(c, l, kv, cap);
+        }
+        if (rc == LMH_OK) rc = copy_rows(c, kv->k, kv->pos, k, 0, n);
+        if (rc == LMH_OK) rc = copy_rows(c, kv->v, kv->pos, v, 0, n);
     }
-    int rc = copy_rows(c, kv->k, kv->len, k, n);
-    if (rc == LMH_OK) rc = copy_rows(c, kv->v, kv->len, v, n);
-    if (rc == LMH_OK) kv->len += n;
+    if (rc == LMH_OK) kv->pos += n;
     return rc;
 }
 
@@ -204,9 +253,11 @@ static int attend(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *q, lmh_tenso
     if (!s || l < 0 || l >= c->n_layers || !s->layers[l].k) return LMH_EINVAL;
     layer_kv *kv = &s->layers[l];
     lmh_op op = {.code = LMH_OP_ATTENTION, .dst = out, .src = {q, kv->k, kv->v, q_pos}};
-    op.p.i[0] = kv->len;
+    op.p.i[0] = rows_held(kv);
     op.p.i[1] = 0;
     op.p.i[2] = p->window;
+    op.p.i[3] = c->layers[l].window > 0 ? kv->cap : 0;
+    op.p.i[4] = kv->pos;
     op.p.f[0] = p->scale;
     op.p.f[1] = p->softcap;
     return c->be->enqueue(c->b, &op);
@@ -223,6 +274,12 @@ static uint64_t seq_bytes(lmh_cache *c, uint64_t id) {
     return n;
 }
 
+static int32_t layer_rows(lmh_cache *c, uint64_t id, int32_t l) {
+    seq *s = find(c, id);
+    if (!s || l < 0 || l >= c->n_layers) return -1;
+    return rows_held(&s->layers[l]);
+}
+
 static const lmh_cache_api api = {
     .size = sizeof(lmh_cache_api),
     .formats = formats,
@@ -236,6 +293,7 @@ static const lmh_cache_api api = {
     .attend = attend,
     .bytes = bytes,
     .seq_bytes = seq_bytes,
+    .layer_rows = layer_rows,
 };
 
 static const lmh_plugin_info info = {
