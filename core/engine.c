@@ -253,6 +253,71 @@ static lmh_tensor *host_weight(lmh_load_ctx *ld, int32_t layer, const char *name
     return make_weight(ld, t->dtype, t->ndim, t->ne, t->data, name);
 }
 
+static lmh_tensor *host_weight_stack(lmh_load_ctx *ld, int32_t layer, const char *fmt,
+                                     int32_t count, int32_t ndim, const int64_t *ne) {
+    (void)layer;
+    engine *e = ld->e;
+    if (count <= 0 || ndim < 1 || ndim >= LMH_MAX_DIMS) {
+        host_fail(ld, "weight_stack: bad count %d or rank %d", count, ndim);
+        return NULL;
+    }
+    int64_t sne[LMH_MAX_DIMS] = {count};
+    memcpy(sne + 1, ne, (size_t)ndim * sizeof *ne);
+    lmh_tensor *t = NULL;
+    size_t slice = 0;
+    for (int32_t i = 0; i < count; i++) {
+        char name[512];
+        snprintf(name, sizeof name, fmt, i);
+        const st_tensor *st = md_find(e->md, name);
+        if (!st) {
+            host_fail(ld, "missing tensor %s in %s", name, md_path(e->md));
+            goto bad;
+        }
+        int same = st->ndim == ndim;
+        for (int d = 0; same && d < ndim; d++) same = st->ne[d] == ne[d];
+        if (!same) {
+            char want[128], have[128];
+            shape_str(want, sizeof want, ndim, ne);
+            shape_str(have, sizeof have, st->ndim, st->ne);
+            host_fail(ld, "shape mismatch for tensor %s: checkpoint has %s, config implies %s",
+                      name, have, want);
+            goto bad;
+        }
+        if (!t) {
+            if (st->dtype != LMH_F32 && st->dtype != LMH_F16 && st->dtype != LMH_BF16) {
+                host_fail(ld, "tensor %s has dtype %s; weights must be f32, f16 or bf16", name,
+                          lmh_dtype_name(st->dtype));
+                goto bad;
+            }
+            t = e->be_api->tensor_new(e->be, st->dtype, ndim + 1, sne, LMH_TENSOR_WEIGHT);
+            slice = lmh_dtype_size(st->dtype);
+            for (int d = 0; d < ndim; d++) slice *= (size_t)ne[d];
+            if (!t) {
+                host_fail(ld, "out of backend memory stacking %s (%d x %zu bytes)", fmt, count,
+                          slice);
+                goto bad;
+            }
+        } else if (st->dtype != t->dtype) {
+            host_fail(ld, "tensor %s is %s; the others of its stack are %s", name,
+                      lmh_dtype_name(st->dtype), lmh_dtype_name(t->dtype));
+            goto bad;
+        }
+        if (e->be_api->upload(e->be, t, (size_t)i * slice, st->data, slice) != 0) {
+            host_fail(ld, "upload of %s failed", name);
+            goto bad;
+        }
+    }
+    if (track_weight(e, t) != 0) {
+        host_fail(ld, "out of memory");
+        goto bad;
+    }
+    e->weight_bytes += slice * (size_t)count;
+    return t;
+bad:
+    if (t) e->be_api->tensor_free(e->be, t);
+    return NULL;
+}
+
 static lmh_tensor *host_constant(lmh_load_ctx *ld, int32_t layer, lmh_dtype dtype, int32_t ndim,
                                  const int64_t *ne, const void *data) {
     (void)layer;
@@ -400,6 +465,7 @@ const lmh_host_api host_api = {
     .declare_layer = host_declare_layer,
     .weight_info = host_weight_info,
     .weight = host_weight,
+    .weight_stack = host_weight_stack,
     .constant = host_constant,
     .fwd_tensor = host_fwd_tensor,
     .fwd_view = host_fwd_view,

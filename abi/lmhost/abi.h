@@ -197,6 +197,11 @@ struct lmh_host_api {
      * host owns the tensor and frees it with the model. */
     lmh_tensor *(*weight)(lmh_load_ctx *ld, int32_t layer, const char *name, int32_t ndim,
                           const int64_t *ne);
+    /* Loads `count` checkpoint tensors named by printf(fmt, i) for i in 0..count-1, each
+     * of shape ne[0..ndim-1], as one tensor [count, ne...] on the backend of `layer`:
+     * per-expert weights become the stacked layout expert ops take. NULL after fail(). */
+    lmh_tensor *(*weight_stack)(lmh_load_ctx *ld, int32_t layer, const char *fmt, int32_t count,
+                                int32_t ndim, const int64_t *ne);
     /* A tensor made from plugin-computed host data (e.g. rope tables), copied to the
      * backend of `layer`. The host owns and frees it with the model. */
     lmh_tensor *(*constant)(lmh_load_ctx *ld, int32_t layer, lmh_dtype dtype, int32_t ndim,

@@ -55,6 +55,19 @@ typedef enum lmh_op_code {
     LMH_OP_ATTENTION = 11,
     /* dst = p.f[0] * tanh(src0 / p.f[0]): final-logit soft-capping. */
     LMH_OP_SOFTCAP = 12,
+    /* Mixture-of-experts routing. src0 f32 [n, E] router logits; dst f32 [n, k] weights
+     * and src1 i32 [n, k] (written) the chosen experts, best first. p.i[0] = k.
+     * Probabilities are softmax(src0) over all experts; p.i[1] = 1 renormalises the
+     * chosen k to sum to 1 (Mixtral, Qwen3-MoE), 0 keeps them (Qwen2-MoE). */
+    LMH_OP_MOE_ROUTE = 13,
+    /* Expert matmul: dst f32 [n, k, out], row (r, j) = x(r, j) W[src2[r, j]]^T where
+     * src0 x is f32 [n, in] (the same input for every slot) or [n, k, in], src1 W is
+     * the stacked experts [E, out, in] in a float dtype, src2 i32 [n, k] expert ids.
+     * Rows are grouped by expert so each expert's weights are read once per op. */
+    LMH_OP_MOE_MATMUL = 14,
+    /* dst f32 [n, d] = sum_j src1[r, j] * src0[r, j, :]; src0 f32 [n, k, d], src1 f32
+     * [n, k] (routing weights). */
+    LMH_OP_MOE_COMBINE = 15,
     LMH_OP_COUNT
 } lmh_op_code;
 
@@ -75,7 +88,8 @@ typedef struct lmh_op {
 static inline const char *lmh_op_name(lmh_op_code c) {
     static const char *const names[LMH_OP_COUNT] = {
         "?", "get_rows", "matmul", "rms_norm", "add", "mul", "scale",
-        "swiglu", "geglu", "rope", "copy", "attention", "softcap"};
+        "swiglu", "geglu", "rope", "copy", "attention", "softcap", "moe_route", "moe_matmul",
+        "moe_combine"};
     return (unsigned)c < LMH_OP_COUNT ? names[c] : "?";
 }
 

@@ -407,6 +407,148 @@ static void do_attention(void *arg, int64_t t0, int64_t t1, int w) {
     }
 }
 
+/* ---- mixture of experts ------------------------------------------------------------ */
+
+static void do_moe_route(void *arg, int64_t r0, int64_t r1, int w) {
+    (void)w;
+    const job *j = arg;
+    const lmh_op *op = j->op;
+    int64_t E = op->src[0]->ne[1], k = op->p.i[0];
+    const float *lg = (const float *)DATA(op->src[0]);
+    float *wt = (float *)DATA(op->dst);
+    int32_t *ids = (int32_t *)DATA(op->src[1]);
+    for (int64_t r = r0; r < r1; r++) {
+        const float *x = lg + r * E;
+        float mx = -INFINITY;
+        for (int64_t e = 0; e < E; e++) mx = x[e] > mx ? x[e] : mx;
+        double sum = 0;
+        for (int64_t e = 0; e < E; e++) sum += exp((double)(x[e] - mx));
+        /* top k by repeated selection: k is small; ties go to the lower id like torch.topk */
+        float chosen_sum = 0;
+        for (int64_t s = 0; s < k; s++) {
+            int64_t best = -1;
+            for (int64_t e = 0; e < E; e++) {
+                int taken = 0;
+                for (int64_t t = 0; t < s && !taken; t++) taken = ids[r * k + t] == e;
+                if (!taken && (best < 0 || x[e] > x[best])) best = e;
+            }
+            ids[r * k + s] = (int32_t)best;
+            wt[r * k + s] = (float)(exp((double)(x[best] - mx)) / sum);
+            chosen_sum += wt[r * k + s];
+        }
+        if (op->p.i[1] && chosen_sum > 0)
+            for (int64_t s = 0; s < k; s++) wt[r * k + s] /= chosen_sum;
+    }
+}
+
+typedef struct moe_job {
+    const cpu_kernels *k;
+    const lmh_tensor *W;
+    const float *xg;
+    float *yg;
+    const int64_t *start, *count;
+    const int64_t (*tasks)[3]; /* expert, o0, o1 */
+    int64_t in, out;
+} moe_job;
+
+static void do_moe_tasks(void *arg, int64_t t0, int64_t t1, int w) {
+    (void)w;
+    const moe_job *m = arg;
+    size_t es = lmh_dtype_size(m->W->dtype);
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t e = m->tasks[t][0], o0 = m->tasks[t][1], o1 = m->tasks[t][2];
+        const uint8_t *we = DATA(m->W) + (size_t)e * (size_t)m->out * (size_t)m->in * es;
+        const float *x = m->xg + m->start[e] * m->in;
+        float *y = m->yg + m->start[e] * m->out;
+        int64_t n = m->count[e];
+        switch (m->W->dtype) {
+        case LMH_F32: m->k->matmul_f32(x, n, m->in, (const float *)we, o0, o1, y, m->out); break;
+        case LMH_F16: m->k->matmul_f16(x, n, m->in, (const uint16_t *)we, o0, o1, y, m->out); break;
+        case LMH_BF16: m->k->matmul_bf16(x, n, m->in, (const uint16_t *)we, o0, o1, y, m->out); break;
+        default: break;
+        }
+    }
+}
+
+/* Groups the (row, slot) pairs by expert, runs one matmul per active expert over all its
+ * rows, and scatters the results back. */
+static int moe_matmul(lmh_backend *b, const lmh_op *op) {
+    const lmh_tensor *x = op->src[0], *W = op->src[1], *idt = op->src[2];
+    const int32_t *ids = (const int32_t *)DATA(idt);
+    int64_t n = idt->ne[0], k = idt->ne[1], E = W->ne[0], out = W->ne[1], in = W->ne[2];
+    int64_t pairs = n * k, per_slot = x->ndim == 3;
+    int th = cpu_pool_threads(b->pool);
+    int64_t *count = calloc((size_t)E, sizeof *count), *start = calloc((size_t)E + 1, sizeof *start);
+    int64_t *order = malloc((size_t)pairs * sizeof *order), *fill = calloc((size_t)E, sizeof *fill);
+    float *xg = malloc((size_t)pairs * (size_t)in * sizeof(float));
+    float *yg = malloc((size_t)pairs * (size_t)out * sizeof(float));
+    int64_t chunk = (out + 15) / 16 * 16 / (th > 1 ? th : 1);
+    chunk = chunk < 16 ? 16 : (chunk + 15) & ~(int64_t)15;
+    int64_t per_expert = (out + chunk - 1) / chunk;
+    int64_t(*tasks)[3] = malloc((size_t)(E * per_expert) * sizeof *tasks);
+    int rc = LMH_ENOMEM;
+    if (!count || !start || !order || !fill || !xg || !yg || !tasks) goto out;
+    for (int64_t p = 0; p < pairs; p++)
+        if (ids[p] >= 0 && ids[p] < E) count[ids[p]]++;
+    for (int64_t e = 0; e < E; e++) start[e + 1] = start[e] + count[e];
+    for (int64_t p = 0; p < pairs; p++) {
+        if (ids[p] < 0 || ids[p] >= E) {
+            order[p] = -1;
+            continue;
+        }
+        int64_t at = start[ids[p]] + fill[ids[p]]++;
+        order[p] = at;
+        const float *src = (const float *)DATA(x) + (per_slot ? p : p / k) * in;
+        memcpy(xg + at * in, src, (size_t)in * sizeof(float));
+    }
+    int64_t nt = 0, active = 0;
+    for (int64_t e = 0; e < E; e++) {
+        if (!count[e]) continue;
+        active++;
+        for (int64_t o = 0; o < out; o += chunk) {
+            tasks[nt][0] = e;
+            tasks[nt][1] = o;
+            tasks[nt][2] = o + chunk < out ? o + chunk : out;
+            nt++;
+        }
+    }
+    moe_job m = {.k = b->k, .W = W, .xg = xg, .yg = yg, .start = start, .count = count,
+                 .tasks = (const int64_t(*)[3])tasks, .in = in, .out = out};
+    cpu_pool_run(b->pool, nt, 1, do_moe_tasks, &m);
+    float *dst = (float *)DATA(op->dst);
+    for (int64_t p = 0; p < pairs; p++) {
+        if (order[p] < 0)
+            memset(dst + p * out, 0, (size_t)out * sizeof(float));
+        else
+            memcpy(dst + p * out, yg + order[p] * out, (size_t)out * sizeof(float));
+    }
+    count_read(b, W, (size_t)active * (size_t)out * (size_t)in * lmh_dtype_size(W->dtype));
+    rc = LMH_OK;
+out:
+    free(count);
+    free(start);
+    free(order);
+    free(fill);
+    free(xg);
+    free(yg);
+    free(tasks);
+    return rc;
+}
+
+static void do_moe_combine(void *arg, int64_t r0, int64_t r1, int w) {
+    (void)w;
+    const job *j = arg;
+    const lmh_op *op = j->op;
+    int64_t k = op->src[0]->ne[1], d = op->src[0]->ne[2];
+    const float *y = (const float *)DATA(op->src[0]), *wt = (const float *)DATA(op->src[1]);
+    float *dst = (float *)DATA(op->dst);
+    for (int64_t r = r0; r < r1; r++) {
+        float *o = dst + r * d;
+        for (int64_t i = 0; i < d; i++) o[i] = 0;
+        for (int64_t s = 0; s < k; s++) j->b->k->axpy_f32(o, wt[r * k + s], y + (r * k + s) * d, d);
+    }
+}
+
 /* Operand checks shared by supports() and enqueue(): everything a kernel relies on. */
 static int check_op(const lmh_op *op) {
     const lmh_tensor *d = op->dst, *a = op->src[0], *b = op->src[1], *c = op->src[2];
@@ -476,6 +618,28 @@ static int check_op(const lmh_op *op) {
             return LMH_EINVAL;
         return LMH_OK;
     }
+    case LMH_OP_MOE_ROUTE:
+        if (!b || a->dtype != LMH_F32 || d->dtype != LMH_F32 || b->dtype != LMH_I32) break;
+        if (a->ndim != 2 || d->ndim != 2 || b->ndim != 2 || d->ne[0] != a->ne[0] ||
+            d->ne[1] != op->p.i[0] || b->ne[0] != a->ne[0] || b->ne[1] != op->p.i[0])
+            return LMH_ESHAPE;
+        return op->p.i[0] >= 1 && op->p.i[0] <= a->ne[1] ? LMH_OK : LMH_EINVAL;
+    case LMH_OP_MOE_MATMUL:
+        if (!b || !c || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !is_float(b->dtype) ||
+            c->dtype != LMH_I32)
+            break;
+        if (b->ndim != 3 || c->ndim != 2 || d->ndim != 3 || d->ne[0] != c->ne[0] ||
+            d->ne[1] != c->ne[1] || d->ne[2] != b->ne[1] || inner(a) != b->ne[2] ||
+            !((a->ndim == 2 && a->ne[0] == c->ne[0]) ||
+              (a->ndim == 3 && a->ne[0] == c->ne[0] && a->ne[1] == c->ne[1])))
+            return LMH_ESHAPE;
+        return LMH_OK;
+    case LMH_OP_MOE_COMBINE:
+        if (!b || a->dtype != LMH_F32 || b->dtype != LMH_F32 || d->dtype != LMH_F32) break;
+        if (a->ndim != 3 || b->ndim != 2 || d->ndim != 2 || b->ne[0] != a->ne[0] ||
+            b->ne[1] != a->ne[1] || d->ne[0] != a->ne[0] || d->ne[1] != a->ne[2])
+            return LMH_ESHAPE;
+        return LMH_OK;
     default: break;
     }
     return LMH_EUNSUPPORTED;
@@ -549,6 +713,13 @@ static int cpu_enqueue(lmh_backend *b, const lmh_op *op) {
         free(j.scratch);
         break;
     }
+    case LMH_OP_MOE_ROUTE:
+        cpu_pool_run(b->pool, a->ne[0], 8, do_moe_route, &j);
+        break;
+    case LMH_OP_MOE_MATMUL: return moe_matmul(b, op);
+    case LMH_OP_MOE_COMBINE:
+        cpu_pool_run(b->pool, a->ne[0], 4, do_moe_combine, &j);
+        break;
     default: return LMH_EUNSUPPORTED;
     }
     return LMH_OK;
@@ -608,7 +779,7 @@ static int cpu_init(const lmh_host_api *host, char *err, size_t err_len) {
 static const char *const weight_dtypes[] = {"f32", "f16", "bf16", NULL};
 static const char *const ops[] = {"get_rows", "matmul", "rms_norm", "add",  "mul",       "scale",
                                   "swiglu",   "geglu",  "rope",     "copy", "attention", "softcap",
-                                  NULL};
+                                  "moe_route", "moe_matmul", "moe_combine", NULL};
 
 static const lmh_backend_api api = {
     .size = sizeof(lmh_backend_api),

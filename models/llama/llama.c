@@ -1,12 +1,17 @@
-/* Llama-style decoders: llama, mistral, qwen2, qwen3.
+/* Llama-style decoders: llama, mistral, qwen2, qwen3, and their mixture-of-experts
+ * variants mixtral and qwen3_moe.
  *
- * One block serves all four; they differ only in details read from config.json:
- *   llama    optional attention/MLP biases, llama3 rope scaling, tied embeddings
- *   mistral  sliding-window attention
- *   qwen2    q/k/v biases, optional sliding window on upper layers
- *   qwen3    RMSNorm on q and k per head
- * x = embed(tokens); per layer: x += o(attn(rope(q), rope(k), v)); x += down(silu(gate) * up);
- * logits = lm_head(norm(x)). */
+ * One block serves them all; they differ only in details read from config.json:
+ *   llama      optional attention/MLP biases, llama3 rope scaling, tied embeddings
+ *   mistral    sliding-window attention
+ *   qwen2      q/k/v biases, optional sliding window on upper layers
+ *   qwen3      RMSNorm on q and k per head
+ *   mixtral    mistral attention; the MLP is top-k of E experts (renormalised)
+ *   qwen3_moe  qwen3 attention; experts on every decoder_sparse_step-th layer not in
+ *              mlp_only_layers, top-k renormalised when norm_topk_prob
+ * x = embed(tokens); per layer: x += o(attn(rope(q), rope(k), v)); x += mlp(x), where mlp
+ * is down(silu(gate) * up) or the routed sum of such experts; logits = lm_head(norm(x)).
+ * Experts load from per-expert tensors (Hugging Face) or stacked switch_mlp tensors (MLX). */
 #include "lmhost/lmhost.h"
 
 #include <math.h>
@@ -19,18 +24,21 @@ typedef struct layer {
     lmh_tensor *wq, *wk, *wv, *wo, *bq, *bk, *bv, *bo;
     lmh_tensor *q_norm, *k_norm;
     lmh_tensor *wg, *wu, *wd, *bg, *bu, *bd;
+    lmh_tensor *router, *eg, *eu, *ed; /* experts: router [E, H], stacked [E, out, in] */
     int32_t window;
 } layer;
 
 struct lmh_model {
     int32_t n_layers, hidden, heads, kv_heads, head_dim, inter, vocab;
+    int32_t n_experts, top_k, moe_inter, renorm;
     float eps;
     lmh_tensor *embed, *norm, *lm_head, *inv_freq;
     float rope_factor;
     layer *layers;
 };
 
-static const char *const model_types[] = {"llama", "mistral", "qwen2", "qwen3", NULL};
+static const char *const model_types[] = {"llama",   "mistral",   "qwen2", "qwen3",
+                                          "mixtral", "qwen3_moe", NULL};
 
 static void unload(lmh_model *m) {
     if (!m) return;
@@ -76,7 +84,7 @@ static int layer_window(const lmh_host_api *h, lmh_load_ctx *ld, const char *typ
                            l, lt);
         return 0;
     }
-    if (strcmp(type, "mistral") == 0) {
+    if (strcmp(type, "mistral") == 0 || strcmp(type, "mixtral") == 0) {
         *out = (int32_t)sw;
     } else if (strncmp(type, "qwen", 4) == 0 && cfg_flag(h, ld, "use_sliding_window", 0)) {
         int64_t mwl = n_layers;
@@ -102,6 +110,38 @@ static lmh_tensor *w_opt(const lmh_host_api *h, lmh_load_ctx *ld, int32_t l, con
     lmh_weight_info wi;
     if (!want && h->weight_info(ld, name, &wi) != LMH_OK) return NULL;
     return h->weight(ld, l, name, 1, &d0);
+}
+
+/* Whether layer l has experts (qwen3_moe: every decoder_sparse_step-th layer that
+ * mlp_only_layers does not name; mixtral: all). */
+static int moe_layer(const lmh_host_api *h, lmh_load_ctx *ld, const lmh_model *m, int32_t l) {
+    if (m->n_experts == 0) return 0;
+    int64_t step = 1, n = 0;
+    h->cfg_int(ld, "decoder_sparse_step", &step);
+    if (h->cfg_len(ld, "mlp_only_layers", &n) == LMH_OK)
+        for (int64_t i = 0; i < n; i++) {
+            char k[64];
+            int64_t v;
+            snprintf(k, sizeof k, "mlp_only_layers.%lld", (long long)i);
+            if (h->cfg_int(ld, k, &v) == LMH_OK && v == l) return 0;
+        }
+    return step <= 1 || (l + 1) % step == 0;
+}
+
+/* One stacked expert matrix: the MLX layout when present, else the per-expert tensors. */
+static lmh_tensor *experts(const lmh_host_api *h, lmh_load_ctx *ld, const lmh_model *m,
+                           int32_t l, const char *stacked, const char *each, int64_t d0,
+                           int64_t d1) {
+    char name[256];
+    snprintf(name, sizeof name, stacked, l);
+    lmh_weight_info wi;
+    if (h->weight_info(ld, name, &wi) == LMH_OK) {
+        int64_t ne[3] = {m->n_experts, d0, d1};
+        return h->weight(ld, l, name, 3, ne);
+    }
+    snprintf(name, sizeof name, each, l);
+    int64_t ne[2] = {d0, d1};
+    return h->weight_stack(ld, l, name, m->n_experts, 2, ne);
 }
 
 static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
@@ -130,9 +170,23 @@ static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
     if (h->cfg_str(ld, "hidden_act", &act) == LMH_ETYPE || strcmp(act, "silu") != 0)
         return h->fail(ld, "config.json: hidden_act '%s' is not supported (this family uses silu)",
                        act);
+    const int mixtral = strcmp(type, "mixtral") == 0, qwen_moe = strcmp(type, "qwen3_moe") == 0;
+    if (mixtral || qwen_moe) {
+        if (pos_int(h, ld, h->cfg_int(ld, "num_experts", &(int64_t){0}) == LMH_OK
+                               ? "num_experts" : "num_local_experts", 0, &m->n_experts) ||
+            pos_int(h, ld, "num_experts_per_tok", 0, &m->top_k))
+            return LMH_EINVAL;
+        if (m->top_k > m->n_experts)
+            return h->fail(ld, "config.json: num_experts_per_tok %d exceeds the %d experts",
+                           m->top_k, m->n_experts);
+        m->moe_inter = m->inter;
+        if (qwen_moe && pos_int(h, ld, "moe_intermediate_size", 0, &m->moe_inter)) return LMH_EINVAL;
+        m->renorm = mixtral || cfg_flag(h, ld, "norm_topk_prob", 0);
+    }
     if (h->declare_model(ld, m->n_layers, m->vocab)) return LMH_EINVAL;
 
-    const int qwen2 = strcmp(type, "qwen2") == 0, qwen3 = strcmp(type, "qwen3") == 0;
+    const int qwen2 = strcmp(type, "qwen2") == 0,
+              qwen3 = strcmp(type, "qwen3") == 0 || qwen_moe;
     const int attn_bias = cfg_flag(h, ld, "attention_bias", 0);
     const int mlp_bias = cfg_flag(h, ld, "mlp_bias", 0);
     const int64_t H = m->hidden, qd = (int64_t)m->heads * m->head_dim,
@@ -166,16 +220,38 @@ static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
             L->q_norm = w(h, ld, l, "model.layers.%d.self_attn.q_norm.weight", m->head_dim, 0);
             L->k_norm = w(h, ld, l, "model.layers.%d.self_attn.k_norm.weight", m->head_dim, 0);
         }
-        L->wg = w(h, ld, l, "model.layers.%d.mlp.gate_proj.weight", m->inter, H);
-        L->wu = w(h, ld, l, "model.layers.%d.mlp.up_proj.weight", m->inter, H);
-        L->wd = w(h, ld, l, "model.layers.%d.mlp.down_proj.weight", H, m->inter);
+        if (moe_layer(h, ld, m, l)) {
+            const int64_t I = m->moe_inter, E = m->n_experts;
+            if (mixtral) {
+                L->router = w(h, ld, l, "model.layers.%d.block_sparse_moe.gate.weight", E, H);
+                L->eg = experts(h, ld, m, l, "model.layers.%d.block_sparse_moe.switch_mlp.gate_proj.weight",
+                                "model.layers.%d.block_sparse_moe.experts.%%d.w1.weight", I, H);
+                L->eu = experts(h, ld, m, l, "model.layers.%d.block_sparse_moe.switch_mlp.up_proj.weight",
+                                "model.layers.%d.block_sparse_moe.experts.%%d.w3.weight", I, H);
+                L->ed = experts(h, ld, m, l, "model.layers.%d.block_sparse_moe.switch_mlp.down_proj.weight",
+                                "model.layers.%d.block_sparse_moe.experts.%%d.w2.weight", H, I);
+            } else {
+                L->router = w(h, ld, l, "model.layers.%d.mlp.gate.weight", E, H);
+                L->eg = experts(h, ld, m, l, "model.layers.%d.mlp.switch_mlp.gate_proj.weight",
+                                "model.layers.%d.mlp.experts.%%d.gate_proj.weight", I, H);
+                L->eu = experts(h, ld, m, l, "model.layers.%d.mlp.switch_mlp.up_proj.weight",
+                                "model.layers.%d.mlp.experts.%%d.up_proj.weight", I, H);
+                L->ed = experts(h, ld, m, l, "model.layers.%d.mlp.switch_mlp.down_proj.weight",
+                                "model.layers.%d.mlp.experts.%%d.down_proj.weight", H, I);
+            }
+            if (!L->router || !L->eg || !L->eu || !L->ed) return LMH_EINVAL;
+        } else {
+            L->wg = w(h, ld, l, "model.layers.%d.mlp.gate_proj.weight", m->inter, H);
+            L->wu = w(h, ld, l, "model.layers.%d.mlp.up_proj.weight", m->inter, H);
+            L->wd = w(h, ld, l, "model.layers.%d.mlp.down_proj.weight", H, m->inter);
+            if (!L->wg || !L->wu || !L->wd) return LMH_EINVAL;
+        }
         if (mlp_bias) {
             L->bg = w_opt(h, ld, l, "model.layers.%d.mlp.gate_proj.bias", m->inter, 1);
             L->bu = w_opt(h, ld, l, "model.layers.%d.mlp.up_proj.bias", m->inter, 1);
             L->bd = w_opt(h, ld, l, "model.layers.%d.mlp.down_proj.bias", H, 1);
         }
-        if (!L->ln1 || !L->ln2 || !L->wq || !L->wk || !L->wv || !L->wo || !L->wg || !L->wu ||
-            !L->wd || (qkv_bias && (!L->bq || !L->bk || !L->bv)) ||
+        if (!L->ln1 || !L->ln2 || !L->wq || !L->wk || !L->wv || !L->wo || (qkv_bias && (!L->bq || !L->bk || !L->bv)) ||
             (qwen3 && (!L->q_norm || !L->k_norm)))
             return LMH_EINVAL; /* the host has the message */
     }
@@ -215,6 +291,17 @@ static int forward(lmh_model *m, const lmh_host_api *h, lmh_fwd *f, const lmh_ba
                *v = lmh_b_new2(&b, n, kd), *att = lmh_b_new2(&b, n, qd),
                *o = lmh_b_new2(&b, n, H), *g = lmh_b_new2(&b, n, m->inter),
                *u = lmh_b_new2(&b, n, m->inter);
+    /* expert scratch: routing [n, k], expert activations [n, k, moe_inter / hidden] */
+    lmh_tensor *rl = NULL, *rw = NULL, *ri = NULL, *eg = NULL, *eu = NULL, *ey = NULL;
+    if (m->n_experts) {
+        int64_t k = m->top_k, ine[2] = {n, k}, gne[3] = {n, k, m->moe_inter}, yne[3] = {n, k, H};
+        rl = lmh_b_new2(&b, n, m->n_experts);
+        rw = lmh_b_new(&b, 2, ine);
+        ri = h->fwd_tensor(f, b.layer, LMH_I32, 2, ine);
+        eg = lmh_b_new(&b, 3, gne);
+        eu = lmh_b_new(&b, 3, gne);
+        ey = lmh_b_new(&b, 3, yne);
+    }
     lmh_tensor *q3 = lmh_b_heads(&b, q, m->heads, hd), *k3 = lmh_b_heads(&b, k, m->kv_heads, hd),
                *v3 = lmh_b_heads(&b, v, m->kv_heads, hd),
                *att3 = lmh_b_heads(&b, att, m->heads, hd);
@@ -237,10 +324,23 @@ static int forward(lmh_model *m, const lmh_host_api *h, lmh_fwd *f, const lmh_ba
         lmh_b_matmul(&b, o, att, L->wo, L->bo);
         lmh_b_op(&b, LMH_OP_ADD, x, x, o, NULL);
         lmh_b_rms_norm(&b, hn, x, L->ln2, m->eps, 0);
-        lmh_b_matmul(&b, g, hn, L->wg, L->bg);
-        lmh_b_matmul(&b, u, hn, L->wu, L->bu);
-        lmh_b_op(&b, LMH_OP_SWIGLU, g, g, u, NULL);
-        lmh_b_matmul(&b, o, g, L->wd, L->bd);
+        if (L->router) {
+            lmh_b_matmul(&b, rl, hn, L->router, NULL);
+            lmh_op route = {.code = LMH_OP_MOE_ROUTE, .dst = rw, .src = {rl, ri}};
+            route.p.i[0] = m->top_k;
+            route.p.i[1] = m->renorm;
+            if (!rl || !rw || !ri || h->fwd_op(f, l, &route) != LMH_OK) return LMH_EINVAL;
+            lmh_b_op(&b, LMH_OP_MOE_MATMUL, eg, hn, L->eg, ri);
+            lmh_b_op(&b, LMH_OP_MOE_MATMUL, eu, hn, L->eu, ri);
+            lmh_b_op(&b, LMH_OP_SWIGLU, eg, eg, eu, NULL);
+            lmh_b_op(&b, LMH_OP_MOE_MATMUL, ey, eg, L->ed, ri);
+            lmh_b_op(&b, LMH_OP_MOE_COMBINE, o, ey, rw, NULL);
+        } else {
+            lmh_b_matmul(&b, g, hn, L->wg, L->bg);
+            lmh_b_matmul(&b, u, hn, L->wu, L->bu);
+            lmh_b_op(&b, LMH_OP_SWIGLU, g, g, u, NULL);
+            lmh_b_matmul(&b, o, g, L->wd, L->bd);
+        }
         if (!lmh_b_op(&b, LMH_OP_ADD, x, x, o, NULL)) return LMH_EINVAL;
     }
     b.layer = LMH_LAYER_OUTPUT;
@@ -263,7 +363,7 @@ static const lmh_plugin_info info = {
     .name = "llama",
     .version = "0.1.0",
     .summary = "Llama-style decoders: llama (llama3 rope), mistral (sliding window), qwen2 "
-               "(q/k/v bias), qwen3 (q/k norm)",
+               "(q/k/v bias), qwen3 (q/k norm), mixtral and qwen3_moe (routed experts)",
     .init = NULL,
     .api = &api,
 };
