@@ -133,10 +133,20 @@ static int host_cfg_len(lmh_load_ctx *ld, const char *path, int64_t *out) {
     return LMH_OK;
 }
 
+/* The language model's settings: the root of config.json, or its text_config where a
+ * multimodal checkpoint nests them there. */
+static json_object *text_config(const engine *e) {
+    json_object *root = md_config(e->md), *t = cfg_lookup(root, "text_config");
+    if (t && json_object_is_type(t, json_type_object) && !cfg_lookup(root, "rope_parameters") &&
+        !cfg_lookup(root, "rope_theta") && !cfg_lookup(root, "hidden_size"))
+        return t;
+    return root;
+}
+
 static int host_rope_freqs(lmh_load_ctx *ld, const char *layer_type, int32_t rot_dims,
                            float *inv_freq, lmh_rope_info *info) {
     char err[512];
-    if (rope_compute(md_config(ld->e->md), layer_type, rot_dims, inv_freq, info, err,
+    if (rope_compute(text_config(ld->e), layer_type, rot_dims, inv_freq, info, err,
                      sizeof err) != 0)
         return host_fail(ld, "%s", err);
     return LMH_OK;
@@ -597,7 +607,7 @@ engine *engine_open(const registry *reg, const engine_opts *o, char *err, size_t
 
     e->max_seq_len = o->max_seq_len;
     if (!e->max_seq_len) {
-        json_object *m = cfg_lookup(md_config(e->md), "max_position_embeddings");
+        json_object *m = cfg_lookup(text_config(e), "max_position_embeddings");
         if (m && json_object_is_type(m, json_type_int)) e->max_seq_len = json_object_get_int(m);
     }
     lmh_cache_config cc = {.size = sizeof cc,

@@ -178,7 +178,8 @@ struct lmh_host_api {
     /* Rope inverse frequencies for a rotary width of rot_dims. `layer_type` selects a
      * per-layer-type entry where the config has one (rope_parameters keyed by
      * "sliding_attention"/"full_attention", or the legacy rope_local_base_freq); NULL
-     * for the model-wide one. inv_freq must hold rot_dims/2 floats. Errors (unknown
+     * for the model-wide one. Multimodal checkpoints' text_config is read where the
+     * settings sit there. inv_freq must hold rot_dims/2 floats. Errors (unknown
      * rope_type, bad values) go through fail(). */
     int (*rope_freqs)(lmh_load_ctx *ld, const char *layer_type, int32_t rot_dims,
                       float *inv_freq, lmh_rope_info *info);
