@@ -156,7 +156,10 @@ int cli_bench(int argc, char **argv) {
            (double)n_prompt / t_prefill);
     printf("decode: %lld tokens in %.3f s = %.2f tokens/s (%.2f ms/token)\n", (long long)n_gen,
            t_decode, dec_tps, 1e3 * t_decode / (double)n_gen);
-    printf("weight bytes read per decoded token: %.1f MiB\n", per_tok / 1048576.0);
+    printf("weight bytes read per decoded token: %.1f MiB (%.1f%% of the %.1f MiB of weights; "
+           "experts not routed to and unread table rows are skipped)\n",
+           per_tok / 1048576.0, 100.0 * per_tok / (double)s2.weight_bytes,
+           (double)s2.weight_bytes / 1048576.0);
     printf("cache: %.1f MiB after %lld positions\n", (double)s2.cache_bytes / 1048576.0,
            (long long)(n_prompt + n_gen));
     /* cache rows by layer kind: full-attention layers hold the whole sequence, sliding

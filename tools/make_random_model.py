@@ -20,6 +20,12 @@ PRESETS = {
                        head_dim=128, intermediate_size=3072, vocab_size=151936,
                        max_position_embeddings=40960, rms_norm_eps=1e-6,
                        rope_theta=1000000.0, tie_word_embeddings=True, hidden_act="silu"),
+    # A Mixtral-shaped MoE of about 2.3 GB: 8 experts, top-2, for decode bytes/token.
+    "mixtral-2g": dict(model_type="mixtral", architectures=["MixtralForCausalLM"], hidden_size=2048,
+                       num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                       intermediate_size=5632, vocab_size=32000, num_local_experts=8,
+                       num_experts_per_tok=2, max_position_embeddings=32768, rms_norm_eps=1e-5,
+                       rope_theta=1000000.0, tie_word_embeddings=False, hidden_act="silu"),
 }
 
 
@@ -38,9 +44,18 @@ def tensors(c):
         if c["model_type"] == "qwen3":
             yield p + "self_attn.q_norm.weight", [hd], True
             yield p + "self_attn.k_norm.weight", [hd], True
-        yield p + "mlp.gate_proj.weight", [I, H], False
-        yield p + "mlp.up_proj.weight", [I, H], False
-        yield p + "mlp.down_proj.weight", [H, I], False
+        if c["model_type"] == "mixtral":
+            E = c["num_local_experts"]
+            yield p + "block_sparse_moe.gate.weight", [E, H], False
+            for e in range(E):
+                q = f"{p}block_sparse_moe.experts.{e}."
+                yield q + "w1.weight", [I, H], False
+                yield q + "w3.weight", [I, H], False
+                yield q + "w2.weight", [H, I], False
+        else:
+            yield p + "mlp.gate_proj.weight", [I, H], False
+            yield p + "mlp.up_proj.weight", [I, H], False
+            yield p + "mlp.down_proj.weight", [H, I], False
     yield "model.norm.weight", [H], True
     if not c.get("tie_word_embeddings"):
         yield "lm_head.weight", [c["vocab_size"], H], False
