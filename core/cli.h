@@ -39,5 +39,7 @@ int cli_plugins(int argc, char **argv);
 int cli_logits(int argc, char **argv);
 int cli_generate(int argc, char **argv);
 int cli_bench(int argc, char **argv);
+int cli_quantize(int argc, char **argv);
+int cli_dequantize(int argc, char **argv);
 
 #endif
