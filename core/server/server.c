@@ -71,10 +71,32 @@ struct server {
     int prep_stop;
     /* shutdown */
     int draining;
-    int active;
+    int active;   /* requests accepted and not yet answered in full */
+    int flushing; /* replies handed to libevent and not yet written out */
     struct event *sig_int, *sig_term, *grace;
     metrics m;
 };
+
+/* While draining, exit once every request is answered and every reply written out. */
+static void maybe_exit(server *s) {
+    if (s->draining && s->active == 0 && s->flushing == 0) {
+        log_msg(LMH_LOG_INFO, "shutdown: every request has finished");
+        event_base_loopexit(s->base, NULL);
+    }
+}
+
+static void on_sent(struct evhttp_request *req, void *arg) {
+    (void)req;
+    server *s = arg;
+    s->flushing--;
+    maybe_exit(s);
+}
+
+/* Counts a reply as in flight until libevent has written its last byte. */
+static void track_reply(server *s, struct evhttp_request *req) {
+    s->flushing++;
+    evhttp_request_set_on_complete_cb(req, on_sent, s);
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -121,6 +143,7 @@ static void send_json(server *s, struct evhttp_request *req, int code, json_obje
     evbuffer_add(b, "\n", 1);
     struct evkeyvalq *h = evhttp_request_get_output_headers(req);
     evhttp_add_header(h, "Content-Type", "application/json");
+    track_reply(s, req);
     evhttp_send_reply(req, code, code == 200 ? "OK" : api_reason(code), b);
     evbuffer_free(b);
     count_status(s, code);
@@ -183,6 +206,7 @@ static void finish_reply(job *j, finish_reason why) {
         evbuffer_add_printf(b, "data: [DONE]\n\n");
         evhttp_send_reply_chunk(j->req, b);
         evbuffer_free(b);
+        track_reply(s, j->req);
         evhttp_send_reply_end(j->req);
         count_status(s, 200);
     } else {
@@ -319,7 +343,7 @@ static void drain_queue(evutil_socket_t fd, short what, void *arg) {
         free(it);
         it = next;
     }
-    if (s->draining && s->active == 0) event_base_loopexit(s->base, NULL);
+    maybe_exit(s);
 }
 
 /* A job is freed once neither the engine nor the prep thread holds it and its reply is
@@ -550,6 +574,7 @@ static void handle_metrics(server *s, struct evhttp_request *req) {
     metrics_render(&s->m, b, st.running, st.waiting, st.cache_bytes);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
                       "text/plain; version=0.0.4");
+    track_reply(s, req);
     evhttp_send_reply(req, 200, "OK", b);
     evbuffer_free(b);
     count_status(s, 200);
@@ -648,6 +673,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg) {
     (void)what;
     server *s = arg;
     if (s->draining) {
+        log_msg(LMH_LOG_WARN, "signal %d again: stopping now", (int)sig);
         event_base_loopexit(s->base, NULL); /* a second signal: stop now */
         return;
     }
@@ -658,7 +684,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg) {
         evhttp_del_accept_socket(s->http, s->sock);
         s->sock = NULL;
     }
-    if (s->active == 0) {
+    if (s->active == 0 && s->flushing == 0) {
         event_base_loopexit(s->base, NULL);
         return;
     }
