@@ -84,6 +84,19 @@ int rope_compute(json_object *cfg, const char *layer_type, int32_t rot_dims, flo
         for (int32_t i = 0; i < half; i++) inv_freq[i] = (float)(inv_freq[i] / factor);
         return 0;
     }
+    if (strcmp(type, "proportional") == 0) {
+        /* rot_dims is the whole head: the first partial_rotary_factor of its pairs rotate
+         * with exponents over the whole width, the rest get frequency 0 (pass through). */
+        double prf = 1.0;
+        GETNUM(scaling, "partial_rotary_factor", &prf);
+        if (!(prf > 0 && prf <= 1))
+            return errf(err, err_len,
+                        "config.json: partial_rotary_factor must be in (0, 1] (got %g)", prf);
+        int32_t angles = (int32_t)floor(prf * rot_dims / 2.0);
+        for (int32_t i = 0; i < half; i++)
+            inv_freq[i] = i < angles ? (float)(inv_freq[i] / factor) : 0.0f;
+        return 0;
+    }
     double orig = 0;
     GETNUM(scaling, "original_max_position_embeddings", &orig);
     if (strcmp(type, "llama3") == 0) {
@@ -147,6 +160,6 @@ int rope_compute(json_object *cfg, const char *layer_type, int32_t rot_dims, flo
     }
     return errf(err, err_len,
                 "config.json: rope_type '%s' is not supported (supported: default, linear, "
-                "llama3, yarn)",
+                "llama3, yarn, proportional)",
                 type);
 }

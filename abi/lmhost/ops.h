@@ -24,15 +24,18 @@ typedef enum lmh_op_code {
      * dimension. src1 (weight, innermost size, float dtype) may be NULL: no scaling.
      * p.f[1] is 0 for plain RMSNorm, 1 for the (1 + w) variant. */
     LMH_OP_RMS_NORM = 3,
-    /* dst = src0 + src1; src1 has dst's shape or broadcasts over rows (innermost size). */
+    /* dst = src0 + src1; src1 has dst's shape, broadcasts over rows (innermost size), or
+     * has one element (a scalar, e.g. a per-layer scale tensor). */
     LMH_OP_ADD = 4,
     /* dst = src0 * src1, same broadcast as ADD. */
     LMH_OP_MUL = 5,
     /* dst = src0 * p.f[0]. */
     LMH_OP_SCALE = 6,
-    /* dst = silu(src0) * src1 (the SwiGLU gate). */
+    /* dst = silu(src0) * src1 (the SwiGLU gate). With src1 NULL, src0 is [rows, 2d] holding
+     * gate and up side by side (a fused gate_up projection) and dst [rows, d] =
+     * silu(src0[:, :d]) * src0[:, d:]. */
     LMH_OP_SWIGLU = 7,
-    /* dst = gelu_tanh(src0) * src1 (the GeGLU gate). */
+    /* dst = gelu_tanh(src0) * src1 (the GeGLU gate); src1 NULL: the fused form as SWIGLU. */
     LMH_OP_GEGLU = 8,
     /* Rotary embedding. src0/dst f32 [n, heads, head_dim]; src1 i32 [n] positions;
      * src2 f32 [p.i[0]/2] inverse frequencies. p.i[0]: rotated dims (<= head_dim; the
@@ -68,6 +71,10 @@ typedef enum lmh_op_code {
     /* dst f32 [n, d] = sum_j src1[r, j] * src0[r, j, :]; src0 f32 [n, k, d], src1 f32
      * [n, k] (routing weights). */
     LMH_OP_MOE_COMBINE = 15,
+    /* dst f32 [b, a, c] = src0 f32 [a, b, c] with the two outer dimensions swapped:
+     * dst[j, i, :] = src0[i, j, :]. Turns [rows, parts, d] into [parts, rows, d] so that
+     * each part's rows become one contiguous view. */
+    LMH_OP_TRANSPOSE = 16,
     LMH_OP_COUNT
 } lmh_op_code;
 
@@ -89,7 +96,7 @@ static inline const char *lmh_op_name(lmh_op_code c) {
     static const char *const names[LMH_OP_COUNT] = {
         "?", "get_rows", "matmul", "rms_norm", "add", "mul", "scale",
         "swiglu", "geglu", "rope", "copy", "attention", "softcap", "moe_route", "moe_matmul",
-        "moe_combine"};
+        "moe_combine", "transpose"};
     return (unsigned)c < LMH_OP_COUNT ? names[c] : "?";
 }
 

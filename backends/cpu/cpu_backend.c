@@ -254,14 +254,24 @@ static void do_elementwise(void *arg, int64_t i0, int64_t i1, int w) {
     case LMH_OP_SCALE:
         for (int64_t i = i0; i < i1; i++) y[i] = a[i] * op->p.f[0];
         break;
-    case LMH_OP_SWIGLU: {
-        const float *bb = (const float *)DATA(bt);
-        for (int64_t i = i0; i < i1; i++) y[i] = silu(a[i]) * bb[i];
-        break;
-    }
+    case LMH_OP_SWIGLU:
     case LMH_OP_GEGLU: {
-        const float *bb = (const float *)DATA(bt);
-        for (int64_t i = i0; i < i1; i++) y[i] = gelu_tanh(a[i]) * bb[i];
+        const int gelu = op->code == LMH_OP_GEGLU;
+        if (bt) {
+            const float *bb = (const float *)DATA(bt);
+            if (gelu)
+                for (int64_t i = i0; i < i1; i++) y[i] = gelu_tanh(a[i]) * bb[i];
+            else
+                for (int64_t i = i0; i < i1; i++) y[i] = silu(a[i]) * bb[i];
+        } else {
+            /* fused: each source row is [gate | up] */
+            const int64_t d = inner(op->dst);
+            for (int64_t i = i0; i < i1; i++) {
+                const float *row = a + (i / d) * 2 * d;
+                float g = row[i % d];
+                y[i] = (gelu ? gelu_tanh(g) : silu(g)) * row[d + i % d];
+            }
+        }
         break;
     }
     case LMH_OP_SOFTCAP: {
@@ -270,6 +280,20 @@ static void do_elementwise(void *arg, int64_t i0, int64_t i1, int w) {
         break;
     }
     default: break;
+    }
+}
+
+static void do_transpose(void *arg, int64_t r0, int64_t r1, int w) {
+    (void)w;
+    const job *j = arg;
+    const lmh_op *op = j->op;
+    const lmh_tensor *x = op->src[0];
+    const int64_t A = x->ne[0], B = x->ne[1], c = x->ne[2];
+    const float *src = (const float *)DATA(x);
+    float *dst = (float *)DATA(op->dst);
+    for (int64_t r = r0; r < r1; r++) { /* dst row r = (j, i) */
+        int64_t jj = r / A, ii = r % A;
+        memcpy(dst + r * c, src + (ii * B + jj) * c, (size_t)c * sizeof(float));
     }
 }
 
@@ -575,7 +599,8 @@ static int check_op(const lmh_op *op) {
     case LMH_OP_MUL:
         if (!b || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !is_float(b->dtype)) break;
         if (lmh_nelem(a) != lmh_nelem(d)) return LMH_ESHAPE;
-        if (lmh_nelem(b) != lmh_nelem(a) && lmh_nelem(b) != inner(a)) return LMH_ESHAPE;
+        if (lmh_nelem(b) != lmh_nelem(a) && lmh_nelem(b) != inner(a) && lmh_nelem(b) != 1)
+            return LMH_ESHAPE;
         if (lmh_nelem(b) == 0) return LMH_ESHAPE;
         return LMH_OK;
     case LMH_OP_SCALE:
@@ -585,9 +610,18 @@ static int check_op(const lmh_op *op) {
         return lmh_nelem(a) == lmh_nelem(d) ? LMH_OK : LMH_ESHAPE;
     case LMH_OP_SWIGLU:
     case LMH_OP_GEGLU:
-        if (!b || a->dtype != LMH_F32 || b->dtype != LMH_F32 || d->dtype != LMH_F32) break;
+        if (a->dtype != LMH_F32 || d->dtype != LMH_F32 || (b && b->dtype != LMH_F32)) break;
+        if (!b) /* fused [rows, 2d] -> [rows, d] */
+            return inner(a) == 2 * inner(d) && lmh_nelem(a) == 2 * lmh_nelem(d) ? LMH_OK
+                                                                             : LMH_ESHAPE;
         return lmh_nelem(a) == lmh_nelem(d) && lmh_nelem(b) == lmh_nelem(d) ? LMH_OK
                                                                           : LMH_ESHAPE;
+    case LMH_OP_TRANSPOSE:
+        if (a->dtype != LMH_F32 || d->dtype != LMH_F32) break;
+        if (a->ndim != 3 || d->ndim != 3 || d->ne[0] != a->ne[1] || d->ne[1] != a->ne[0] ||
+            d->ne[2] != a->ne[2])
+            return LMH_ESHAPE;
+        return LMH_OK;
     case LMH_OP_ROPE:
         if (!b || !c || a->dtype != LMH_F32 || d->dtype != LMH_F32 || b->dtype != LMH_I32 ||
             c->dtype != LMH_F32)
@@ -703,6 +737,11 @@ static int cpu_enqueue(lmh_backend *b, const lmh_op *op) {
     case LMH_OP_ROPE:
         cpu_pool_run(b->pool, a->ne[0], 1, do_rope, &j);
         break;
+    case LMH_OP_TRANSPOSE: {
+        int64_t rows = a->ne[0] * a->ne[1];
+        cpu_pool_run(b->pool, rows, grain_for(rows, th, 16), do_transpose, &j);
+        break;
+    }
     case LMH_OP_ATTENTION: {
         int64_t n_kv = op->p.i[0] > 0 ? op->p.i[0] : 1;
         j.scratch_per = n_kv;
@@ -779,7 +818,7 @@ static int cpu_init(const lmh_host_api *host, char *err, size_t err_len) {
 static const char *const weight_dtypes[] = {"f32", "f16", "bf16", NULL};
 static const char *const ops[] = {"get_rows", "matmul", "rms_norm", "add",  "mul",       "scale",
                                   "swiglu",   "geglu",  "rope",     "copy", "attention", "softcap",
-                                  "moe_route", "moe_matmul", "moe_combine", NULL};
+                                  "moe_route", "moe_matmul", "moe_combine", "transpose", NULL};
 
 static const lmh_backend_api api = {
     .size = sizeof(lmh_backend_api),
