@@ -83,18 +83,15 @@ int cli_bench(int argc, char **argv) {
     cli_opt opts[] = {{"--model", &a.model, NULL, 0},
                       {"--prompt", &prompt_s, NULL, 0},
                       {"--gen", &gen_s, NULL, 0},
-                      {"--threads", &a.threads, NULL, 0},
-                      {"--backend", &a.backend, NULL, 0},
-                      {"--cache", &a.cache, NULL, 0},
-                      {"--plugin-dir", &a.plugin_dir, NULL, 0},
+                      MODEL_ARG_OPTS(a),
                       {"--chunk", &chunk_s, NULL, 0},
                       {"--no-bandwidth", NULL, &no_bw, 0},
                       {"--help", NULL, &help, 0},
                       {0}};
     if (cli_parse(argc, argv, opts)) return 2;
     if (help) {
-        printf("usage: lmhost bench --model DIR [--prompt N] [--gen N] [--threads N] "
-               "[--backend NAME] [--cache NAME] [--chunk N] [--no-bandwidth]\n");
+        printf("usage: lmhost bench --model DIR [--prompt N] [--gen N] [--chunk N] "
+               "[--no-bandwidth] " MODEL_ARG_HELP "\n");
         return 0;
     }
     int64_t n_prompt = 128, n_gen = 32, chunk = 512, threads = 0;
@@ -184,6 +181,11 @@ int cli_bench(int argc, char **argv) {
             printf("cache rows per sequence, full-attention layers: %d..%d in %d layers\n",
                    rows_min, rows_max, count);
     }
+    for (int i = 0; i < s2.n_backends; i++)
+        printf("backend %s memory: weights %.1f MiB (+%.1f MiB used in place from the file), "
+               "cache and scratch %.1f MiB\n",
+               s2.backend[i].name, (double)s2.backend[i].weights / 1048576.0,
+               (double)s2.backend[i].mapped / 1048576.0, (double)s2.backend[i].other / 1048576.0);
     printf("peak resident memory: %.1f MiB\n", (double)ru.ru_maxrss / 1024.0);
     if (!no_bw) {
         int bw_threads = threads > 0 ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN);

@@ -23,8 +23,19 @@ int cli_ids(const char *opt, const char *s, int32_t **ids, int32_t *n);
 
 /* Options every model command takes. */
 typedef struct model_args {
-    const char *model, *backend, *cache, *threads, *plugin_dir, *tokens;
+    const char *model, *backend, *cache, *threads, *plugin_dir, *tokens, *gpu_layers, *device;
 } model_args;
+
+/* The option-table rows of model_args (placed in each command's table). */
+#define MODEL_ARG_OPTS(a)                                                                      \
+    {"--backend", &(a).backend, NULL, 0}, {"--cache", &(a).cache, NULL, 0},                    \
+        {"--threads", &(a).threads, NULL, 0}, {"--plugin-dir", &(a).plugin_dir, NULL, 0},     \
+        {"--gpu-layers", &(a).gpu_layers, NULL, 0}, {"--device", &(a).device, NULL, 0}
+
+#define MODEL_ARG_HELP                                                                         \
+    "[--backend NAME] [--gpu-layers N] [--device N] [--cache NAME] [--threads N] "             \
+    "[--plugin-dir DIR]"
+
 
 struct engine;
 struct registry;

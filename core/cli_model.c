@@ -159,11 +159,13 @@ engine *cli_open_engine(const model_args *a, registry *reg) {
         fprintf(stderr, "lmhost: --model DIR is required\n");
         return NULL;
     }
-    int64_t th = 0;
+    int64_t th = 0, gl = -1, dev = 0;
     if (a->threads && cli_int("--threads", a->threads, 1, 1024, &th)) return NULL;
+    if (a->gpu_layers && cli_int("--gpu-layers", a->gpu_layers, 0, 1 << 20, &gl)) return NULL;
+    if (a->device && cli_int("--device", a->device, 0, 255, &dev)) return NULL;
     if (registry_load(reg, a->plugin_dir)) return NULL;
     engine_opts o = {.model_dir = a->model, .backend = a->backend, .cache = a->cache,
-                     .threads = (int)th};
+                     .threads = (int)th, .gpu_layers = (int)gl, .device = (int)dev};
     char err[2048];
     engine *e = engine_open(reg, &o, err, sizeof err);
     if (!e) fprintf(stderr, "lmhost: %s\n", err);
@@ -204,16 +206,14 @@ int cli_logits(int argc, char **argv) {
     model_args a = {0};
     const char *out = NULL, *chunk_s = NULL;
     int help = 0;
-    cli_opt opts[] = {{"--model", &a.model, NULL, 0},     {"--tokens", &a.tokens, NULL, 0},
-                      {"--out", &out, NULL, 0},           {"--backend", &a.backend, NULL, 0},
-                      {"--cache", &a.cache, NULL, 0},     {"--threads", &a.threads, NULL, 0},
-                      {"--plugin-dir", &a.plugin_dir, NULL, 0},
-                      {"--chunk", &chunk_s, NULL, 0},     {"--help", NULL, &help, 0},
+    cli_opt opts[] = {{"--model", &a.model, NULL, 0}, {"--tokens", &a.tokens, NULL, 0},
+                      {"--out", &out, NULL, 0},       MODEL_ARG_OPTS(a),
+                      {"--chunk", &chunk_s, NULL, 0}, {"--help", NULL, &help, 0},
                       {0}};
     if (cli_parse(argc, argv, opts)) return 2;
     if (help) {
-        printf("usage: lmhost logits --model DIR --tokens 1,2,3 --out F.npy [--backend NAME] "
-               "[--cache NAME] [--threads N] [--chunk N] [--plugin-dir DIR]\n");
+        printf("usage: lmhost logits --model DIR --tokens 1,2,3 --out F.npy [--chunk N] "
+               MODEL_ARG_HELP "\n");
         return 0;
     }
     if (!a.tokens || !out) {
@@ -276,10 +276,7 @@ int cli_generate(int argc, char **argv) {
                       {"--min-p", &minp_s, NULL, 0},
                       {"--repetition-penalty", &rep_s, NULL, 0},
                       {"--seed", &seed_s, NULL, 0},
-                      {"--backend", &a.backend, NULL, 0},
-                      {"--cache", &a.cache, NULL, 0},
-                      {"--threads", &a.threads, NULL, 0},
-                      {"--plugin-dir", &a.plugin_dir, NULL, 0},
+                      MODEL_ARG_OPTS(a),
                       {"--chunk", &chunk_s, NULL, 0},
                       {"--ignore-eos", NULL, &ignore_eos, 0},
                       {"--help", NULL, &help, 0},
@@ -288,8 +285,7 @@ int cli_generate(int argc, char **argv) {
     if (help) {
         printf("usage: lmhost generate --model DIR --tokens 1,2,3 --max-tokens N "
                "[--temperature T] [--top-k K] [--top-p P] [--min-p M] [--repetition-penalty R] "
-               "[--seed S] [--backend NAME] [--cache NAME] [--threads N] [--chunk N] "
-               "[--ignore-eos] [--plugin-dir DIR]\n");
+               "[--seed S] [--chunk N] [--ignore-eos] " MODEL_ARG_HELP "\n");
         return 0;
     }
     if (!a.tokens || !max_s) {

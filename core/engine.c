@@ -1,11 +1,14 @@
 /* The engine and the host services plugins call while loading and running a model.
  *
- * Placement: every layer index (and LMH_LAYER_INPUT / LMH_LAYER_OUTPUT) maps to a
- * backend. Today the whole model sits on one backend; the host API already names the
- * layer of every tensor and op so that a split (--gpu-layers) changes only this file. */
+ * Placement: every layer maps to a backend slot (all to one, or with --gpu-layers N the
+ * first N to the chosen backend and the rest to the CPU backend); embeddings go with the
+ * first layer and the output head with the last. Plugins hold host tensors
+ * (placement.h), so an activation crossing from one slot to the next is copied on use
+ * and nothing in the architecture plugins knows about the split. */
 #include "engine.h"
 #include "log.h"
 #include "model_dir.h"
+#include "placement.h"
 #include "rope_config.h"
 
 #include <errno.h>
@@ -27,33 +30,74 @@ typedef struct seg {
 
 struct lmh_fwd {
     engine *e;
-    lmh_tensor **tmp; /* scratch tensors and views, freed after the pass (views first) */
+    htensor **tmp; /* scratch tensors and views, freed after the pass (views first) */
     int n_tmp, cap_tmp;
     seg *segs;
     int n_segs;
-    lmh_tensor *positions;
+    htensor *positions;
     int failed;
     char err[512];
 };
 
 struct engine {
+    const registry *reg;
     model_dir *md;
-    const plugin *arch_p, *backend_p, *cache_p;
+    const plugin *arch_p, *cache_p;
     const lmh_arch_api *arch;
-    const lmh_backend_api *be_api;
     const lmh_cache_api *cache_api;
-    lmh_backend *be;
-    lmh_cache *cache;
+    pl_slot slots[PL_MAX_SLOTS];
+    int n_slots;
+    lmh_cache *cache[PL_MAX_SLOTS];
+    int32_t *local[PL_MAX_SLOTS]; /* global layer -> the slot cache's layer, or -1 */
+    int32_t *layer_slot;
+    int input_slot, output_slot;
+    int gpu_layers;               /* -1: every layer on the first backend */
+    lmh_backend_opts bopts;
     lmh_model *model;
-    int32_t n_layers, vocab;
+    int32_t n_layers, vocab, first_kv;
     lmh_layer_state *layers;
-    lmh_tensor **weights; /* tensors handed to the architecture plugin */
+    htensor **weights; /* tensors handed to the architecture plugin */
     int n_weights, cap_weights;
     uint64_t weight_bytes;
     int max_seq_len;
+    int n_seqs;
     char chain[512];
     char cache_format[32];
 };
+
+static int slot_of(const engine *e, int32_t layer) {
+    if (layer == LMH_LAYER_INPUT) return e->input_slot;
+    if (layer == LMH_LAYER_OUTPUT) return e->output_slot;
+    if (layer >= 0 && layer < e->n_layers && e->layer_slot) return e->layer_slot[layer];
+    return 0;
+}
+
+/* Starts a backend instance of plugin `name` in slot `s`. */
+static int start_backend(engine *e, int s, const char *name, char *err, size_t err_len) {
+    const plugin *p = registry_find(e->reg, LMH_KIND_BACKEND, name);
+    if (!p) {
+        char *names = registry_names(e->reg, LMH_KIND_BACKEND, 0);
+        errf(err, err_len, "unknown backend plugin '%s' (available: %s)", name,
+             names && *names ? names : "none");
+        free(names);
+        return -1;
+    }
+    pl_slot *sl = &e->slots[s];
+    sl->plugin = p;
+    sl->api = p->info->api;
+    char berr[512] = "";
+    if (sl->api->create(&host_api, &e->bopts, &sl->b, berr, sizeof berr) != 0 || !sl->b) {
+        errf(err, err_len, "backend %s failed to start: %s", name, berr[0] ? berr : "no reason");
+        memset(sl, 0, sizeof *sl);
+        return -1;
+    }
+    return 0;
+}
+
+static void stop_backend(engine *e, int s) {
+    if (e->slots[s].b) e->slots[s].api->destroy(e->slots[s].b);
+    memset(&e->slots[s], 0, sizeof e->slots[s]);
+}
 
 /* ---- load-time services ---------------------------------------------------------- */
 
@@ -162,6 +206,18 @@ static int host_declare_model(lmh_load_ctx *ld, int32_t n_layers, int32_t vocab)
     if (!e->layers) return host_fail(ld, "out of memory");
     e->n_layers = n_layers;
     e->vocab = vocab;
+    e->layer_slot = calloc((size_t)n_layers, sizeof *e->layer_slot);
+    if (!e->layer_slot) return host_fail(ld, "out of memory");
+    if (e->gpu_layers >= 0 && e->gpu_layers < n_layers) {
+        /* the rest of the layers go to the CPU backend, in a slot of their own */
+        char err[512];
+        if (e->n_slots < 2 && start_backend(e, 1, "cpu", err, sizeof err) != 0)
+            return host_fail(ld, "--gpu-layers: %s", err);
+        e->n_slots = 2;
+        for (int32_t l = e->gpu_layers; l < n_layers; l++) e->layer_slot[l] = 1;
+    }
+    e->input_slot = e->layer_slot[0];
+    e->output_slot = e->layer_slot[n_layers - 1];
     return LMH_OK;
 }
 
@@ -194,50 +250,54 @@ static void shape_str(char *buf, size_t len, int32_t ndim, const int64_t *ne) {
     if (o < len) snprintf(buf + o, len - o, "]");
 }
 
-static int track_weight(engine *e, lmh_tensor *t) {
+static htensor *track_weight(engine *e, htensor *t) {
+    if (!t) return NULL;
     if (e->n_weights == e->cap_weights) {
         int cap = e->cap_weights ? e->cap_weights * 2 : 64;
-        lmh_tensor **n = realloc(e->weights, (size_t)cap * sizeof *n);
-        if (!n) return -1;
+        htensor **n = realloc(e->weights, (size_t)cap * sizeof *n);
+        if (!n) return NULL;
         e->weights = n;
         e->cap_weights = cap;
     }
     e->weights[e->n_weights++] = t;
-    return 0;
+    return t;
 }
 
-static lmh_tensor *make_weight(lmh_load_ctx *ld, lmh_dtype dt, int32_t ndim, const int64_t *ne,
-                               const void *data, const char *what) {
+/* A weight on the backend of `layer`: the mapped file itself where the backend computes
+ * from host memory (no copy at load), else a device copy. */
+static lmh_tensor *make_weight(lmh_load_ctx *ld, int32_t layer, lmh_dtype dt, int32_t ndim,
+                               const int64_t *ne, const void *data, const char *what) {
     engine *e = ld->e;
-    lmh_tensor *t = NULL;
+    int s = slot_of(e, layer);
+    pl_slot *sl = &e->slots[s];
     size_t bytes = lmh_dtype_size(dt);
     for (int i = 0; i < ndim; i++) bytes *= (size_t)ne[i];
-    /* Keep the mapping when the backend can compute from host memory: no copy at load. */
-    if (e->be_api->tensor_wrap) t = e->be_api->tensor_wrap(e->be, dt, ndim, ne, data);
-    if (!t) {
-        t = e->be_api->tensor_new(e->be, dt, ndim, ne, LMH_TENSOR_WEIGHT);
-        if (!t) {
-            host_fail(ld, "out of backend memory loading %s (%zu bytes)", what, bytes);
+    lmh_tensor *p = sl->api->tensor_wrap ? sl->api->tensor_wrap(sl->b, dt, ndim, ne, data) : NULL;
+    if (!p) {
+        p = sl->api->tensor_new(sl->b, dt, ndim, ne, LMH_TENSOR_WEIGHT);
+        if (!p) {
+            host_fail(ld, "out of %s memory loading %s (%zu bytes)", sl->plugin->info->name, what,
+                      bytes);
             return NULL;
         }
-        if (e->be_api->upload(e->be, t, 0, data, bytes) != 0) {
-            e->be_api->tensor_free(e->be, t);
+        if (sl->api->upload(sl->b, p, 0, data, bytes) != 0) {
+            sl->api->tensor_free(sl->b, p);
             host_fail(ld, "upload of %s failed", what);
             return NULL;
         }
     }
-    if (track_weight(e, t) != 0) {
-        e->be_api->tensor_free(e->be, t);
+    htensor *t = track_weight(e, pl_adopt(p, s, 1));
+    if (!t) {
+        sl->api->tensor_free(sl->b, p);
         host_fail(ld, "out of memory");
         return NULL;
     }
     e->weight_bytes += bytes;
-    return t;
+    return &t->pub;
 }
 
-static lmh_tensor *host_weight(lmh_load_ctx *ld, int32_t layer, const char *name, int32_t ndim,
-                               const int64_t *ne) {
-    (void)layer; /* one backend for every layer today; see the note at the top */
+static const st_tensor *find_checked(lmh_load_ctx *ld, const char *name, int32_t ndim,
+                                     const int64_t *ne) {
     const st_tensor *t = md_find(ld->e->md, name);
     if (!t) {
         host_fail(ld, "missing tensor %s in %s", name, md_path(ld->e->md));
@@ -260,77 +320,66 @@ static lmh_tensor *host_weight(lmh_load_ctx *ld, int32_t layer, const char *name
                   lmh_dtype_name(t->dtype));
         return NULL;
     }
-    return make_weight(ld, t->dtype, t->ndim, t->ne, t->data, name);
+    return t;
+}
+
+static lmh_tensor *host_weight(lmh_load_ctx *ld, int32_t layer, const char *name, int32_t ndim,
+                               const int64_t *ne) {
+    const st_tensor *t = find_checked(ld, name, ndim, ne);
+    return t ? make_weight(ld, layer, t->dtype, t->ndim, t->ne, t->data, name) : NULL;
 }
 
 static lmh_tensor *host_weight_stack(lmh_load_ctx *ld, int32_t layer, const char *fmt,
                                      int32_t count, int32_t ndim, const int64_t *ne) {
-    (void)layer;
     engine *e = ld->e;
     if (count <= 0 || ndim < 1 || ndim >= LMH_MAX_DIMS) {
         host_fail(ld, "weight_stack: bad count %d or rank %d", count, ndim);
         return NULL;
     }
+    int s = slot_of(e, layer);
+    pl_slot *sl = &e->slots[s];
     int64_t sne[LMH_MAX_DIMS] = {count};
     memcpy(sne + 1, ne, (size_t)ndim * sizeof *ne);
-    lmh_tensor *t = NULL;
+    lmh_tensor *p = NULL;
     size_t slice = 0;
     for (int32_t i = 0; i < count; i++) {
         char name[512];
         snprintf(name, sizeof name, fmt, i);
-        const st_tensor *st = md_find(e->md, name);
-        if (!st) {
-            host_fail(ld, "missing tensor %s in %s", name, md_path(e->md));
-            goto bad;
-        }
-        int same = st->ndim == ndim;
-        for (int d = 0; same && d < ndim; d++) same = st->ne[d] == ne[d];
-        if (!same) {
-            char want[128], have[128];
-            shape_str(want, sizeof want, ndim, ne);
-            shape_str(have, sizeof have, st->ndim, st->ne);
-            host_fail(ld, "shape mismatch for tensor %s: checkpoint has %s, config implies %s",
-                      name, have, want);
-            goto bad;
-        }
-        if (!t) {
-            if (st->dtype != LMH_F32 && st->dtype != LMH_F16 && st->dtype != LMH_BF16) {
-                host_fail(ld, "tensor %s has dtype %s; weights must be f32, f16 or bf16", name,
-                          lmh_dtype_name(st->dtype));
-                goto bad;
-            }
-            t = e->be_api->tensor_new(e->be, st->dtype, ndim + 1, sne, LMH_TENSOR_WEIGHT);
+        const st_tensor *st = find_checked(ld, name, ndim, ne);
+        if (!st) goto bad;
+        if (!p) {
             slice = lmh_dtype_size(st->dtype);
             for (int d = 0; d < ndim; d++) slice *= (size_t)ne[d];
-            if (!t) {
+            p = sl->api->tensor_new(sl->b, st->dtype, ndim + 1, sne, LMH_TENSOR_WEIGHT);
+            if (!p) {
                 host_fail(ld, "out of backend memory stacking %s (%d x %zu bytes)", fmt, count,
                           slice);
                 goto bad;
             }
-        } else if (st->dtype != t->dtype) {
+        } else if (st->dtype != p->dtype) {
             host_fail(ld, "tensor %s is %s; the others of its stack are %s", name,
-                      lmh_dtype_name(st->dtype), lmh_dtype_name(t->dtype));
+                      lmh_dtype_name(st->dtype), lmh_dtype_name(p->dtype));
             goto bad;
         }
-        if (e->be_api->upload(e->be, t, (size_t)i * slice, st->data, slice) != 0) {
+        if (sl->api->upload(sl->b, p, (size_t)i * slice, st->data, slice) != 0) {
             host_fail(ld, "upload of %s failed", name);
             goto bad;
         }
     }
-    if (track_weight(e, t) != 0) {
+    htensor *t = track_weight(e, pl_adopt(p, s, 1));
+    if (!t) {
         host_fail(ld, "out of memory");
         goto bad;
     }
     e->weight_bytes += slice * (size_t)count;
-    return t;
+    return &t->pub;
 bad:
-    if (t) e->be_api->tensor_free(e->be, t);
+    if (p) sl->api->tensor_free(sl->b, p);
     return NULL;
 }
 
 static lmh_tensor *host_constant(lmh_load_ctx *ld, int32_t layer, lmh_dtype dtype, int32_t ndim,
                                  const int64_t *ne, const void *data) {
-    (void)layer;
     if (ndim < 1 || ndim > LMH_MAX_DIMS) {
         host_fail(ld, "constant with %d dims", ndim);
         return NULL;
@@ -340,17 +389,20 @@ static lmh_tensor *host_constant(lmh_load_ctx *ld, int32_t layer, lmh_dtype dtyp
     size_t bytes = lmh_dtype_size(dtype);
     for (int i = 0; i < ndim; i++) bytes *= (size_t)ne[i];
     engine *e = ld->e;
-    lmh_tensor *t = e->be_api->tensor_new(e->be, dtype, ndim, ne, LMH_TENSOR_WEIGHT);
-    if (!t || e->be_api->upload(e->be, t, 0, data, bytes) != 0 || track_weight(e, t) != 0) {
-        if (t) e->be_api->tensor_free(e->be, t);
+    int s = slot_of(e, layer);
+    htensor *t = pl_new(e->slots, s, dtype, ndim, ne, LMH_TENSOR_WEIGHT);
+    if (!t || e->slots[s].api->upload(e->slots[s].b, t->phys[s], 0, data, bytes) != 0 ||
+        !track_weight(e, t)) {
+        pl_free(e->slots, t);
         host_fail(ld, "cannot allocate a constant of %zu bytes", bytes);
         return NULL;
     }
-    return t;
+    return &t->pub;
 }
 
 /* ---- forward-pass services ------------------------------------------------------- */
 
+static void fwd_failf(lmh_fwd *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void fwd_failf(lmh_fwd *f, const char *fmt, ...) {
     if (f->failed) return;
     va_list ap;
@@ -360,77 +412,88 @@ static void fwd_failf(lmh_fwd *f, const char *fmt, ...) {
     f->failed = 1;
 }
 
-static int fwd_track(lmh_fwd *f, lmh_tensor *t) {
+static htensor *fwd_track(lmh_fwd *f, htensor *t) {
+    if (!t) return NULL;
     if (f->n_tmp == f->cap_tmp) {
         int cap = f->cap_tmp ? f->cap_tmp * 2 : 256;
-        lmh_tensor **n = realloc(f->tmp, (size_t)cap * sizeof *n);
-        if (!n) return -1;
+        htensor **n = realloc(f->tmp, (size_t)cap * sizeof *n);
+        if (!n) {
+            pl_free(f->e->slots, t);
+            return NULL;
+        }
         f->tmp = n;
         f->cap_tmp = cap;
     }
     f->tmp[f->n_tmp++] = t;
-    return 0;
+    return t;
 }
 
 static lmh_tensor *host_fwd_tensor(lmh_fwd *f, int32_t layer, lmh_dtype dtype, int32_t ndim,
                                    const int64_t *ne) {
-    (void)layer;
-    engine *e = f->e;
-    lmh_tensor *t = e->be_api->tensor_new(e->be, dtype, ndim, ne, 0);
+    if (ndim < 1 || ndim > LMH_MAX_DIMS) {
+        fwd_failf(f, "scratch tensor with %d dims", ndim);
+        return NULL;
+    }
+    htensor *t = fwd_track(f, pl_new(f->e->slots, slot_of(f->e, layer), dtype, ndim, ne, 0));
     if (!t) {
         fwd_failf(f, "out of backend memory for a %dD scratch tensor", ndim);
         return NULL;
     }
-    if (fwd_track(f, t) != 0) {
-        e->be_api->tensor_free(e->be, t);
-        fwd_failf(f, "out of memory");
-        return NULL;
-    }
-    return t;
+    return &t->pub;
 }
 
 static lmh_tensor *host_fwd_view(lmh_fwd *f, lmh_tensor *t, int64_t offset, int32_t ndim,
                                  const int64_t *ne) {
-    engine *e = f->e;
     if (!t) return NULL;
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) n *= ne[i];
-    if (ndim < 1 || ndim > LMH_MAX_DIMS || offset < 0 || offset + n > lmh_nelem(t)) {
+    if (ndim < 1 || ndim > LMH_MAX_DIMS || offset < 0 || n < 0 || offset + n > lmh_nelem(t)) {
         fwd_failf(f, "view of %lld elements at %lld exceeds a tensor of %lld", (long long)n,
                   (long long)offset, (long long)lmh_nelem(t));
         return NULL;
     }
-    lmh_tensor *v = e->be_api->tensor_view(e->be, t, (size_t)offset * lmh_dtype_size(t->dtype),
-                                           t->dtype, ndim, ne);
-    if (!v || fwd_track(f, v) != 0) {
-        if (v) e->be_api->tensor_free(e->be, v);
-        fwd_failf(f, "out of memory for a view");
-        return NULL;
-    }
-    return v;
+    htensor *v = fwd_track(f, pl_view(HT(t), (size_t)offset * lmh_dtype_size(t->dtype), ndim, ne));
+    if (!v) fwd_failf(f, "out of memory for a view");
+    return v ? &v->pub : NULL;
 }
 
 static int host_fwd_op(lmh_fwd *f, int32_t layer, const lmh_op *op) {
-    (void)layer;
+    engine *e = f->e;
     if (f->failed) return LMH_EINVAL;
     if (!op->dst) {
         fwd_failf(f, "op %s without a destination", lmh_op_name(op->code));
         return LMH_EINVAL;
     }
-    int rc = f->e->be_api->enqueue(f->e->be, op);
-    if (rc != 0)
-        fwd_failf(f, "backend %s cannot run op %s (%s)", f->e->backend_p->info->name,
+    int s = slot_of(e, layer);
+    lmh_op p = *op;
+    for (int i = 0; i < LMH_OP_MAX_SRC; i++)
+        if (op->src[i] && !(p.src[i] = pl_on(e->slots, HT(op->src[i]), s, 0))) goto oom;
+    int in_place = 0;
+    for (int i = 0; i < LMH_OP_MAX_SRC; i++) in_place |= op->src[i] == op->dst;
+    if (!(p.dst = pl_on(e->slots, HT(op->dst), s, !in_place))) goto oom;
+    int rc = e->slots[s].api->enqueue(e->slots[s].b, &p);
+    if (rc != 0) {
+        fwd_failf(f, "backend %s cannot run op %s (%s)", e->slots[s].plugin->info->name,
                   lmh_op_name(op->code), rc == LMH_EUNSUPPORTED ? "unsupported" : "bad operands");
-    return rc;
+        return rc;
+    }
+    pl_written(HT(op->dst), s);
+    if (op->code == LMH_OP_MOE_ROUTE && op->src[1]) pl_written(HT(op->src[1]), s);
+    return LMH_OK;
+oom:
+    fwd_failf(f, "out of %s memory placing the operands of %s", e->slots[s].plugin->info->name,
+              lmh_op_name(op->code));
+    return LMH_ENOMEM;
 }
 
-static lmh_tensor *row_view(lmh_fwd *f, lmh_tensor *t, int32_t r0, int32_t n) {
-    int64_t ne[LMH_MAX_DIMS];
-    int64_t row = 1;
+/* Rows [r0, r0 + n) of a backend tensor, as a backend view (the caller frees it). */
+static lmh_tensor *row_view(const pl_slot *sl, lmh_tensor *t, int32_t r0, int32_t n) {
+    int64_t ne[LMH_MAX_DIMS], row = 1;
     for (int i = 1; i < t->ndim; i++) row *= t->ne[i];
     memcpy(ne, t->ne, sizeof ne);
     ne[0] = n;
-    return host_fwd_view(f, t, (int64_t)r0 * row, t->ndim, ne);
+    return sl->api->tensor_view(sl->b, t, (size_t)(r0 * row) * lmh_dtype_size(t->dtype), t->dtype,
+                                t->ndim, ne);
 }
 
 static int host_fwd_attention(lmh_fwd *f, int32_t layer, lmh_tensor *q, lmh_tensor *k,
@@ -441,22 +504,39 @@ static int host_fwd_attention(lmh_fwd *f, int32_t layer, lmh_tensor *q, lmh_tens
         fwd_failf(f, "attention on layer %d, which declared no attention state", layer);
         return LMH_EINVAL;
     }
+    if (!q || !k || !v || !out) return LMH_EINVAL;
+    int s = slot_of(e, layer);
+    const pl_slot *sl = &e->slots[s];
+    lmh_tensor *pq = pl_on(e->slots, HT(q), s, 0), *pk = pl_on(e->slots, HT(k), s, 0),
+               *pv = pl_on(e->slots, HT(v), s, 0), *pp = pl_on(e->slots, f->positions, s, 0),
+               *po = pl_on(e->slots, HT(out), s, 0);
+    if (!pq || !pk || !pv || !pp || !po) {
+        fwd_failf(f, "out of backend memory for attention operands");
+        return LMH_ENOMEM;
+    }
+    lmh_cache *c = e->cache[s];
+    int32_t ll = e->local[s][layer];
     /* Each sequence's rows go to its own cache entry. */
-    for (int s = 0; s < f->n_segs; s++) {
-        const seg *g = &f->segs[s];
-        lmh_tensor *qs = row_view(f, q, g->r0, g->n), *ks = row_view(f, k, g->r0, g->n);
-        lmh_tensor *vs = row_view(f, v, g->r0, g->n), *os = row_view(f, out, g->r0, g->n);
-        int64_t pn = g->n;
-        lmh_tensor *ps = host_fwd_view(f, f->positions, g->r0, 1, &pn);
-        if (f->failed) return LMH_EINVAL;
-        int rc = e->cache_api->append(e->cache, g->seq, layer, ks, vs);
-        if (rc == 0) rc = e->cache_api->attend(e->cache, g->seq, layer, qs, ps, os, p);
+    for (int i = 0; i < f->n_segs; i++) {
+        const seg *g = &f->segs[i];
+        lmh_tensor *vq = row_view(sl, pq, g->r0, g->n), *vk = row_view(sl, pk, g->r0, g->n),
+                   *vv = row_view(sl, pv, g->r0, g->n), *vo = row_view(sl, po, g->r0, g->n),
+                   *vp = row_view(sl, pp, g->r0, g->n);
+        int rc = LMH_ENOMEM;
+        if (vq && vk && vv && vo && vp) {
+            rc = e->cache_api->append(c, g->seq, ll, vk, vv);
+            if (rc == 0) rc = e->cache_api->attend(c, g->seq, ll, vq, vp, vo, p);
+        }
+        lmh_tensor *views[] = {vq, vk, vv, vo, vp};
+        for (int j = 0; j < 5; j++)
+            if (views[j]) sl->api->tensor_free(sl->b, views[j]);
         if (rc != 0) {
             fwd_failf(f, "cache %s failed on layer %d (error %d)", e->cache_p->info->name, layer,
                       rc);
             return rc;
         }
     }
+    pl_written(HT(out), s);
     return LMH_OK;
 }
 
@@ -485,24 +565,80 @@ const lmh_host_api host_api = {
 
 /* ---- engine ------------------------------------------------------------------------ */
 
-static void free_weights(engine *e) {
-    for (int i = e->n_weights - 1; i >= 0; i--) e->be_api->tensor_free(e->be, e->weights[i]);
-    free(e->weights);
-    e->weights = NULL;
-    e->n_weights = 0;
+static void free_caches(engine *e) {
+    for (int s = 0; s < PL_MAX_SLOTS; s++) {
+        if (e->cache[s]) e->cache_api->destroy(e->cache[s]);
+        e->cache[s] = NULL;
+        free(e->local[s]);
+        e->local[s] = NULL;
+    }
 }
 
 void engine_close(engine *e) {
     if (!e) return;
-    if (e->cache) e->cache_api->destroy(e->cache);
+    free_caches(e);
     if (e->model) e->arch->unload(e->model);
-    if (e->be) {
-        free_weights(e);
-        e->be_api->destroy(e->be);
-    }
+    for (int i = e->n_weights - 1; i >= 0; i--) pl_free(e->slots, e->weights[i]);
+    free(e->weights);
+    for (int s = 0; s < PL_MAX_SLOTS; s++) stop_backend(e, s);
     free(e->layers);
+    free(e->layer_slot);
     md_close(e->md);
     free(e);
+}
+
+/* A cache on slot s for the layers placed there (target slot t of the layer map). */
+static int make_cache(engine *e, int s, int map_slot, char *err, size_t err_len) {
+    lmh_layer_state *ls = calloc((size_t)e->n_layers, sizeof *ls);
+    int32_t *local = malloc((size_t)e->n_layers * sizeof *local);
+    if (!ls || !local) {
+        free(ls);
+        free(local);
+        return errf(err, err_len, "out of memory");
+    }
+    int32_t n = 0;
+    for (int32_t l = 0; l < e->n_layers; l++) {
+        local[l] = e->layer_slot[l] == map_slot ? n : -1;
+        if (local[l] >= 0) ls[n++] = e->layers[l];
+    }
+    lmh_cache_config cc = {.size = sizeof cc,
+                           .format = e->cache_format,
+                           .n_layers = n,
+                           .layers = ls,
+                           .max_seq_len = e->max_seq_len};
+    char cerr[512] = "";
+    int rc = e->cache_api->create(&host_api, e->slots[s].api, e->slots[s].b, &cc, &e->cache[s],
+                                  cerr, sizeof cerr);
+    free(ls);
+    if (rc != 0 || !e->cache[s]) {
+        free(local);
+        e->cache[s] = NULL;
+        return errf(err, err_len, "cache %s failed to start on %s: %s", e->cache_p->info->name,
+                    e->slots[s].plugin->info->name, cerr);
+    }
+    e->local[s] = local;
+    return 0;
+}
+
+static void describe_chain(engine *e) {
+    char be[256] = "";
+    for (int s = 0; s < e->n_slots; s++) {
+        const pl_slot *sl = &e->slots[s];
+        const char *d = sl->api->describe ? sl->api->describe(sl->b) : sl->plugin->info->name;
+        int32_t first = -1, last = -1;
+        for (int32_t l = 0; l < e->n_layers; l++)
+            if (e->layer_slot[l] == s) {
+                if (first < 0) first = l;
+                last = l;
+            }
+        size_t o = strlen(be);
+        if (e->n_slots == 1)
+            snprintf(be + o, sizeof be - o, "%s", d);
+        else
+            snprintf(be + o, sizeof be - o, "%s%s[layers %d-%d]", s ? "+" : "", d, first, last);
+    }
+    snprintf(e->chain, sizeof e->chain, "arch=%s backend=%s cache=%s(%s)",
+             e->arch_p->info->name, be, e->cache_p->info->name, e->cache_format);
 }
 
 /* --cache accepts a plugin name, "name:format", or a bare format any cache offers. */
@@ -547,6 +683,10 @@ engine *engine_open(const registry *reg, const engine_opts *o, char *err, size_t
         errf(err, err_len, "out of memory");
         return NULL;
     }
+    e->reg = reg;
+    e->gpu_layers = o->gpu_layers;
+    e->bopts = (lmh_backend_opts){.size = sizeof e->bopts, .threads = o->threads,
+                                  .device = o->device};
     char merr[1024];
     e->md = md_open(o->model_dir, merr, sizeof merr);
     if (!e->md) {
@@ -568,35 +708,24 @@ engine *engine_open(const registry *reg, const engine_opts *o, char *err, size_t
         goto fail;
     }
     e->arch = e->arch_p->info->api;
-
-    const char *bname = o->backend ? o->backend : "cpu";
-    e->backend_p = registry_find(reg, LMH_KIND_BACKEND, bname);
-    if (!e->backend_p) {
-        char *names = registry_names(reg, LMH_KIND_BACKEND, 0);
-        errf(err, err_len, "unknown backend plugin '%s' (available: %s)", bname,
-             names && *names ? names : "none");
-        free(names);
-        goto fail;
-    }
-    e->be_api = e->backend_p->info->api;
     e->cache_p = pick_cache(reg, o->cache ? o->cache : "plain", e->cache_format,
                             sizeof e->cache_format, err, err_len);
     if (!e->cache_p) goto fail;
     e->cache_api = e->cache_p->info->api;
 
-    lmh_backend_opts bo = {.size = sizeof bo, .threads = o->threads, .device = 0};
-    char berr[512] = "";
-    if (e->be_api->create(&host_api, &bo, &e->be, berr, sizeof berr) != 0 || !e->be) {
-        errf(err, err_len, "backend %s failed to start: %s", bname, berr);
-        goto fail;
+    /* --gpu-layers 0 is the CPU backend alone */
+    const char *bname = o->backend ? o->backend : "cpu";
+    if (e->gpu_layers == 0) {
+        bname = "cpu";
+        e->gpu_layers = -1;
     }
+    if (start_backend(e, 0, bname, err, err_len) != 0) goto fail;
+    e->n_slots = 1;
 
     lmh_load_ctx ld = {.e = e};
     if (e->arch->load(&host_api, &ld, &e->model) != 0 || ld.failed || !e->model) {
         errf(err, err_len, "%s: %s", o->model_dir,
              ld.failed ? ld.err : "architecture plugin failed without a reason");
-        if (e->model) e->arch->unload(e->model);
-        e->model = NULL;
         goto fail;
     }
     if (!e->layers) {
@@ -604,27 +733,18 @@ engine *engine_open(const registry *reg, const engine_opts *o, char *err, size_t
              e->arch_p->info->name);
         goto fail;
     }
+    e->first_kv = -1;
+    for (int32_t l = 0; l < e->n_layers && e->first_kv < 0; l++)
+        if (e->layers[l].kind == LMH_STATE_KV) e->first_kv = l;
 
     e->max_seq_len = o->max_seq_len;
     if (!e->max_seq_len) {
         json_object *m = cfg_lookup(text_config(e), "max_position_embeddings");
         if (m && json_object_is_type(m, json_type_int)) e->max_seq_len = json_object_get_int(m);
     }
-    lmh_cache_config cc = {.size = sizeof cc,
-                           .format = e->cache_format,
-                           .n_layers = e->n_layers,
-                           .layers = e->layers,
-                           .max_seq_len = e->max_seq_len};
-    char cerr[512] = "";
-    if (e->cache_api->create(&host_api, e->be_api, e->be, &cc, &e->cache, cerr, sizeof cerr) !=
-            0 ||
-        !e->cache) {
-        errf(err, err_len, "cache %s failed to start: %s", e->cache_p->info->name, cerr);
-        goto fail;
-    }
-    const char *bdesc = e->be_api->describe ? e->be_api->describe(e->be) : bname;
-    snprintf(e->chain, sizeof e->chain, "arch=%s backend=%s cache=%s(%s)",
-             e->arch_p->info->name, bdesc, e->cache_p->info->name, e->cache_format);
+    for (int s = 0; s < e->n_slots; s++)
+        if (make_cache(e, s, s, err, err_len) != 0) goto fail;
+    describe_chain(e);
     return e;
 fail:
     engine_close(e);
@@ -639,22 +759,59 @@ const char *engine_chain(const engine *e) { return e->chain; }
 void engine_get_stats(engine *e, engine_stats *s) {
     memset(s, 0, sizeof *s);
     s->weight_bytes = e->weight_bytes;
-    if (e->cache_api->bytes) s->cache_bytes = e->cache_api->bytes(e->cache);
-    lmh_backend_mem m = {0};
-    if (e->be_api->memory) e->be_api->memory(e->be, &m);
-    s->backend_bytes = m.weights + m.other;
-    s->weight_read_bytes = m.weight_bytes_read;
+    for (int i = 0; i < e->n_slots; i++) {
+        if (e->cache_api->bytes && e->cache[i]) s->cache_bytes += e->cache_api->bytes(e->cache[i]);
+        lmh_backend_mem m = {0};
+        if (e->slots[i].api->memory) e->slots[i].api->memory(e->slots[i].b, &m);
+        s->backend_bytes += m.weights + m.other;
+        s->weight_read_bytes += m.weight_bytes_read;
+        if (i < ENGINE_MAX_BACKENDS) {
+            snprintf(s->backend[i].name, sizeof s->backend[i].name, "%s",
+                     e->slots[i].plugin->info->name);
+            s->backend[i].weights = m.weights;
+            s->backend[i].other = m.other;
+            s->backend[i].mapped = m.mapped;
+            s->n_backends = i + 1;
+        }
+    }
 }
 
-int engine_seq_add(engine *e, uint64_t seq) { return e->cache_api->seq_add(e->cache, seq); }
-void engine_seq_remove(engine *e, uint64_t seq) { e->cache_api->seq_remove(e->cache, seq); }
-int32_t engine_seq_len(engine *e, uint64_t seq) { return e->cache_api->seq_len(e->cache, seq); }
+int engine_seq_add(engine *e, uint64_t seq) {
+    for (int s = 0; s < e->n_slots; s++) {
+        int rc = e->cache_api->seq_add(e->cache[s], seq);
+        if (rc != 0) {
+            while (--s >= 0) e->cache_api->seq_remove(e->cache[s], seq);
+            return rc;
+        }
+    }
+    e->n_seqs++;
+    return 0;
+}
+
+void engine_seq_remove(engine *e, uint64_t seq) {
+    int known = e->cache_api->seq_len(e->cache[0], seq) >= 0;
+    for (int s = 0; s < e->n_slots; s++) e->cache_api->seq_remove(e->cache[s], seq);
+    if (known) e->n_seqs--;
+}
+
+int32_t engine_seq_len(engine *e, uint64_t seq) {
+    int s = e->first_kv >= 0 ? e->layer_slot[e->first_kv] : 0;
+    return e->cache_api->seq_len(e->cache[s], seq);
+}
+
 int engine_seq_trim(engine *e, uint64_t seq, int32_t len) {
-    return e->cache_api->seq_trim(e->cache, seq, len);
+    int rc = 0;
+    for (int s = 0; s < e->n_slots; s++) {
+        int r = e->cache_api->seq_trim(e->cache[s], seq, len);
+        if (r && !rc) rc = r;
+    }
+    return rc;
 }
 
 int32_t engine_layer_rows(engine *e, uint64_t seq, int32_t layer) {
-    return e->cache_api->layer_rows(e->cache, seq, layer);
+    if (layer < 0 || layer >= e->n_layers) return -1;
+    int s = e->layer_slot[layer];
+    return e->cache_api->layer_rows(e->cache[s], seq, e->local[s][layer]);
 }
 
 const lmh_layer_state *engine_layer_state(const engine *e, int32_t layer) {
@@ -663,7 +820,9 @@ const lmh_layer_state *engine_layer_state(const engine *e, int32_t layer) {
 
 static lmh_tensor *input_tensor(engine *e, lmh_fwd *f, lmh_dtype dt, int64_t n, const void *data) {
     lmh_tensor *t = host_fwd_tensor(f, LMH_LAYER_INPUT, dt, 1, &n);
-    if (t && e->be_api->upload(e->be, t, 0, data, (size_t)n * lmh_dtype_size(dt)) != 0) {
+    int s = e->input_slot;
+    if (t && e->slots[s].api->upload(e->slots[s].b, HT(t)->phys[s], 0, data,
+                                     (size_t)n * lmh_dtype_size(dt)) != 0) {
         fwd_failf(f, "upload of step inputs failed");
         return NULL;
     }
@@ -695,15 +854,14 @@ int engine_step(engine *e, const engine_row *rows, int32_t n_rows, const int32_t
                          (unsigned long long)rows[i].seq);
                     goto done;
                 }
-            int32_t len = e->cache_api->seq_len(e->cache, rows[i].seq);
-            if (len < 0) {
+            if (engine_seq_len(e, rows[i].seq) < 0) {
                 errf(err, err_len, "unknown sequence %llu", (unsigned long long)rows[i].seq);
                 goto done;
             }
             f.segs[f.n_segs++] = (seg){.seq = rows[i].seq, .r0 = i, .n = 0};
         }
         seg *g = &f.segs[f.n_segs - 1];
-        pos[i] = e->cache_api->seq_len(e->cache, g->seq) + g->n;
+        pos[i] = engine_seq_len(e, g->seq) + g->n;
         g->n++;
         if (e->max_seq_len > 0 && pos[i] >= e->max_seq_len) {
             errf(err, err_len, "sequence %llu would reach %d positions; the limit is %d",
@@ -719,7 +877,8 @@ int engine_step(engine *e, const engine_row *rows, int32_t n_rows, const int32_t
 
     lmh_batch b = {.n_rows = n_rows, .n_out = n_out};
     b.tokens = input_tensor(e, &f, LMH_I32, n_rows, tok);
-    b.positions = f.positions = input_tensor(e, &f, LMH_I32, n_rows, pos);
+    b.positions = input_tensor(e, &f, LMH_I32, n_rows, pos);
+    f.positions = b.positions ? HT(b.positions) : NULL;
     b.out_rows = input_tensor(e, &f, LMH_I32, n_out, out_rows);
     int64_t lne[2] = {n_out, e->vocab};
     b.logits = host_fwd_tensor(&f, LMH_LAYER_OUTPUT, LMH_F32, 2, lne);
@@ -731,22 +890,67 @@ int engine_step(engine *e, const engine_row *rows, int32_t n_rows, const int32_t
     if (f.failed || arc != 0) {
         errf(err, err_len, "forward pass failed: %s", f.failed ? f.err : "architecture error");
         /* The cache may hold a partial step: take every sequence back to where it was. */
-        for (int s = 0; s < f.n_segs; s++)
-            e->cache_api->seq_trim(e->cache, f.segs[s].seq, pos[f.segs[s].r0]);
+        for (int s = 0; s < f.n_segs; s++) engine_seq_trim(e, f.segs[s].seq, pos[f.segs[s].r0]);
         goto done;
     }
-    if (e->be_api->download(e->be, b.logits, 0, logits,
-                            (size_t)n_out * (size_t)e->vocab * sizeof(float)) != 0) {
+    int so = e->output_slot;
+    lmh_tensor *pl = pl_on(e->slots, HT(b.logits), so, 0);
+    if (!pl || e->slots[so].api->download(e->slots[so].b, pl, 0, logits,
+                                          (size_t)n_out * (size_t)e->vocab * sizeof(float)) != 0) {
         errf(err, err_len, "reading logits back failed");
         goto done;
     }
     rc = 0;
 done:
     /* Views before the tensors they view: free in reverse order of creation. */
-    for (int i = f.n_tmp - 1; i >= 0; i--) e->be_api->tensor_free(e->be, f.tmp[i]);
+    for (int i = f.n_tmp - 1; i >= 0; i--) pl_free(e->slots, f.tmp[i]);
     free(f.tmp);
     free(f.segs);
     free(tok);
     free(pos);
     return rc;
+}
+
+int engine_seq_count(const engine *e) { return e->n_seqs; }
+
+int engine_swap_backend(engine *e, const char *name, char *err, size_t err_len) {
+    if (e->n_slots != 1)
+        return errf(err, err_len, "a model split over backends (--gpu-layers) cannot move");
+    if (e->n_seqs)
+        return errf(err, err_len, "%d sequences are still running", e->n_seqs);
+    const int t = 1; /* the new backend starts in a spare slot */
+    if (start_backend(e, t, name, err, err_len) != 0) return -1;
+    /* Weights first, then an empty cache; the old backend serves until both succeed. */
+    int ok = 1;
+    for (int i = 0; ok && i < e->n_weights; i++) ok = pl_on(e->slots, e->weights[i], t, 0) != NULL;
+    if (ok && make_cache(e, t, 0, err, err_len) != 0) ok = -1;
+    if (ok != 1) {
+        if (ok == 0) errf(err, err_len, "out of %s memory moving the weights", name);
+        for (int i = 0; i < e->n_weights; i++) pl_drop(e->slots, e->weights[i], t);
+        if (e->cache[t]) e->cache_api->destroy(e->cache[t]);
+        e->cache[t] = NULL;
+        free(e->local[t]);
+        e->local[t] = NULL;
+        stop_backend(e, t);
+        return -1;
+    }
+    /* Commit: drop the old copies and move the new slot into place. */
+    e->cache_api->destroy(e->cache[0]);
+    free(e->local[0]);
+    for (int i = 0; i < e->n_weights; i++) {
+        htensor *w = e->weights[i];
+        pl_drop(e->slots, w, 0);
+        w->phys[0] = w->phys[t];
+        w->phys[t] = NULL;
+        w->valid = 1u;
+    }
+    stop_backend(e, 0);
+    e->slots[0] = e->slots[t];
+    memset(&e->slots[t], 0, sizeof e->slots[t]);
+    e->cache[0] = e->cache[t];
+    e->local[0] = e->local[t];
+    e->cache[t] = NULL;
+    e->local[t] = NULL;
+    describe_chain(e);
+    return 0;
 }

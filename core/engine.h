@@ -13,6 +13,9 @@ typedef struct engine_opts {
     const char *backend;      /* backend plugin name; NULL: "cpu" */
     const char *cache;        /* cache plugin name, optionally "name:format"; NULL: "plain" */
     int threads;              /* 0: all cores */
+    int device;               /* device index for backends with several */
+    int gpu_layers;           /* -1: every layer on `backend`; N: the first N there, the rest
+                                 on the CPU backend; 0: the CPU backend alone */
     int max_seq_len;          /* 0: the model's max_position_embeddings or unbounded */
 } engine_opts;
 
@@ -23,11 +26,18 @@ typedef struct engine_row {
     int32_t token;
 } engine_row;
 
+#define ENGINE_MAX_BACKENDS 2
+
 typedef struct engine_stats {
     uint64_t weight_bytes;      /* all weights of the checkpoint as loaded */
-    uint64_t weight_read_bytes; /* weights one decode step reads (all but unread tables) */
+    uint64_t weight_read_bytes; /* weight bytes read by ops so far (all backends) */
     uint64_t cache_bytes;
     uint64_t backend_bytes;     /* backend memory beyond mapped weights */
+    int n_backends;
+    struct {
+        char name[32];
+        uint64_t weights, other, mapped; /* device memory by use; mapped: used in place */
+    } backend[ENGINE_MAX_BACKENDS];
 } engine_stats;
 
 engine *engine_open(const registry *reg, const engine_opts *o, char *err, size_t err_len);
@@ -48,6 +58,12 @@ int engine_seq_trim(engine *e, uint64_t seq, int32_t len);
 int32_t engine_layer_rows(engine *e, uint64_t seq, int32_t layer);
 /* The state layer `layer` declared. */
 const lmh_layer_state *engine_layer_state(const engine *e, int32_t layer);
+
+/* Sequences alive now. */
+int engine_seq_count(const engine *e);
+/* Moves the model to backend plugin `name` (no sequence may be alive). On failure the old
+ * backend keeps serving and err says why. */
+int engine_swap_backend(engine *e, const char *name, char *err, size_t err_len);
 
 /* One forward step. Each row's position continues its sequence. Writes the logits of
  * rows out_rows[0..n_out) into logits[n_out * vocab]. */

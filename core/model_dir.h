@@ -25,6 +25,10 @@ const st_tensor *md_at(const model_dir *md, int32_t i);
 /* Total bytes of all tensors. */
 uint64_t md_weight_bytes(const model_dir *md);
 
+/* Parses config.json text (strict JSON; it must be an object, only whitespace may follow).
+ * NULL with err set on failure. Pure: the fuzz target calls it directly. */
+json_object *md_parse_config(const char *text, size_t len, char *err, size_t err_len);
+
 /* config lookups by dotted path ("rope_parameters.rope_theta", "layer_types.3").
  * NULL when absent or JSON null. */
 json_object *cfg_lookup(json_object *root, const char *path);

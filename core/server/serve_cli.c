@@ -52,6 +52,9 @@ int cli_serve(int argc, char **argv) {
                       {"--shutdown-grace", &grace, NULL, 0},
                       {"--max-body", &max_body, NULL, 0},
                       {"--backend", &o.backend, NULL, 0},
+                      {"--gpu-layers", &o.gpu_layers, NULL, 0},
+                      {"--device", &o.device, NULL, 0},
+                      {"--admin-key", &o.admin_key, NULL, 0},
                       {"--cache", &o.cache, NULL, 0},
                       {"--threads", &o.threads, NULL, 0},
                       {"--plugin-dir", &o.plugin_dir, NULL, 0},
@@ -66,7 +69,8 @@ int cli_serve(int argc, char **argv) {
         printf("usage: lmhost serve --model DIR [--host 127.0.0.1] [--port 5413] [--tls-cert F "
                "--tls-key F] [--api-key K | --api-key-file F] [--max-tokens 2048] [--ctx-size N] "
                "[--parallel 4] [--queue 64] [--chunk 256] [--timeout 60] [--shutdown-grace 30] "
-               "[--max-body BYTES] [--backend NAME] [--cache NAME] [--threads N] [--top-k 0] "
+               "[--max-body BYTES] [--backend NAME] [--gpu-layers N] [--device N] "
+               "[--admin-key K] [--cache NAME] [--threads N] [--top-k 0] "
                "[--top-p 1.0] [--min-p 0] [--temperature 1.0] [--model-name NAME] "
                "[--plugin-dir DIR]\n");
         return 0;

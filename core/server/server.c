@@ -716,7 +716,8 @@ int server_run(const server_opts *o) {
     s->model_name[strcspn(s->model_name, "/")] = 0;
 
     model_args a = {.model = o->model_dir, .backend = o->backend, .cache = o->cache,
-                    .threads = o->threads, .plugin_dir = o->plugin_dir};
+                    .threads = o->threads, .plugin_dir = o->plugin_dir,
+                    .gpu_layers = o->gpu_layers, .device = o->device};
     s->e = cli_open_engine(&a, &s->reg);
     if (!s->e) goto out;
     s->tio = textio_open(o->model_dir, err, sizeof err);

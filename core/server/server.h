@@ -7,7 +7,8 @@
 
 typedef struct server_opts {
     const char *model_dir, *model_name, *host, *tls_cert, *tls_key, *api_key;
-    const char *backend, *cache, *threads, *plugin_dir;
+    const char *backend, *cache, *threads, *plugin_dir, *gpu_layers, *device;
+    const char *admin_key; /* POST /admin/backend needs it; unset: admin routes off */
     int port;
     int max_tokens;      /* default max_tokens of a request */
     int ctx_size;        /* prompt + completion limit; 0: the model's */

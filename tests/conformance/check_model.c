@@ -4,6 +4,7 @@
  *            top1_margin > 0.01
  *   generate --max-tokens 12 (greedy) equals the reference continuation
  * usage: check_model LMHOST MODEL_DIR CACHE(f32|f16) SIMD(auto|portable|avx2|avx512|neon)
+ *                    [LMHOST OPTION...]   (e.g. --backend vulkan, --gpu-layers 2)
  * Exit 0 pass, 1 fail, 77 skip (this CPU cannot run the SIMD path). */
 #include "npy.h"
 
@@ -31,10 +32,13 @@ static int run(const char *cmd, char **out) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        fprintf(stderr, "usage: check_model LMHOST MODEL_DIR f32|f16 SIMD\n");
+    if (argc < 5) {
+        fprintf(stderr, "usage: check_model LMHOST MODEL_DIR f32|f16 SIMD [LMHOST OPTION...]\n");
         return 2;
     }
+    char extra[1024] = "";
+    for (int i = 5; i < argc; i++)
+        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), " '%s'", argv[i]);
     const char *lmhost = argv[1], *dir = argv[2], *cache = argv[3], *simd = argv[4];
 #if defined(__x86_64__)
     if ((!strcmp(simd, "avx512") && !__builtin_cpu_supports("avx512f")) ||
@@ -68,8 +72,8 @@ int main(int argc, char **argv) {
     if (fd < 0) return 1;
     close(fd);
     char cmd[16384];
-    snprintf(cmd, sizeof cmd, "'%s' logits --model '%s' --tokens %s --out '%s' --cache %s",
-             lmhost, dir, ids, tmp, cache);
+    snprintf(cmd, sizeof cmd, "'%s' logits --model '%s' --tokens %s --out '%s' --cache %s%s",
+             lmhost, dir, ids, tmp, cache, extra);
     char *out = NULL;
     int fails = 0;
     if (run(cmd, &out) != 0) {
@@ -116,9 +120,9 @@ int main(int argc, char **argv) {
             }
         }
     }
-    printf("logits (%s cache, %s): max |d| = %.3g, max |ref| = %.3g, ratio %.2e; argmax equal "
+    printf("logits (%s cache, %s%s): max |d| = %.3g, max |ref| = %.3g, ratio %.2e; argmax equal "
            "at %d/%d decided positions\n",
-           cache, simd, maxd, maxref, maxd / maxref, decided - argmax_bad, decided);
+           cache, simd, extra, maxd, maxref, maxd / maxref, decided - argmax_bad, decided);
     if (!f16 && !(maxd <= 1e-3 * maxref)) {
         fprintf(stderr, "FAIL: logits differ by more than 1e-3 x max |logit|\n");
         fails++;
@@ -130,8 +134,9 @@ int main(int argc, char **argv) {
     free(got);
     free(want);
 
-    snprintf(cmd, sizeof cmd, "'%s' generate --model '%s' --tokens %s --max-tokens 12 --cache %s",
-             lmhost, dir, ids, cache);
+    snprintf(cmd, sizeof cmd,
+             "'%s' generate --model '%s' --tokens %s --max-tokens 12 --cache %s%s", lmhost, dir,
+             ids, cache, extra);
     if (run(cmd, &out) != 0) {
         fprintf(stderr, "FAIL: %s\n", cmd);
         return 1;

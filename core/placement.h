@@ -1,0 +1,47 @@
+/* Host tensors: what architecture plugins hold. Each stands for data that may live on one
+ * or more backends; the engine places every op on the backend of its layer and, where an
+ * operand's current data sits on another backend, copies it there first. This is what lets
+ * one model span two backends (--gpu-layers) and move between them at run time. */
+#ifndef LMHOST_PLACEMENT_H
+#define LMHOST_PLACEMENT_H
+
+#include "lmhost/lmhost.h"
+#include "plugin_loader.h"
+
+#define PL_MAX_SLOTS 3 /* two in use, one more while a model moves to a new backend */
+
+typedef struct pl_slot {
+    const plugin *plugin;
+    const lmh_backend_api *api;
+    lmh_backend *b;
+} pl_slot;
+
+typedef struct htensor {
+    lmh_tensor pub;               /* first: plugins see an lmh_tensor */
+    struct htensor *base;         /* NULL for a tensor that owns its data */
+    size_t offset;                /* bytes into base (views) */
+    lmh_tensor *phys[PL_MAX_SLOTS]; /* the backend tensor (or view) on each slot */
+    unsigned valid;               /* bases: slots whose copy is current */
+    int weight;                   /* read-only: copies stay current for good */
+} htensor;
+
+static inline htensor *HT(lmh_tensor *t) { return (htensor *)t; }
+
+/* A new tensor on `slot` (its data there is current; contents undefined). */
+htensor *pl_new(pl_slot *slots, int slot, lmh_dtype dt, int32_t ndim, const int64_t *ne,
+                uint32_t flags);
+/* A tensor around an existing backend tensor of `slot`. */
+htensor *pl_adopt(lmh_tensor *phys, int slot, int weight);
+/* Another shape over t's elements from byte `offset`. */
+htensor *pl_view(htensor *t, size_t offset, int32_t ndim, const int64_t *ne);
+/* The backend tensor for t on `slot`, copying the current data there first unless the
+ * caller will overwrite all of t. NULL when memory runs out. */
+lmh_tensor *pl_on(pl_slot *slots, htensor *t, int slot, int overwrite);
+/* Records that `slot` now holds the only current copy of t's data. */
+void pl_written(htensor *t, int slot);
+/* Drops t's copy on `slot` (after the data is current elsewhere). */
+void pl_drop(pl_slot *slots, htensor *t, int slot);
+void pl_free(pl_slot *slots, htensor *t);
+size_t pl_bytes(const htensor *t);
+
+#endif
