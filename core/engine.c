@@ -272,7 +272,11 @@ static lmh_tensor *make_weight(lmh_load_ctx *ld, int32_t layer, lmh_dtype dt, in
     pl_slot *sl = &e->slots[s];
     size_t bytes = lmh_dtype_size(dt);
     for (int i = 0; i < ndim; i++) bytes *= (size_t)ne[i];
-    lmh_tensor *p = sl->api->tensor_wrap ? sl->api->tensor_wrap(sl->b, dt, ndim, ne, data) : NULL;
+    /* (a file whose header length is not a multiple of 8 leaves data misaligned: copy it) */
+    int aligned = ((uintptr_t)data % (lmh_dtype_size(dt) ? lmh_dtype_size(dt) : 1)) == 0;
+    lmh_tensor *p = sl->api->tensor_wrap && aligned
+                        ? sl->api->tensor_wrap(sl->b, dt, ndim, ne, data)
+                        : NULL;
     if (!p) {
         p = sl->api->tensor_new(sl->b, dt, ndim, ne, LMH_TENSOR_WEIGHT);
         if (!p) {

@@ -518,6 +518,8 @@ const char *api_reason(int code) {
     case 401: return "Unauthorized";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
+    case 403: return "Forbidden";
+    case 409: return "Conflict";
     case 413: return "Payload Too Large";
     case 429: return "Too Many Requests";
     case 503: return "Service Unavailable";

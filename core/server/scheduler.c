@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -19,6 +20,8 @@ struct sched {
     int32_t n_run_pub; /* n_run as of the last step, under mu */
     int stop, drain;
     uint64_t next_seq, steps, cache_bytes;
+    engine_stats es;
+    char chain[512];
     int32_t vocab;
     /* per-step buffers, sized for max_running + chunk rows */
     engine_row *rows;
@@ -162,8 +165,16 @@ static void *thread_main(void *arg) {
     sched *s = arg;
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        if (s->call_pending) {
-            s->call_rc = s->call_fn(s->e, s->call_arg);
+        if (s->call_pending && s->n_run == 0) {
+            /* the engine is idle: nothing is mid-sequence */
+            pthread_mutex_unlock(&s->mu);
+            int rc = s->call_fn(s->e, s->call_arg);
+            engine_stats es;
+            engine_get_stats(s->e, &es);
+            pthread_mutex_lock(&s->mu);
+            s->es = es;
+            snprintf(s->chain, sizeof s->chain, "%s", engine_chain(s->e));
+            s->call_rc = rc;
             s->call_pending = 0;
             pthread_cond_broadcast(&s->call_done);
         }
@@ -178,7 +189,7 @@ static void *thread_main(void *arg) {
             for (int32_t i = 0; i < s->n_run; i++) finish(s, s->run[i], FINISH_CANCELLED);
             s->n_run = 0;
         }
-        while (s->n_run < s->max_running && s->wait_head) {
+        while (!s->call_pending && s->n_run < s->max_running && s->wait_head) {
             sched_req *r = s->wait_head;
             s->wait_head = r->qnext;
             if (!s->wait_head) s->wait_tail = NULL;
@@ -191,7 +202,7 @@ static void *thread_main(void *arg) {
         s->n_run_pub = s->n_run;
         if (s->n_run == 0) {
             if (s->stop) break;
-            pthread_cond_wait(&s->cv, &s->mu);
+            if (!s->call_pending) pthread_cond_wait(&s->cv, &s->mu);
             continue;
         }
         pthread_mutex_unlock(&s->mu);
@@ -208,6 +219,7 @@ static void *thread_main(void *arg) {
         engine_get_stats(s->e, &es);
         pthread_mutex_lock(&s->mu);
         s->cache_bytes = es.cache_bytes;
+        s->es = es;
         s->n_run_pub = s->n_run;
     }
     pthread_mutex_unlock(&s->mu);
@@ -229,6 +241,8 @@ sched *sched_new(engine *e, int32_t max_running, int32_t max_waiting, int32_t ch
     s->out_req = malloc(rows * sizeof *s->out_req);
     s->logits = malloc((size_t)s->max_running * (size_t)s->vocab * sizeof(float) * 2);
     s->lsm = malloc((size_t)s->vocab * sizeof(float));
+    engine_get_stats(e, &s->es);
+    snprintf(s->chain, sizeof s->chain, "%s", engine_chain(e));
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->call_done, NULL);
@@ -292,6 +306,8 @@ void sched_get_stats(sched *s, sched_stats *st) {
     st->waiting = s->n_wait;
     st->cache_bytes = s->cache_bytes;
     st->steps = s->steps;
+    st->engine = s->es;
+    snprintf(st->chain, sizeof st->chain, "%s", s->chain);
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -59,6 +59,8 @@ typedef struct sched_stats {
     int32_t running, waiting;
     uint64_t cache_bytes;
     uint64_t steps;
+    engine_stats engine; /* as of the last step (read on the engine thread) */
+    char chain[512];
 } sched_stats;
 
 typedef struct sched sched;
@@ -72,7 +74,8 @@ void sched_free(sched *s, int drain);
 /* Queues r. Returns 0, or -1 when the wait queue is full (the caller answers 429). */
 int sched_submit(sched *s, sched_req *r);
 void sched_get_stats(sched *s, sched_stats *st);
-/* Runs fn on the engine thread between steps, with the engine idle, and waits for it. */
+/* Runs fn on the engine thread once the running requests have finished (waiting ones are
+ * not admitted meanwhile; they run after it), and waits for it. For moving the model. */
 int sched_call(sched *s, int (*fn)(engine *e, void *arg), void *arg);
 
 #endif

@@ -36,11 +36,22 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-typedef enum { EV_PREP_DONE, EV_TOKEN, EV_FINISH } ev_type;
+typedef enum { EV_PREP_DONE, EV_TOKEN, EV_FINISH, EV_ADMIN_DONE } ev_type;
+
+/* A backend move requested through the admin API, run on a thread of its own because it
+ * waits for the running requests to finish. */
+typedef struct admin_op {
+    struct server *srv;
+    struct evhttp_request *req; /* NULL once the client left */
+    char backend[64];
+    int rc;
+    char err[512];
+} admin_op;
 
 typedef struct ev_item {
     ev_type type;
     job *j;
+    admin_op *admin;
     sched_token tok;
     finish_reason why;
     struct ev_item *next;
@@ -74,6 +85,7 @@ struct server {
     int active;   /* requests accepted and not yet answered in full */
     int flushing; /* replies handed to libevent and not yet written out */
     struct event *sig_int, *sig_term, *grace;
+    admin_op *admin; /* the move in progress, if any */
     metrics m;
 };
 
@@ -176,6 +188,7 @@ static void send_sse(job *j, json_object *chunk) {
 }
 
 static void release(job *j);
+static json_object *read_body(struct server *s, struct evhttp_request *req, int *code);
 
 /* The end of a reply: final chunks for a stream, the whole object otherwise. */
 static void finish_reply(job *j, finish_reason why) {
@@ -325,6 +338,93 @@ static void on_prep_done(job *j) {
     }
 }
 
+static int admin_swap(engine *e, void *arg) {
+    admin_op *a = arg;
+    return engine_swap_backend(e, a->backend, a->err, sizeof a->err);
+}
+
+static void *admin_main(void *arg) {
+    admin_op *a = arg;
+    a->rc = sched_call(a->srv->sch, admin_swap, a);
+    ev_item *it = calloc(1, sizeof *it);
+    if (it) {
+        it->type = EV_ADMIN_DONE;
+        it->admin = a;
+        post(a->srv, it);
+    }
+    return NULL;
+}
+
+static void on_admin_close(struct evhttp_connection *c, void *arg) {
+    (void)c;
+    ((admin_op *)arg)->req = NULL;
+}
+
+static void on_admin_done(server *s, admin_op *a) {
+    if (a->req) {
+        evhttp_connection_set_closecb(evhttp_request_get_connection(a->req), NULL, NULL);
+        if (a->rc == 0) {
+            sched_stats st;
+            sched_get_stats(s->sch, &st);
+            json_object *o = json_object_new_object();
+            json_object_object_add(o, "status", json_object_new_string("ok"));
+            json_object_object_add(o, "backend", json_object_new_string(a->backend));
+            json_object_object_add(o, "chain", json_object_new_string(st.chain));
+            send_json(s, a->req, 200, o);
+            json_object_put(o);
+        } else {
+            send_error(s, a->req, 409, "server_error", "backend",
+                       "moving to backend '%s' failed; the old backend keeps serving: %s",
+                       a->backend, a->err);
+        }
+    }
+    log_msg(a->rc ? LMH_LOG_WARN : LMH_LOG_INFO, "admin: move to backend %s %s%s", a->backend,
+            a->rc ? "failed: " : "done", a->rc ? a->err : "");
+    s->admin = NULL;
+    s->active--;
+    free(a);
+    maybe_exit(s);
+}
+
+static void handle_admin_backend(server *s, struct evhttp_request *req) {
+    int code = 0;
+    json_object *body = read_body(s, req, &code), *b = NULL;
+    if (!body || !json_object_is_type(body, json_type_object) ||
+        !json_object_object_get_ex(body, "backend", &b) ||
+        !json_object_is_type(b, json_type_string) || json_object_get_string_len(b) == 0 ||
+        json_object_get_string_len(b) >= 64) {
+        json_object_put(body);
+        send_error(s, req, code == 413 ? 413 : 400, "invalid_request_error", "backend",
+                   "the body must be a JSON object with a 'backend' name");
+        return;
+    }
+    if (s->admin) {
+        json_object_put(body);
+        send_error(s, req, 409, "invalid_request_error", NULL, "a backend move is in progress");
+        return;
+    }
+    admin_op *a = calloc(1, sizeof *a);
+    pthread_t th;
+    if (!a) {
+        json_object_put(body);
+        send_error(s, req, 500, "server_error", NULL, "out of memory");
+        return;
+    }
+    a->srv = s;
+    a->req = req;
+    snprintf(a->backend, sizeof a->backend, "%s", json_object_get_string(b));
+    json_object_put(body);
+    if (pthread_create(&th, NULL, admin_main, a) != 0) {
+        free(a);
+        send_error(s, req, 500, "server_error", NULL, "cannot start the move");
+        return;
+    }
+    pthread_detach(th);
+    s->admin = a;
+    s->active++;
+    evhttp_connection_set_closecb(evhttp_request_get_connection(req), on_admin_close, a);
+}
+
 static void drain_queue(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
@@ -339,6 +439,7 @@ static void drain_queue(evutil_socket_t fd, short what, void *arg) {
         case EV_PREP_DONE: on_prep_done(it->j); break;
         case EV_TOKEN: on_token(it->j, &it->tok); break;
         case EV_FINISH: on_finish(it->j, it->why); break;
+        case EV_ADMIN_DONE: on_admin_done(s, it->admin); break;
         }
         free(it);
         it = next;
@@ -445,20 +546,22 @@ static void *prep_main(void *arg) {
 
 /* ---- routes --------------------------------------------------------------------------- */
 
-static int authorized(server *s, struct evhttp_request *req) {
-    if (!s->o.api_key) return 1;
+/* Authorization: Bearer KEY, compared in time that does not depend on where it differs. */
+static int key_matches(struct evhttp_request *req, const char *key) {
     const char *h = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
     if (!h || strncasecmp(h, "Bearer ", 7) != 0) return 0;
     const char *k = h + 7;
-    size_t kl = strlen(k), want = strlen(s->o.api_key);
-    /* constant time in the key's contents; the length alone is not secret enough to hide */
+    size_t kl = strlen(k), want = strlen(key);
     unsigned char diff = (unsigned char)(kl != want);
-    for (size_t i = 0; i < want; i++)
-        diff |= (unsigned char)(s->o.api_key[i] ^ (i < kl ? k[i] : 0));
+    for (size_t i = 0; i < want; i++) diff |= (unsigned char)(key[i] ^ (i < kl ? k[i] : 0));
     return diff == 0;
 }
 
-static json_object *read_body(server *s, struct evhttp_request *req, int *code) {
+static int authorized(server *s, struct evhttp_request *req) {
+    return !s->o.api_key || key_matches(req, s->o.api_key);
+}
+
+static json_object *read_body(struct server *s, struct evhttp_request *req, int *code) {
     struct evbuffer *b = evhttp_request_get_input_buffer(req);
     size_t len = evbuffer_get_length(b);
     if (len > s->o.max_body) {
@@ -545,7 +648,20 @@ static void handle_health(server *s, struct evhttp_request *req) {
     json_object_array_add(caps, json_object_new_string("streaming"));
     json_object_array_add(caps, json_object_new_string("logprobs"));
     json_object_object_add(o, "capabilities", caps);
-    json_object_object_add(o, "chain", json_object_new_string(engine_chain(s->e)));
+    json_object_object_add(o, "chain", json_object_new_string(st.chain));
+    json_object *mem = json_object_new_array();
+    for (int i = 0; i < st.engine.n_backends; i++) {
+        json_object *b = json_object_new_object();
+        json_object_object_add(b, "backend", json_object_new_string(st.engine.backend[i].name));
+        json_object_object_add(b, "weights_bytes",
+                               json_object_new_int64((int64_t)st.engine.backend[i].weights));
+        json_object_object_add(b, "mapped_weights_bytes",
+                               json_object_new_int64((int64_t)st.engine.backend[i].mapped));
+        json_object_object_add(b, "cache_and_scratch_bytes",
+                               json_object_new_int64((int64_t)st.engine.backend[i].other));
+        json_object_array_add(mem, b);
+    }
+    json_object_object_add(o, "memory", mem);
     json_object_object_add(o, "running", json_object_new_int(st.running));
     json_object_object_add(o, "waiting", json_object_new_int(st.waiting));
     json_object_object_add(o, "cache_bytes", json_object_new_int64((int64_t)st.cache_bytes));
@@ -595,7 +711,8 @@ static void route(struct evhttp_request *req, void *arg) {
                   {"/v1/models", EVHTTP_REQ_GET, 1},
                   {"/v1/chat/completions", EVHTTP_REQ_POST, 1},
                   {"/v1/completions", EVHTTP_REQ_POST, 1},
-                  {"/metrics", EVHTTP_REQ_GET, 0}};
+                  {"/metrics", EVHTTP_REQ_GET, 0},
+                  {"/admin/backend", EVHTTP_REQ_POST, 2}};
     int found = -1;
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         if (strcmp(path, routes[i].path) == 0) found = (int)i;
@@ -610,7 +727,17 @@ static void route(struct evhttp_request *req, void *arg) {
                    routes[found].method == EVHTTP_REQ_GET ? "GET" : "POST");
         return;
     }
-    if (routes[found].auth && !authorized(s, req)) {
+    if (routes[found].auth == 2) { /* admin routes: their own key, off without one */
+        if (!s->o.admin_key) {
+            send_error(s, req, 403, "invalid_request_error", NULL,
+                       "the admin API is off; start the server with --admin-key");
+            return;
+        }
+        if (!key_matches(req, s->o.admin_key)) {
+            send_error(s, req, 401, "invalid_request_error", NULL, "missing or wrong admin key");
+            return;
+        }
+    } else if (routes[found].auth && !authorized(s, req)) {
         send_error(s, req, 401, "invalid_request_error", NULL,
                    "missing or wrong API key (send Authorization: Bearer KEY)");
         return;
@@ -625,6 +752,7 @@ static void route(struct evhttp_request *req, void *arg) {
     case 2: handle_generate(s, req, JOB_CHAT); break;
     case 3: handle_generate(s, req, JOB_COMPLETION); break;
     case 4: handle_metrics(s, req); break;
+    case 5: handle_admin_backend(s, req); break;
     }
 }
 

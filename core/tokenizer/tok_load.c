@@ -1335,14 +1335,11 @@ tok_tokenizer *tok_load_from_memory(const char *json, size_t json_len, const cha
 /* Reads a whole file; returns NULL with *missing set when it does not exist. */
 static char *read_file(lctx *c, const char *path, size_t *len, bool *missing) {
     *missing = false;
+    c->file = path;
     FILE *f = fopen(path, "rb");
     if (!f) {
-        if (errno == ENOENT) {
-            *missing = true;
-            fail(c, NULL, "%s: no such file", path);
-        } else {
-            fail(c, NULL, "%s: %s", path, strerror(errno));
-        }
+        *missing = errno == ENOENT;
+        fail(c, NULL, "cannot open: %s", strerror(errno));
         return NULL;
     }
     tok_sbuf b = {0};
@@ -1350,14 +1347,14 @@ static char *read_file(lctx *c, const char *path, size_t *len, bool *missing) {
     size_t k;
     while ((k = fread(tmp, 1, sizeof tmp, f)) > 0) {
         if (sbuf_put(&b, tmp, k)) {
-            fail(c, NULL, "%s: out of memory", path);
+            fail(c, NULL, "out of memory");
             fclose(f);
             sbuf_free(&b);
             return NULL;
         }
     }
     if (ferror(f)) {
-        fail(c, NULL, "%s: read error", path);
+        fail(c, NULL, "read error: %s", strerror(errno));
         fclose(f);
         sbuf_free(&b);
         return NULL;
@@ -1389,7 +1386,6 @@ tok_tokenizer *tok_load(const char *dir, char *err, size_t errlen) {
     snprintf(p3, dl + 32, "%s/generation_config.json", dir);
     size_t n1 = 0, n2 = 0, n3 = 0;
     bool missing;
-    c.file = "tokenizer";
     if (!(s1 = read_file(&c, p1, &n1, &missing))) goto out;
     s2 = read_file(&c, p2, &n2, &missing);
     if (!s2 && !missing) goto out;

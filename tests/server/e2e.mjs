@@ -296,11 +296,41 @@ async function scenarioShutdown() {
   eq(code, 0, 'exit status 0');
 }
 
+// Runtime backend moves through the admin API: generate, move, generate, move back,
+// generate: the greedy text stays the same; a failing move leaves the old backend serving.
+async function scenarioSwap() {
+  const other = process.env.LMHOST_SWAP_BACKEND || 'cpu';
+  const p = await startServer(['--admin-key', 'adm']);
+  try {
+    const cl = client(p.url);
+    const gen = async () => (await cl.chat.completions.create(chatBody(cases[0]))).choices[0].message.content;
+    const admin = (b, key = 'adm') => status(p.url + '/admin/backend', { method: 'POST', headers: { Authorization: `Bearer ${key}` }, body: JSON.stringify({ backend: b }) });
+    eq(await gen(), cases[0].greedy_text, 'before the move');
+    eq((await admin(other, 'wrong')).code, 401, 'admin key required');
+    const bad = await admin('no-such-backend');
+    check(bad.code === 409 && /keeps serving/.test(bad.body.error.message), 'a failing move is refused', JSON.stringify(bad));
+    eq(await gen(), cases[0].greedy_text, 'still serving after the failed move');
+    // a stream in flight while the move is asked for finishes first
+    const inflight = streamText(cl, chatBody(cases[1]));
+    const moved = await admin(other);
+    check(moved.code === 200 && moved.body.chain.includes(other), `moved to ${other}`, JSON.stringify(moved));
+    eq((await inflight).text, cases[1].greedy_text, 'the in-flight stream finished unchanged');
+    const h = JSON.parse(curl([p.url + '/health']));
+    check(h.chain.includes(`backend=${other}`), '/health shows the new chain', h.chain);
+    eq(await gen(), cases[0].greedy_text, 'after the move');
+    const back = await admin('cpu');
+    eq(back.code, 200, 'moved back to cpu');
+    eq(await gen(), cases[0].greedy_text, 'after moving back');
+  } finally {
+    eq(await stop(p), 0, 'server exits 0');
+  }
+}
+
 async function scenarioHttpsClient() {
   await greedyCases(client(process.argv[4], { key: 'sekrit' }), 'https');
 }
 
-const scenarios = { 'https-client': scenarioHttpsClient, http: scenarioHttp, https: scenarioHttps, auth: scenarioAuth, errors: scenarioErrors, concurrency: scenarioConcurrency, shutdown: scenarioShutdown };
+const scenarios = { swap: scenarioSwap, 'https-client': scenarioHttpsClient, http: scenarioHttp, https: scenarioHttps, auth: scenarioAuth, errors: scenarioErrors, concurrency: scenarioConcurrency, shutdown: scenarioShutdown };
 if (!scenarios[scenario]) { console.error('unknown scenario ' + scenario); process.exit(2); }
 try {
   await scenarios[scenario]();
