@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang (ASan + UBSan) into build-fuzz/ and runs each
+# for SECONDS with its seed corpus, printing "fuzz-<name>: ok" per target. A crash, leak,
+# sanitizer report or timeout fails the run, with the reproducer left in
+# build-fuzz/artifacts/<name>/ and the end of libFuzzer's log printed.
+# usage: tests/fuzz/run_fuzzers.sh [SECONDS] [NAME...]   (default 30 s, every target)
+set -uo pipefail
+
+# name | sources | pkg-config packages | extra compiler flags
+# Seeds come from tests/fuzz/corpus/<name>/, a dictionary from tests/fuzz/<name>.dict.
+TARGETS=(
+    "safetensors|tests/fuzz/fuzz_safetensors.c core/safetensors.c core/util.c|json-c|"
+    "config|tests/fuzz/fuzz_config.c core/model_dir.c core/safetensors.c core/util.c|json-c|"
+)
+
+seconds=${1:-30}
+shift || true
+cd "$(dirname "$0")/../.." || exit 1
+out=build-fuzz
+CC=${FUZZ_CC:-clang}
+# shellcheck disable=SC2054 # the commas belong to -fsanitize=
+CFLAGS_FUZZ=(-g -O1 -std=c11 -D_GNU_SOURCE -Wall -Wextra -fsanitize=fuzzer,address,undefined
+    -fno-sanitize-recover=all -fno-omit-frame-pointer -Icore -Iabi)
+mkdir -p "$out"
+
+SELECT=("$@") # target names given after SECONDS; none means all
+wanted() {
+    [ ${#SELECT[@]} -eq 0 ] && return 0
+    local n
+    for n in "${SELECT[@]}"; do [ "$n" = "$1" ] && return 0; done
+    return 1
+}
+
+status=0
+for row in "${TARGETS[@]}"; do
+    IFS='|' read -r name srcs pkgs extra <<<"$row"
+    wanted "$name" || continue
+    bin=$out/fuzz_$name
+    # shellcheck disable=SC2086,SC2046 # the table's lists are meant to split
+    if ! $CC "${CFLAGS_FUZZ[@]}" $extra $srcs $(pkg-config --cflags --libs $pkgs) -o "$bin" \
+        >"$out/build-$name.log" 2>&1; then
+        cat "$out/build-$name.log"
+        echo "fuzz-$name: FAILED to build"
+        status=1
+        continue
+    fi
+    corpus=$out/corpus/$name
+    artifacts=$out/artifacts/$name
+    mkdir -p "$corpus" "$artifacts"
+    args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=8192
+        -print_final_stats=1 -artifact_prefix="$artifacts/")
+    [ -f "tests/fuzz/$name.dict" ] && args+=(-dict="tests/fuzz/$name.dict")
+    seeds=()
+    [ -d "tests/fuzz/corpus/$name" ] && seeds=("tests/fuzz/corpus/$name")
+    log=$out/fuzz-$name.log
+    # The first corpus directory collects what libFuzzer finds; the seeds stay untouched.
+    ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} "$bin" "${args[@]}" "$corpus" "${seeds[@]}" \
+        >"$log" 2>&1
+    rc=$?
+    execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$')
+    if [ $rc -ne 0 ]; then
+        grep -E 'ERROR|SUMMARY|Test unit written|==[0-9]+==' "$log" | head -20
+        tail -40 "$log"
+        echo "fuzz-$name: FAILED (exit $rc; reproducer in $artifacts/, log $log)"
+        status=1
+    else
+        echo "fuzz-$name: ok (${seconds}s, ${execs:-?} runs, corpus $(find "$corpus" -type f | wc -l) files)"
+    fi
+done
+exit $status
