@@ -11,6 +11,7 @@ set -uo pipefail
 TARGETS=(
     "safetensors|tests/fuzz/fuzz_safetensors.c core/safetensors.c core/util.c|json-c|"
     "config|tests/fuzz/fuzz_config.c core/model_dir.c core/safetensors.c core/util.c|json-c|"
+    "request|tests/fuzz/fuzz_request.c core/server/api.c core/sampler.c core/log.c|json-c|-Icore/server"
 )
 
 seconds=${1:-30}
