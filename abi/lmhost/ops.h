@@ -75,6 +75,9 @@ typedef enum lmh_op_code {
      * dst[j, i, :] = src0[i, j, :]. Turns [rows, parts, d] into [parts, rows, d] so that
      * each part's rows become one contiguous view. */
     LMH_OP_TRANSPOSE = 16,
+    /* dst[r, :] = src0[r, :] * sigmoid(src1[r]): a gate of one value per row; src1 f32
+     * with one element per row of src0 (a shared expert's gate). */
+    LMH_OP_SIGMOID_GATE = 17,
     LMH_OP_COUNT
 } lmh_op_code;
 
@@ -96,7 +99,7 @@ static inline const char *lmh_op_name(lmh_op_code c) {
     static const char *const names[LMH_OP_COUNT] = {
         "?", "get_rows", "matmul", "rms_norm", "add", "mul", "scale",
         "swiglu", "geglu", "rope", "copy", "attention", "softcap", "moe_route", "moe_matmul",
-        "moe_combine", "transpose"};
+        "moe_combine", "transpose", "sigmoid_gate"};
     return (unsigned)c < LMH_OP_COUNT ? names[c] : "?";
 }
 

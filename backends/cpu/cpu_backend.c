@@ -559,6 +559,19 @@ out:
     return rc;
 }
 
+static void do_sigmoid_gate(void *arg, int64_t r0, int64_t r1, int w) {
+    (void)w;
+    const job *j = arg;
+    const lmh_op *op = j->op;
+    int64_t d = inner(op->src[0]);
+    const float *x = (const float *)DATA(op->src[0]), *g = (const float *)DATA(op->src[1]);
+    float *y = (float *)DATA(op->dst);
+    for (int64_t r = r0; r < r1; r++) {
+        float s = 1.0f / (1.0f + expf(-g[r]));
+        for (int64_t i = 0; i < d; i++) y[r * d + i] = x[r * d + i] * s;
+    }
+}
+
 static void do_moe_combine(void *arg, int64_t r0, int64_t r1, int w) {
     (void)w;
     const job *j = arg;
@@ -668,6 +681,11 @@ static int check_op(const lmh_op *op) {
               (a->ndim == 3 && a->ne[0] == c->ne[0] && a->ne[1] == c->ne[1])))
             return LMH_ESHAPE;
         return LMH_OK;
+    case LMH_OP_SIGMOID_GATE:
+        if (!b || a->dtype != LMH_F32 || b->dtype != LMH_F32 || d->dtype != LMH_F32) break;
+        if (lmh_nelem(a) != lmh_nelem(d) || lmh_nelem(b) * inner(a) != lmh_nelem(a))
+            return LMH_ESHAPE;
+        return LMH_OK;
     case LMH_OP_MOE_COMBINE:
         if (!b || a->dtype != LMH_F32 || b->dtype != LMH_F32 || d->dtype != LMH_F32) break;
         if (a->ndim != 3 || b->ndim != 2 || d->ndim != 2 || b->ne[0] != a->ne[0] ||
@@ -756,6 +774,9 @@ static int cpu_enqueue(lmh_backend *b, const lmh_op *op) {
         cpu_pool_run(b->pool, a->ne[0], 8, do_moe_route, &j);
         break;
     case LMH_OP_MOE_MATMUL: return moe_matmul(b, op);
+    case LMH_OP_SIGMOID_GATE:
+        cpu_pool_run(b->pool, lmh_nelem(a) / inner(a), 16, do_sigmoid_gate, &j);
+        break;
     case LMH_OP_MOE_COMBINE:
         cpu_pool_run(b->pool, a->ne[0], 4, do_moe_combine, &j);
         break;
@@ -818,7 +839,7 @@ static int cpu_init(const lmh_host_api *host, char *err, size_t err_len) {
 static const char *const weight_dtypes[] = {"f32", "f16", "bf16", NULL};
 static const char *const ops[] = {"get_rows", "matmul", "rms_norm", "add",  "mul",       "scale",
                                   "swiglu",   "geglu",  "rope",     "copy", "attention", "softcap",
-                                  "moe_route", "moe_matmul", "moe_combine", "transpose", NULL};
+                                  "moe_route", "moe_matmul", "moe_combine", "sigmoid_gate", "transpose", NULL};
 
 static const lmh_backend_api api = {
     .size = sizeof(lmh_backend_api),

@@ -9,6 +9,8 @@
  *   mixtral    mistral attention; the MLP is top-k of E experts (renormalised)
  *   qwen3_moe  qwen3 attention; experts on every decoder_sparse_step-th layer not in
  *              mlp_only_layers, top-k renormalised when norm_topk_prob
+ *   qwen2_moe  qwen2 attention; experts as qwen3_moe plus a shared expert whose output is
+ *              scaled by sigmoid(shared_expert_gate(x))
  * x = embed(tokens); per layer: x += o(attn(rope(q), rope(k), v)); x += mlp(x), where mlp
  * is down(silu(gate) * up) or the routed sum of such experts; logits = lm_head(norm(x)).
  * Experts load from per-expert tensors (Hugging Face) or stacked switch_mlp tensors (MLX). */
@@ -25,20 +27,21 @@ typedef struct layer {
     lmh_tensor *q_norm, *k_norm;
     lmh_tensor *wg, *wu, *wd, *bg, *bu, *bd;
     lmh_tensor *router, *eg, *eu, *ed; /* experts: router [E, H], stacked [E, out, in] */
+    lmh_tensor *sg, *su, *sd, *sgate;  /* shared expert and its gate [1, H] */
     int32_t window;
 } layer;
 
 struct lmh_model {
     int32_t n_layers, hidden, heads, kv_heads, head_dim, inter, vocab;
-    int32_t n_experts, top_k, moe_inter, renorm;
+    int32_t n_experts, top_k, moe_inter, renorm, shared_inter;
     float eps;
     lmh_tensor *embed, *norm, *lm_head, *inv_freq;
     float rope_factor;
     layer *layers;
 };
 
-static const char *const model_types[] = {"llama",   "mistral",   "qwen2", "qwen3",
-                                          "mixtral", "qwen3_moe", NULL};
+static const char *const model_types[] = {"llama",   "mistral",   "qwen2",     "qwen3",
+                                          "mixtral", "qwen3_moe", "qwen2_moe", NULL};
 
 static void unload(lmh_model *m) {
     if (!m) return;
@@ -170,7 +173,8 @@ static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
     if (h->cfg_str(ld, "hidden_act", &act) == LMH_ETYPE || strcmp(act, "silu") != 0)
         return h->fail(ld, "config.json: hidden_act '%s' is not supported (this family uses silu)",
                        act);
-    const int mixtral = strcmp(type, "mixtral") == 0, qwen_moe = strcmp(type, "qwen3_moe") == 0;
+    const int mixtral = strcmp(type, "mixtral") == 0, qwen3_moe = strcmp(type, "qwen3_moe") == 0,
+              qwen2_moe = strcmp(type, "qwen2_moe") == 0, qwen_moe = qwen3_moe || qwen2_moe;
     if (mixtral || qwen_moe) {
         if (pos_int(h, ld, h->cfg_int(ld, "num_experts", &(int64_t){0}) == LMH_OK
                                ? "num_experts" : "num_local_experts", 0, &m->n_experts) ||
@@ -182,11 +186,13 @@ static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
         m->moe_inter = m->inter;
         if (qwen_moe && pos_int(h, ld, "moe_intermediate_size", 0, &m->moe_inter)) return LMH_EINVAL;
         m->renorm = mixtral || cfg_flag(h, ld, "norm_topk_prob", 0);
+        if (qwen2_moe && pos_int(h, ld, "shared_expert_intermediate_size", 0, &m->shared_inter))
+            return LMH_EINVAL;
     }
     if (h->declare_model(ld, m->n_layers, m->vocab)) return LMH_EINVAL;
 
-    const int qwen2 = strcmp(type, "qwen2") == 0,
-              qwen3 = strcmp(type, "qwen3") == 0 || qwen_moe;
+    const int qwen2 = strcmp(type, "qwen2") == 0 || qwen2_moe,
+              qwen3 = strcmp(type, "qwen3") == 0 || qwen3_moe;
     const int attn_bias = cfg_flag(h, ld, "attention_bias", 0);
     const int mlp_bias = cfg_flag(h, ld, "mlp_bias", 0);
     const int64_t H = m->hidden, qd = (int64_t)m->heads * m->head_dim,
@@ -238,6 +244,14 @@ static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
                                 "model.layers.%d.mlp.experts.%%d.up_proj.weight", I, H);
                 L->ed = experts(h, ld, m, l, "model.layers.%d.mlp.switch_mlp.down_proj.weight",
                                 "model.layers.%d.mlp.experts.%%d.down_proj.weight", H, I);
+            }
+            if (m->shared_inter) {
+                const int64_t S = m->shared_inter;
+                L->sg = w(h, ld, l, "model.layers.%d.mlp.shared_expert.gate_proj.weight", S, H);
+                L->su = w(h, ld, l, "model.layers.%d.mlp.shared_expert.up_proj.weight", S, H);
+                L->sd = w(h, ld, l, "model.layers.%d.mlp.shared_expert.down_proj.weight", H, S);
+                L->sgate = w(h, ld, l, "model.layers.%d.mlp.shared_expert_gate.weight", 1, H);
+                if (!L->sg || !L->su || !L->sd || !L->sgate) return LMH_EINVAL;
             }
             if (!L->router || !L->eg || !L->eu || !L->ed) return LMH_EINVAL;
         } else {
@@ -293,6 +307,13 @@ static int forward(lmh_model *m, const lmh_host_api *h, lmh_fwd *f, const lmh_ba
                *u = lmh_b_new2(&b, n, m->inter);
     /* expert scratch: routing [n, k], expert activations [n, k, moe_inter / hidden] */
     lmh_tensor *rl = NULL, *rw = NULL, *ri = NULL, *eg = NULL, *eu = NULL, *ey = NULL;
+    lmh_tensor *sg = NULL, *su = NULL, *sd = NULL, *sgl = NULL;
+    if (m->shared_inter) {
+        sg = lmh_b_new2(&b, n, m->shared_inter);
+        su = lmh_b_new2(&b, n, m->shared_inter);
+        sd = lmh_b_new2(&b, n, H);
+        sgl = lmh_b_new2(&b, n, 1);
+    }
     if (m->n_experts) {
         int64_t k = m->top_k, ine[2] = {n, k}, gne[3] = {n, k, m->moe_inter}, yne[3] = {n, k, H};
         rl = lmh_b_new2(&b, n, m->n_experts);
@@ -335,6 +356,15 @@ static int forward(lmh_model *m, const lmh_host_api *h, lmh_fwd *f, const lmh_ba
             lmh_b_op(&b, LMH_OP_SWIGLU, eg, eg, eu, NULL);
             lmh_b_op(&b, LMH_OP_MOE_MATMUL, ey, eg, L->ed, ri);
             lmh_b_op(&b, LMH_OP_MOE_COMBINE, o, ey, rw, NULL);
+            if (L->sg) { /* the shared expert, gated per row */
+                lmh_b_matmul(&b, sg, hn, L->sg, NULL);
+                lmh_b_matmul(&b, su, hn, L->su, NULL);
+                lmh_b_op(&b, LMH_OP_SWIGLU, sg, sg, su, NULL);
+                lmh_b_matmul(&b, sd, sg, L->sd, NULL);
+                lmh_b_matmul(&b, sgl, hn, L->sgate, NULL);
+                lmh_b_op(&b, LMH_OP_SIGMOID_GATE, sd, sd, sgl, NULL);
+                lmh_b_op(&b, LMH_OP_ADD, o, o, sd, NULL);
+            }
         } else {
             lmh_b_matmul(&b, g, hn, L->wg, L->bg);
             lmh_b_matmul(&b, u, hn, L->wu, L->bu);
@@ -363,7 +393,8 @@ static const lmh_plugin_info info = {
     .name = "llama",
     .version = "0.1.0",
     .summary = "Llama-style decoders: llama (llama3 rope), mistral (sliding window), qwen2 "
-               "(q/k/v bias), qwen3 (q/k norm), mixtral and qwen3_moe (routed experts)",
+               "(q/k/v bias), qwen3 (q/k norm), mixtral, qwen3_moe and qwen2_moe (routed "
+               "experts)",
     .init = NULL,
     .api = &api,
 };
