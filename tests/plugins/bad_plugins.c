@@ -12,7 +12,24 @@ __attribute__((unused)) static int fail_init(const lmh_host_api *host, char *err
 }
 
 static const char *const types[] = {"test_refused", NULL};
-__attribute__((unused)) static const lmh_arch_api arch = {.size = sizeof(lmh_arch_api), .model_types = types};
+/* A complete table, so that only the reason under test can refuse the plugin. */
+static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
+    (void)out;
+    return h->fail(ld, "test plugin");
+}
+static int forward(lmh_model *m, const lmh_host_api *h, lmh_fwd *f, const lmh_batch *b) {
+    (void)m;
+    (void)h;
+    (void)f;
+    (void)b;
+    return LMH_EINVAL;
+}
+static void unload(lmh_model *m) { (void)m; }
+__attribute__((unused)) static const lmh_arch_api arch = {.size = sizeof(lmh_arch_api),
+                                                          .model_types = types,
+                                                          .load = load,
+                                                          .forward = forward,
+                                                          .unload = unload};
 __attribute__((unused)) static const lmh_backend_api backend = {.size = sizeof(lmh_backend_api)};
 
 static const lmh_plugin_info info = {
