@@ -196,6 +196,20 @@ static int host_rope_freqs(lmh_load_ctx *ld, const char *layer_type, int32_t rot
     return LMH_OK;
 }
 
+static int host_rope_type(lmh_load_ctx *ld, const char *layer_type, const char **out) {
+    const char *t = rope_type_name(text_config(ld->e), layer_type);
+    if (!t) return LMH_ETYPE;
+    *out = t;
+    return LMH_OK;
+}
+
+static int host_rope_setting(lmh_load_ctx *ld, const char *layer_type, const char *key,
+                             double *out) {
+    char err[256];
+    int rc = rope_setting(text_config(ld->e), layer_type, key, out, err, sizeof err);
+    return rc < 0 ? LMH_ETYPE : rc ? LMH_ENOTFOUND : LMH_OK;
+}
+
 static int host_declare_model(lmh_load_ctx *ld, int32_t n_layers, int32_t vocab) {
     engine *e = ld->e;
     if (n_layers <= 0 || n_layers > 100000)
@@ -555,6 +569,8 @@ const lmh_host_api host_api = {
     .cfg_str = host_cfg_str,
     .cfg_len = host_cfg_len,
     .rope_freqs = host_rope_freqs,
+    .rope_type = host_rope_type,
+    .rope_setting = host_rope_setting,
     .declare_model = host_declare_model,
     .declare_layer = host_declare_layer,
     .weight_info = host_weight_info,

@@ -196,8 +196,8 @@ static int is_router(const char *name) {
     return ends_with(name, ".mlp.gate.weight") || ends_with(name, ".block_sparse_moe.gate.weight");
 }
 
-/* "P.experts.N.R.weight" -> P, N, R. Mixtral's w1/w2/w3 become gate/down/up_proj as
- * mlx-lm names them. */
+/* "P.experts.N.R.weight" -> P, N, R. The w1/w2/w3 naming of some checkpoints becomes
+ * gate/down/up_proj, as mlx-lm names them. */
 static int expert_parts(const char *name, char *pre, size_t pl, int *idx, char *proj, size_t jl) {
     const char *e = strstr(name, ".experts.");
     if (!e || !ends_with(name, ".weight")) return 0;

@@ -25,14 +25,19 @@ static double yarn_mscale(double scale, double m) {
     return scale <= 1.0 ? 1.0 : 0.1 * m * log(scale) + 1.0;
 }
 
-int rope_compute(json_object *cfg, const char *layer_type, int32_t rot_dims, float *inv_freq,
-                 lmh_rope_info *info, char *err, size_t err_len) {
-    if (rot_dims <= 0 || rot_dims % 2)
-        return errf(err, err_len, "rotary dimension %d must be positive and even", rot_dims);
-    /* Find the parameter object: rope_parameters (possibly per layer type), else the
-     * legacy top-level keys with rope_scaling. */
-    json_object *params = NULL, *scaling = NULL;
-    double theta = 10000.0;
+/* Where the rope settings for `layer_type` sit: rope_parameters (possibly keyed by layer
+ * type), else the legacy top-level rope_theta with rope_scaling. */
+typedef struct rope_src {
+    json_object *scaling; /* the object holding rope_type, factor, ...; NULL: none */
+    double theta;
+    const char *type;
+} rope_src;
+
+static int rope_find(json_object *cfg, const char *layer_type, rope_src *r, char *err,
+                     size_t err_len) {
+    r->scaling = NULL;
+    r->theta = 10000.0;
+    r->type = "default";
     json_object *rp = cfg_lookup(cfg, "rope_parameters");
     if (rp && json_object_is_type(rp, json_type_object)) {
         json_object *per = layer_type ? cfg_lookup(rp, layer_type) : NULL;
@@ -40,34 +45,62 @@ int rope_compute(json_object *cfg, const char *layer_type, int32_t rot_dims, flo
             /* keyed by layer type but no type asked for: take full attention's */
             per = cfg_lookup(rp, "full_attention");
         }
-        params = per && json_object_is_type(per, json_type_object) ? per : rp;
-        scaling = params;
-        GETNUM(params, "rope_theta", &theta);
+        r->scaling = per && json_object_is_type(per, json_type_object) ? per : rp;
+        GETNUM(r->scaling, "rope_theta", &r->theta);
     } else {
-        GETNUM(cfg, "rope_theta", &theta);
-        scaling = cfg_lookup(cfg, "rope_scaling");
-        if (scaling && !json_object_is_type(scaling, json_type_object))
+        GETNUM(cfg, "rope_theta", &r->theta);
+        r->scaling = cfg_lookup(cfg, "rope_scaling");
+        if (r->scaling && !json_object_is_type(r->scaling, json_type_object))
             return errf(err, err_len, "config.json: rope_scaling must be an object or null");
-        /* Legacy Gemma 3: local layers use their own base and no scaling. */
+        /* Legacy local/global configs: local layers use rope_local_base_freq, unscaled. */
         if (layer_type && strcmp(layer_type, "sliding_attention") == 0 &&
             cfg_lookup(cfg, "rope_local_base_freq")) {
-            GETNUM(cfg, "rope_local_base_freq", &theta);
-            scaling = NULL;
+            GETNUM(cfg, "rope_local_base_freq", &r->theta);
+            r->scaling = NULL;
         }
     }
-    if (!(theta > 0) || !isfinite(theta))
-        return errf(err, err_len, "config.json: rope_theta must be positive (got %g)", theta);
-
-    const char *type = "default";
-    if (scaling) {
-        json_object *t = cfg_lookup(scaling, "rope_type");
-        if (!t) t = cfg_lookup(scaling, "type");
+    if (!(r->theta > 0) || !isfinite(r->theta))
+        return errf(err, err_len, "config.json: rope_theta must be positive (got %g)", r->theta);
+    if (r->scaling) {
+        json_object *t = cfg_lookup(r->scaling, "rope_type");
+        if (!t) t = cfg_lookup(r->scaling, "type");
         if (t) {
             if (!json_object_is_type(t, json_type_string))
                 return errf(err, err_len, "config.json: rope_type must be a string");
-            type = json_object_get_string(t);
+            r->type = json_object_get_string(t);
         }
     }
+    return 0;
+}
+
+int rope_setting(json_object *cfg, const char *layer_type, const char *key, double *out,
+                 char *err, size_t err_len) {
+    rope_src r;
+    if (rope_find(cfg, layer_type, &r, err, err_len)) return -1;
+    if (strcmp(key, "rope_theta") == 0) {
+        *out = r.theta;
+        return 0;
+    }
+    int rc = num(r.scaling, key, out);
+    if (rc < 0) return errf(err, err_len, "config.json: rope setting '%s' is not a number", key);
+    return rc ? 0 : 1; /* 1: absent */
+}
+
+const char *rope_type_name(json_object *cfg, const char *layer_type) {
+    rope_src r;
+    char err[256];
+    return rope_find(cfg, layer_type, &r, err, sizeof err) ? NULL : r.type;
+}
+
+int rope_compute(json_object *cfg, const char *layer_type, int32_t rot_dims, float *inv_freq,
+                 lmh_rope_info *info, char *err, size_t err_len) {
+    if (rot_dims <= 0 || rot_dims % 2)
+        return errf(err, err_len, "rotary dimension %d must be positive and even", rot_dims);
+    rope_src r;
+    if (rope_find(cfg, layer_type, &r, err, err_len)) return -1;
+    json_object *scaling = r.scaling;
+    const double theta = r.theta;
+    const char *type = r.type;
     int32_t half = rot_dims / 2;
     for (int32_t i = 0; i < half; i++)
         inv_freq[i] = (float)(1.0 / pow(theta, (double)(2 * i) / (double)rot_dims));
@@ -99,28 +132,6 @@ int rope_compute(json_object *cfg, const char *layer_type, int32_t rot_dims, flo
     }
     double orig = 0;
     GETNUM(scaling, "original_max_position_embeddings", &orig);
-    if (strcmp(type, "llama3") == 0) {
-        double lo = 1.0, hi = 4.0;
-        GETNUM(scaling, "low_freq_factor", &lo);
-        GETNUM(scaling, "high_freq_factor", &hi);
-        if (!(orig > 0) || !(hi > lo))
-            return errf(err, err_len,
-                        "config.json: llama3 rope needs original_max_position_embeddings > 0 "
-                        "and high_freq_factor > low_freq_factor");
-        double lo_wave = orig / lo, hi_wave = orig / hi;
-        for (int32_t i = 0; i < half; i++) {
-            double f = 1.0 / pow(theta, (double)(2 * i) / (double)rot_dims);
-            double wave = 2.0 * M_PI / f;
-            if (wave > lo_wave) {
-                f /= factor;
-            } else if (wave >= hi_wave) {
-                double s = (orig / wave - lo) / (hi - lo);
-                f = (1.0 - s) * f / factor + s * f;
-            }
-            inv_freq[i] = (float)f;
-        }
-        return 0;
-    }
     if (strcmp(type, "yarn") == 0) {
         double beta_fast = 32, beta_slow = 1, mscale = 0, mscale_all = 0, attn = 0;
         GETNUM(scaling, "beta_fast", &beta_fast);
@@ -159,7 +170,7 @@ int rope_compute(json_object *cfg, const char *layer_type, int32_t rot_dims, flo
         return 0;
     }
     return errf(err, err_len,
-                "config.json: rope_type '%s' is not supported (supported: default, linear, "
-                "llama3, yarn, proportional)",
+                "config.json: rope_type '%s' is not one the host computes (default, linear, "
+                "yarn, proportional), and the architecture plugin did not handle it",
                 type);
 }

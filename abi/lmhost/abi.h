@@ -179,10 +179,18 @@ struct lmh_host_api {
      * per-layer-type entry where the config has one (rope_parameters keyed by
      * "sliding_attention"/"full_attention", or the legacy rope_local_base_freq); NULL
      * for the model-wide one. Multimodal checkpoints' text_config is read where the
-     * settings sit there. inv_freq must hold rot_dims/2 floats. Errors (unknown
+     * settings sit there. Computes default, linear, yarn and proportional; other types are
+     * an error here, for the plugin that knows them to compute (see rope_setting). inv_freq must hold rot_dims/2 floats. Errors (unknown
      * rope_type, bad values) go through fail(). */
     int (*rope_freqs)(lmh_load_ctx *ld, const char *layer_type, int32_t rot_dims,
                       float *inv_freq, lmh_rope_info *info);
+
+    /* The rope settings behind rope_freqs, for plugins that compute a rope type the host
+     * does not know: rope_type ("default" when none) and any number of the same parameter
+     * object ("factor", ..., and "rope_theta" always). rope_setting returns LMH_OK,
+     * LMH_ENOTFOUND or LMH_ETYPE. */
+    int (*rope_type)(lmh_load_ctx *ld, const char *layer_type, const char **out);
+    int (*rope_setting)(lmh_load_ctx *ld, const char *layer_type, const char *key, double *out);
 
     /* Declares the model before asking for weights: layer count and vocabulary. */
     int (*declare_model)(lmh_load_ctx *ld, int32_t n_layers, int32_t vocab_size);

@@ -147,6 +147,34 @@ static lmh_tensor *experts(const lmh_host_api *h, lmh_load_ctx *ld, const lmh_mo
     return h->weight_stack(ld, l, name, m->n_experts, 2, ne);
 }
 
+/* Llama 3.1's rope scaling: long wavelengths slowed by `factor`, short ones kept, a smooth
+ * blend between the two bands. */
+static int llama3_freqs(const lmh_host_api *h, lmh_load_ctx *ld, int32_t rot, float *inv) {
+    double theta = 0, factor = 0, lo = 1, hi = 4, orig = 0;
+    if (h->rope_setting(ld, NULL, "rope_theta", &theta) != LMH_OK ||
+        h->rope_setting(ld, NULL, "factor", &factor) != LMH_OK ||
+        h->rope_setting(ld, NULL, "low_freq_factor", &lo) == LMH_ETYPE ||
+        h->rope_setting(ld, NULL, "high_freq_factor", &hi) == LMH_ETYPE ||
+        h->rope_setting(ld, NULL, "original_max_position_embeddings", &orig) != LMH_OK ||
+        !(theta > 0) || !(factor > 0) || !(orig > 0) || !(hi > lo))
+        return h->fail(ld, "config.json: llama3 rope scaling needs rope_theta, factor and "
+                           "original_max_position_embeddings > 0 and high_freq_factor > "
+                           "low_freq_factor");
+    const double lo_wave = orig / lo, hi_wave = orig / hi;
+    for (int32_t i = 0; i < rot / 2; i++) {
+        double f = 1.0 / pow(theta, (double)(2 * i) / (double)rot);
+        double wave = 2.0 * M_PI / f;
+        if (wave > lo_wave) {
+            f /= factor;
+        } else if (wave >= hi_wave) {
+            double s = (orig / wave - lo) / (hi - lo);
+            f = (1.0 - s) * f / factor + s * f;
+        }
+        inv[i] = (float)f;
+    }
+    return 0;
+}
+
 static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
     const char *type = NULL;
     h->cfg_str(ld, "model_type", &type);
@@ -285,10 +313,16 @@ static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
     if (!m->lm_head) return LMH_EINVAL;
 
     float inv[1024];
-    lmh_rope_info ri;
+    lmh_rope_info ri = {.attn_factor = 1.0f, .n_pairs = m->head_dim / 2};
     if (m->head_dim > 2048 || m->head_dim % 2)
         return h->fail(ld, "config.json: head_dim %d is not supported", m->head_dim);
-    if (h->rope_freqs(ld, NULL, m->head_dim, inv, &ri)) return LMH_EINVAL;
+    const char *rt = "default";
+    h->rope_type(ld, NULL, &rt);
+    if (strcmp(rt, "llama3") == 0) {
+        if (llama3_freqs(h, ld, m->head_dim, inv)) return LMH_EINVAL;
+    } else if (h->rope_freqs(ld, NULL, m->head_dim, inv, &ri)) {
+        return LMH_EINVAL;
+    }
     int64_t nf = m->head_dim / 2;
     m->inv_freq = h->constant(ld, LMH_LAYER_INPUT, LMH_F32, 1, &nf, inv);
     m->rope_factor = ri.attn_factor;
