@@ -12,6 +12,7 @@
 #include "rope_config.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -248,12 +249,136 @@ static int host_declare_layer(lmh_load_ctx *ld, int32_t layer, const lmh_layer_s
     return LMH_OK;
 }
 
+static void shape_str(char *buf, size_t len, int32_t ndim, const int64_t *ne);
+
+/* An MLX affine-quantized weight: X.weight (uint32 codes) with X.scales and X.biases. */
+typedef struct qweight {
+    const st_tensor *w, *scales, *biases;
+    int bits, group;
+    int32_t ndim;
+    int64_t ne[LMH_MAX_DIMS]; /* logical: the packed width times 32 / bits */
+} qweight;
+
+static int get_small_int(json_object *o, const char *key, int *out) {
+    json_object *v = json_object_object_get(o, key);
+    if (!v) return 0;
+    if (!json_object_is_type(v, json_type_int)) return -1;
+    int64_t x = json_object_get_int64(v);
+    if (x < 0 || x > 1024) return -1;
+    *out = (int)x;
+    return 1;
+}
+
+/* Whether checkpoint tensor `name` is quantized: 1 (q filled), 0 (a plain tensor), or -1
+ * after fail() for a malformed one. Settings: config.json "quantization" (or
+ * "quantization_config"), with per-module overrides keyed by the module path holding
+ * their own group_size/bits, or false for "not quantized". */
+static int quant_of(lmh_load_ctx *ld, const char *name, qweight *q) {
+    model_dir *md = ld->e->md;
+    const st_tensor *t = md_find(md, name);
+    size_t len = strlen(name);
+    if (!t || len < 8 || len > 400 || strcmp(name + len - 7, ".weight") != 0) return 0;
+    char base[408], sn[416], bn[416];
+    snprintf(base, sizeof base, "%.*s", (int)(len - 7), name);
+    snprintf(sn, sizeof sn, "%s.scales", base);
+    snprintf(bn, sizeof bn, "%s.biases", base);
+    const st_tensor *sc = md_find(md, sn), *bi = md_find(md, bn);
+    if (!sc && !bi) return 0;
+    json_object *cfg = md_config(md), *qc = cfg_lookup(cfg, "quantization");
+    if (!qc) qc = cfg_lookup(cfg, "quantization_config");
+    if (!qc || !json_object_is_type(qc, json_type_object)) {
+        host_fail(ld, "tensor %s has %s beside it but config.json has no \"quantization\"",
+                  name, sc ? sn : bn);
+        return -1;
+    }
+    json_object *mode = json_object_object_get(qc, "mode");
+    if (mode) {
+        const char *m = json_object_is_type(mode, json_type_string) ? json_object_get_string(mode)
+                                                                    : "";
+        if (!strcmp(m, "mxfp4") || !strcmp(m, "nvfp4") || !strcmp(m, "mxfp8")) {
+            host_fail(ld, "config.json: quantization mode \"%s\" is not supported yet (only "
+                          "\"affine\")", m);
+            return -1;
+        }
+        if (strcmp(m, "affine") != 0) {
+            host_fail(ld, "config.json: unknown quantization mode \"%s\" (known: affine)", m);
+            return -1;
+        }
+    }
+    int bits = 0, group = 0;
+    if (get_small_int(qc, "bits", &bits) != 1 || get_small_int(qc, "group_size", &group) != 1) {
+        host_fail(ld, "config.json: quantization needs integer \"bits\" and \"group_size\"");
+        return -1;
+    }
+    json_object *ov = json_object_object_get(qc, base);
+    if (ov && json_object_is_type(ov, json_type_boolean)) {
+        if (!json_object_get_boolean(ov)) return 0; /* this module is not quantized */
+    } else if (ov && json_object_is_type(ov, json_type_object)) {
+        if (get_small_int(ov, "bits", &bits) < 0 || get_small_int(ov, "group_size", &group) < 0) {
+            host_fail(ld, "config.json: quantization override for %s has a bad bits or "
+                          "group_size", base);
+            return -1;
+        }
+    } else if (ov) {
+        host_fail(ld, "config.json: quantization override for %s must be an object or false",
+                  base);
+        return -1;
+    }
+    if (lmh_quant_dtype(bits) == LMH_DTYPE_COUNT || (group != 32 && group != 64 && group != 128)) {
+        host_fail(ld, "tensor %s: %d-bit groups of %d are not supported (bits 2, 3, 4, 5, 6, 8; "
+                      "group_size 32, 64, 128)", name, bits, group);
+        return -1;
+    }
+    if (!sc || !bi) {
+        host_fail(ld, "quantized tensor %s lacks %s", name, sc ? bn : sn);
+        return -1;
+    }
+    if (t->dtype != LMH_U32) {
+        host_fail(ld, "quantized tensor %s has dtype %s; packed weights must be u32", name,
+                  lmh_dtype_name(t->dtype));
+        return -1;
+    }
+    if ((sc->dtype != LMH_F32 && sc->dtype != LMH_F16 && sc->dtype != LMH_BF16) ||
+        bi->dtype != sc->dtype) {
+        host_fail(ld, "quantized tensor %s: scales (%s) and biases (%s) must both be f32, f16 "
+                      "or bf16", name, lmh_dtype_name(sc->dtype), lmh_dtype_name(bi->dtype));
+        return -1;
+    }
+    if (t->ndim != 2 && t->ndim != 3) {
+        host_fail(ld, "quantized tensor %s has %d dimensions; 2 or 3 ([E,] out, packed)", name,
+                  t->ndim);
+        return -1;
+    }
+    int64_t in = t->ne[t->ndim - 1] * 32 / bits;
+    int same = sc->ndim == t->ndim && bi->ndim == t->ndim && in > 0 && in % group == 0;
+    for (int i = 0; same && i < t->ndim - 1; i++)
+        same = sc->ne[i] == t->ne[i] && bi->ne[i] == t->ne[i] && t->ne[i] > 0;
+    if (same) same = sc->ne[t->ndim - 1] == in / group && bi->ne[t->ndim - 1] == in / group;
+    if (!same) {
+        char ws[128], ss[128], bs[128];
+        shape_str(ws, sizeof ws, t->ndim, t->ne);
+        shape_str(ss, sizeof ss, sc->ndim, sc->ne);
+        shape_str(bs, sizeof bs, bi->ndim, bi->ne);
+        host_fail(ld, "quantized tensor %s %s (%d-bit, groups of %d) does not match its scales "
+                      "%s and biases %s", name, ws, bits, group, ss, bs);
+        return -1;
+    }
+    *q = (qweight){.w = t, .scales = sc, .biases = bi, .bits = bits, .group = group,
+                   .ndim = t->ndim};
+    memcpy(q->ne, t->ne, sizeof q->ne);
+    q->ne[t->ndim - 1] = in;
+    return 1;
+}
+
 static int host_weight_info(lmh_load_ctx *ld, const char *name, lmh_weight_info *out) {
     const st_tensor *t = md_find(ld->e->md, name);
     if (!t) return LMH_ENOTFOUND;
-    out->dtype = t->dtype;
+    qweight q;
+    int rc = quant_of(ld, name, &q);
+    if (rc < 0) return LMH_ETYPE;
+    out->dtype = rc ? lmh_quant_dtype(q.bits) : t->dtype;
     out->ndim = t->ndim;
-    memcpy(out->ne, t->ne, sizeof out->ne);
+    memcpy(out->ne, rc ? q.ne : t->ne, sizeof out->ne);
     return LMH_OK;
 }
 
@@ -341,8 +466,58 @@ static const st_tensor *find_checked(lmh_load_ctx *ld, const char *name, int32_t
     return t;
 }
 
+/* A quantized weight on the backend of `layer`, the parts lent in place where the backend
+ * can (the CPU backend keeps pointers into the mapped file). */
+static lmh_tensor *make_qweight(lmh_load_ctx *ld, int32_t layer, const qweight *q,
+                                const char *name) {
+    engine *e = ld->e;
+    int s = slot_of(e, layer);
+    pl_slot *sl = &e->slots[s];
+    if (sl->api->size < offsetof(lmh_backend_api, tensor_quant) + sizeof sl->api->tensor_quant ||
+        !sl->api->tensor_quant) {
+        host_fail(ld, "backend %s cannot run quantized weights (%s is %d-bit)",
+                  sl->plugin->info->name, name, q->bits);
+        return NULL;
+    }
+    lmh_tensor *p =
+        sl->api->tensor_quant(sl->b, lmh_quant_dtype(q->bits), q->group, q->ndim, q->ne,
+                              (const uint32_t *)q->w->data, q->scales->dtype, q->scales->data,
+                              q->biases->data);
+    if (!p) {
+        host_fail(ld, "backend %s refused quantized tensor %s (out of memory or layout)",
+                  sl->plugin->info->name, name);
+        return NULL;
+    }
+    htensor *t = track_weight(e, pl_adopt(p, s, 1));
+    if (!t) {
+        sl->api->tensor_free(sl->b, p);
+        host_fail(ld, "out of memory");
+        return NULL;
+    }
+    t->pub.group = q->group;
+    e->weight_bytes += (q->w->end - q->w->begin) + (q->scales->end - q->scales->begin) +
+                       (q->biases->end - q->biases->begin);
+    return &t->pub;
+}
+
 static lmh_tensor *host_weight(lmh_load_ctx *ld, int32_t layer, const char *name, int32_t ndim,
                                const int64_t *ne) {
+    qweight q;
+    int qr = quant_of(ld, name, &q);
+    if (qr < 0) return NULL;
+    if (qr) {
+        int same = ndim <= 0 || q.ndim == ndim;
+        for (int i = 0; same && ndim > 0 && i < ndim; i++) same = q.ne[i] == ne[i];
+        if (!same) {
+            char want[128], have[128];
+            shape_str(want, sizeof want, ndim, ne);
+            shape_str(have, sizeof have, q.ndim, q.ne);
+            host_fail(ld, "shape mismatch for tensor %s: checkpoint has %s (quantized, %d-bit), "
+                          "config implies %s", name, have, q.bits, want);
+            return NULL;
+        }
+        return make_qweight(ld, layer, &q, name);
+    }
     const st_tensor *t = find_checked(ld, name, ndim, ne);
     return t ? make_weight(ld, layer, t->dtype, t->ndim, t->ne, t->data, name) : NULL;
 }
@@ -363,6 +538,14 @@ static lmh_tensor *host_weight_stack(lmh_load_ctx *ld, int32_t layer, const char
     for (int32_t i = 0; i < count; i++) {
         char name[512];
         snprintf(name, sizeof name, fmt, i);
+        qweight q;
+        int qr = quant_of(ld, name, &q);
+        if (qr) {
+            if (qr > 0)
+                host_fail(ld, "tensor %s: quantized per-expert tensors are not supported; "
+                              "quantized experts must be stacked (switch_mlp)", name);
+            goto bad;
+        }
         const st_tensor *st = find_checked(ld, name, ndim, ne);
         if (!st) goto bad;
         if (!p) {

@@ -407,7 +407,7 @@ static int build_dequant_plan(model_dir *md, plan *p, char *err, size_t err_len)
 
 static const char *st_dtype(lmh_dtype d) {
     static const char *const n[] = {"F32", "F16", "BF16", "I32", "U32", "U8", "I8"};
-    return (unsigned)d < LMH_DTYPE_COUNT ? n[d] : "?";
+    return (unsigned)d < sizeof n / sizeof *n ? n[d] : "?";
 }
 
 static uint64_t out_bytes(const out_tensor *o) {

@@ -48,6 +48,18 @@ typedef enum lmh_dtype {
     LMH_U32 = 4,
     LMH_U8 = 5,
     LMH_I8 = 6,
+    /* MLX affine-quantized weights, `bits` per value (LMH_Q2 .. LMH_Q8): each row of the
+     * logical [.., out, in] matrix is an LSB-first bit stream of codes q packed in
+     * little-endian uint32 words, and every `group` consecutive values of a row (the
+     * tensor's `group` member) share a scale s and bias b: w = s * q + b. Made only by a
+     * backend's tensor_quant (backend.h); lmh_dtype_size is 0 for them (a value has no
+     * whole byte size): use lmh_dtype_is_quant / lmh_quant_bits. */
+    LMH_Q2 = 7,
+    LMH_Q3 = 8,
+    LMH_Q4 = 9,
+    LMH_Q5 = 10,
+    LMH_Q6 = 11,
+    LMH_Q8 = 12,
     LMH_DTYPE_COUNT
 } lmh_dtype;
 
@@ -62,6 +74,7 @@ typedef struct lmh_tensor {
     int32_t ndim;
     int64_t ne[LMH_MAX_DIMS];
     void *backend_priv; /* owned by the backend that made the tensor */
+    int32_t group;      /* quantized dtypes: values per scale/bias group (32, 64, 128); else 0 */
 } lmh_tensor;
 
 static inline int64_t lmh_nelem(const lmh_tensor *t) {
@@ -84,8 +97,30 @@ static inline size_t lmh_dtype_size(lmh_dtype d) {
 }
 
 static inline const char *lmh_dtype_name(lmh_dtype d) {
-    static const char *const names[] = {"f32", "f16", "bf16", "i32", "u32", "u8", "i8"};
+    static const char *const names[] = {"f32", "f16", "bf16", "i32", "u32", "u8", "i8",
+                                        "q2",  "q3",  "q4",   "q5",  "q6",  "q8"};
     return (unsigned)d < LMH_DTYPE_COUNT ? names[d] : "?";
+}
+
+static inline int lmh_dtype_is_quant(lmh_dtype d) { return d >= LMH_Q2 && d <= LMH_Q8; }
+
+/* Bits per value of a quantized dtype; 0 for the others. */
+static inline int lmh_quant_bits(lmh_dtype d) {
+    static const int bits[] = {2, 3, 4, 5, 6, 8};
+    return lmh_dtype_is_quant(d) ? bits[d - LMH_Q2] : 0;
+}
+
+/* The quantized dtype of `bits` (2, 3, 4, 5, 6, 8); LMH_DTYPE_COUNT for other values. */
+static inline lmh_dtype lmh_quant_dtype(int bits) {
+    switch (bits) {
+    case 2: return LMH_Q2;
+    case 3: return LMH_Q3;
+    case 4: return LMH_Q4;
+    case 5: return LMH_Q5;
+    case 6: return LMH_Q6;
+    case 8: return LMH_Q8;
+    default: return LMH_DTYPE_COUNT;
+    }
 }
 
 typedef enum lmh_plugin_kind {
@@ -138,6 +173,9 @@ typedef struct lmh_rope_info {
     int32_t n_pairs;   /* rotary_dims / 2 entries written to inv_freq */
 } lmh_rope_info;
 
+/* For a quantized checkpoint tensor (X.weight with X.scales and X.biases beside it) the
+ * logical shape ([out, in] or [E, out, in], in = packed words * 32 / bits) and its
+ * quantized dtype, which is what weight() returns. */
 typedef struct lmh_weight_info {
     lmh_dtype dtype;
     int32_t ndim;
@@ -203,7 +241,9 @@ struct lmh_host_api {
      * LMH_LAYER_INPUT / LMH_LAYER_OUTPUT) and returns it. When ndim > 0 its shape must
      * equal ne[0..ndim-1] (the host reports a mismatch naming both shapes); ndim = 0
      * accepts any shape. Returns NULL after calling fail() (missing tensor, shape). The
-     * host owns the tensor and frees it with the model. */
+     * host owns the tensor and frees it with the model. An MLX-quantized weight (config.json
+     * "quantization", X.scales/X.biases beside X.weight) comes back as a quantized tensor
+     * (LMH_Q2..LMH_Q8) of the logical shape; matmul, get_rows and moe_matmul take it. */
     lmh_tensor *(*weight)(lmh_load_ctx *ld, int32_t layer, const char *name, int32_t ndim,
                           const int64_t *ne);
     /* Loads `count` checkpoint tensors named by printf(fmt, i) for i in 0..count-1, each

@@ -76,6 +76,18 @@ typedef struct lmh_backend_api {
     int (*sync)(lmh_backend *b);
 
     void (*memory)(lmh_backend *b, lmh_backend_mem *out);
+
+    /* A quantized weight (abi.h, LMH_Q2..LMH_Q8) from its checkpoint parts, counted as a
+     * weight. ne is the logical shape, [out, in] or [E, out, in]; in is a multiple of
+     * `group` (32, 64 or 128) and in * bits a multiple of 32. packed holds rows of
+     * in * bits / 32 uint32 words; scales and biases, of dtype sb_dtype (f32, f16, bf16),
+     * hold in / group values per row. Like tensor_wrap, a backend may use the three
+     * buffers in place: they stay valid and unchanged for as long as the tensor lives
+     * (the host lends the mapped file). NULL when out of memory or the arguments are bad.
+     * The member may be NULL (or absent by size): the backend runs no quantized weights. */
+    lmh_tensor *(*tensor_quant)(lmh_backend *b, lmh_dtype qtype, int32_t group, int32_t ndim,
+                                const int64_t *ne, const uint32_t *packed, lmh_dtype sb_dtype,
+                                const void *scales, const void *biases);
 } lmh_backend_api;
 
 #ifdef __cplusplus

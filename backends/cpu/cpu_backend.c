@@ -3,6 +3,7 @@
  * at start (kernels.h; LMHOST_SIMD=portable|avx2|avx512|neon forces one). */
 #include "lmhost/lmhost.h"
 #include "kernels.h"
+#include "qkernels.h"
 #include "threadpool.h"
 
 #include <math.h>
@@ -18,10 +19,15 @@ typedef struct cpu_tensor {
     int owned;      /* data was allocated here (not a view, not wrapped host memory) */
     int weight;     /* counted as weights; reads are counted in weight_bytes_read */
     int wrapped;    /* data is host memory lent by the caller (mmap'd weights) */
+    /* Quantized weights (tensor_quant): the packed codes, scales and biases, used in place
+     * where the lent memory is aligned (zero copy: the mmap'd file stays the only copy),
+     * else in `data`, which then holds all three. qm describes the whole [rows, in] stack. */
+    cpu_qmat qm;
 } cpu_tensor;
 
 struct lmh_backend {
     const cpu_kernels *k;
+    const cpu_qkernels *qk;
     cpu_pool *pool;
     char desc[96];
     atomic_uint_fast64_t weight_bytes, other_bytes, mapped_bytes, weight_read;
@@ -39,7 +45,10 @@ static size_t nbytes(lmh_dtype dt, int32_t ndim, const int64_t *ne) {
 }
 
 static int valid_shape(lmh_dtype dt, int32_t ndim, const int64_t *ne) {
-    if ((unsigned)dt >= LMH_DTYPE_COUNT || ndim < 1 || ndim > LMH_MAX_DIMS) return 0;
+    /* quantized tensors come only from tensor_quant */
+    if ((unsigned)dt >= LMH_DTYPE_COUNT || lmh_dtype_is_quant(dt) || ndim < 1 ||
+        ndim > LMH_MAX_DIMS)
+        return 0;
     for (int i = 0; i < ndim; i++)
         if (ne[i] < 0 || ne[i] > ((int64_t)1 << 40)) return 0;
     return 1;
@@ -100,6 +109,57 @@ static lmh_tensor *cpu_tensor_view(lmh_backend *b, lmh_tensor *base, size_t offs
     return &t->t;
 }
 
+static lmh_tensor *cpu_tensor_quant(lmh_backend *b, lmh_dtype qt, int32_t group, int32_t ndim,
+                                    const int64_t *ne, const uint32_t *packed, lmh_dtype sbt,
+                                    const void *scales, const void *biases) {
+    int bits = lmh_quant_bits(qt);
+    if (!bits || (group != 32 && group != 64 && group != 128) || (ndim != 2 && ndim != 3) ||
+        !packed || !scales || !biases || (sbt != LMH_F32 && sbt != LMH_F16 && sbt != LMH_BF16))
+        return NULL;
+    for (int i = 0; i < ndim; i++)
+        if (ne[i] <= 0 || ne[i] > ((int64_t)1 << 31)) return NULL;
+    int64_t in = ne[ndim - 1], rows = ne[0] * (ndim == 3 ? ne[1] : 1);
+    if (in % group || (in * bits) % 32) return NULL;
+    cpu_tensor *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->t.dtype = qt;
+    t->t.ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->t.ne[i] = ne[i];
+    t->t.group = group;
+    t->t.backend_priv = t;
+    cpu_qmat *m = &t->qm;
+    *m = (cpu_qmat){.sb = sbt == LMH_F32 ? 0 : sbt == LMH_F16 ? 1 : 2, .bits = bits,
+                    .group = group, .rows = rows, .in = in, .wpr = in * bits / 32,
+                    .gpr = in / group};
+    size_t qb = (size_t)(rows * m->wpr) * 4, sb = (size_t)(rows * m->gpr) * lmh_dtype_size(sbt);
+    t->bytes = qb + 2 * sb;
+    t->weight = 1;
+    size_t al = lmh_dtype_size(sbt);
+    if ((uintptr_t)packed % 4 == 0 && (uintptr_t)scales % al == 0 && (uintptr_t)biases % al == 0) {
+        m->q = packed;
+        m->scales = scales;
+        m->biases = biases;
+        t->wrapped = 1;
+        atomic_fetch_add(&b->mapped_bytes, t->bytes);
+        return &t->t;
+    }
+    /* misaligned in the file (a header length not a multiple of 8): copy the three parts */
+    t->data = aligned_alloc(64, (t->bytes + 63) & ~(size_t)63);
+    if (!t->data) {
+        free(t);
+        return NULL;
+    }
+    memcpy(t->data, packed, qb);
+    memcpy(t->data + qb, scales, sb);
+    memcpy(t->data + qb + sb, biases, sb);
+    m->q = (const uint32_t *)t->data;
+    m->scales = t->data + qb;
+    m->biases = t->data + qb + sb;
+    t->owned = 1;
+    atomic_fetch_add(&b->weight_bytes, t->bytes);
+    return &t->t;
+}
+
 static void cpu_tensor_free(lmh_backend *b, lmh_tensor *x) {
     if (!x) return;
     cpu_tensor *t = CT(x);
@@ -114,14 +174,14 @@ static void cpu_tensor_free(lmh_backend *b, lmh_tensor *x) {
 
 static int cpu_upload(lmh_backend *b, lmh_tensor *x, size_t off, const void *src, size_t n) {
     (void)b;
-    if (!x || off > CT(x)->bytes || n > CT(x)->bytes - off) return LMH_EINVAL;
+    if (!x || lmh_dtype_is_quant(x->dtype) || off > CT(x)->bytes || n > CT(x)->bytes - off) return LMH_EINVAL;
     memcpy(DATA(x) + off, src, n);
     return LMH_OK;
 }
 
 static int cpu_download(lmh_backend *b, const lmh_tensor *x, size_t off, void *dst, size_t n) {
     (void)b;
-    if (!x || off > CT(x)->bytes || n > CT(x)->bytes - off) return LMH_EINVAL;
+    if (!x || lmh_dtype_is_quant(x->dtype) || off > CT(x)->bytes || n > CT(x)->bytes - off) return LMH_EINVAL;
     memcpy(dst, DATA(x) + off, n);
     return LMH_OK;
 }
@@ -130,6 +190,15 @@ static int cpu_download(lmh_backend *b, const lmh_tensor *x, size_t off, void *d
 
 static int64_t inner(const lmh_tensor *t) { return t->ne[t->ndim - 1]; }
 static int is_float(lmh_dtype d) { return d == LMH_F32 || d == LMH_F16 || d == LMH_BF16; }
+/* A weight operand: a float dtype, or quantized (made by tensor_quant). */
+static int is_weight(lmh_dtype d) { return is_float(d) || lmh_dtype_is_quant(d); }
+
+/* Bytes of a quantized tensor's rows [r0, r0 + n) that a kernel reads: codes, scales and
+ * biases. */
+static size_t qbytes(const lmh_tensor *w, int64_t n) {
+    const cpu_qmat *m = &CT(w)->qm;
+    return (size_t)n * ((size_t)m->wpr * 4 + 2 * (size_t)m->gpr * (m->sb == 0 ? 4 : 2));
+}
 
 /* Element i of a float tensor of any float dtype, as f32 (for small per-row vectors). */
 static inline float getf(const lmh_tensor *t, int64_t i) {
@@ -175,6 +244,8 @@ static void do_get_rows(void *arg, int64_t i0, int64_t i1, int w) {
     for (int64_t i = i0; i < i1; i++) {
         if (ids[i] < 0 || ids[i] >= V)
             memset(y + i * d, 0, (size_t)d * sizeof(float));
+        else if (lmh_dtype_is_quant(op->src[0]->dtype))
+            j->b->qk->dequant_row(&CT(op->src[0])->qm, ids[i], y + i * d);
         else
             row_to_f32(j->b->k, op->src[0], ids[i], d, y + i * d);
     }
@@ -192,7 +263,9 @@ static void do_matmul(void *arg, int64_t o0, int64_t o1, int w) {
     case LMH_F32: k->matmul_f32((const float *)DATA(x), n, in, (const float *)DATA(W), o0, o1, y, out); break;
     case LMH_F16: k->matmul_f16((const float *)DATA(x), n, in, (const uint16_t *)DATA(W), o0, o1, y, out); break;
     case LMH_BF16: k->matmul_bf16((const float *)DATA(x), n, in, (const uint16_t *)DATA(W), o0, o1, y, out); break;
-    default: break;
+    default: /* quantized; j->scratch holds the group sums of x */
+        j->b->qk->matmul((const float *)DATA(x), j->scratch, n, &CT(W)->qm, o0, o1, y, out);
+        break;
     }
     if (op->src[2])
         for (int64_t r = 0; r < n; r++)
@@ -467,6 +540,8 @@ static void do_moe_route(void *arg, int64_t r0, int64_t r1, int w) {
 
 typedef struct moe_job {
     const cpu_kernels *k;
+    const cpu_qkernels *qk;
+    const float *xsum; /* quantized W: group sums of xg */
     const lmh_tensor *W;
     const float *xg;
     float *yg;
@@ -485,6 +560,16 @@ static void do_moe_tasks(void *arg, int64_t t0, int64_t t1, int w) {
         const float *x = m->xg + m->start[e] * m->in;
         float *y = m->yg + m->start[e] * m->out;
         int64_t n = m->count[e];
+        if (lmh_dtype_is_quant(m->W->dtype)) { /* expert e's slice of the stack */
+            cpu_qmat q = CT(m->W)->qm;
+            size_t sbs = q.sb == 0 ? 4 : 2;
+            q.q += e * m->out * q.wpr;
+            q.scales = (const uint8_t *)q.scales + (size_t)(e * m->out * q.gpr) * sbs;
+            q.biases = (const uint8_t *)q.biases + (size_t)(e * m->out * q.gpr) * sbs;
+            q.rows = m->out;
+            m->qk->matmul(x, m->xsum + m->start[e] * q.gpr, n, &q, o0, o1, y, m->out);
+            continue;
+        }
         switch (m->W->dtype) {
         case LMH_F32: m->k->matmul_f32(x, n, m->in, (const float *)we, o0, o1, y, m->out); break;
         case LMH_F16: m->k->matmul_f16(x, n, m->in, (const uint16_t *)we, o0, o1, y, m->out); break;
@@ -536,7 +621,13 @@ static int moe_matmul(lmh_backend *b, const lmh_op *op) {
             nt++;
         }
     }
-    moe_job m = {.k = b->k, .W = W, .xg = xg, .yg = yg, .start = start, .count = count,
+    float *xsum = NULL;
+    if (lmh_dtype_is_quant(W->dtype)) {
+        xsum = malloc((size_t)pairs * (size_t)(in / W->group) * sizeof(float));
+        if (!xsum) goto out;
+        cpu_q_group_sums(xg, start[E], in, W->group, xsum);
+    }
+    moe_job m = {.k = b->k, .qk = b->qk, .xsum = xsum, .W = W, .xg = xg, .yg = yg, .start = start, .count = count,
                  .tasks = (const int64_t(*)[3])tasks, .in = in, .out = out};
     cpu_pool_run(b->pool, nt, 1, do_moe_tasks, &m);
     float *dst = (float *)DATA(op->dst);
@@ -546,7 +637,10 @@ static int moe_matmul(lmh_backend *b, const lmh_op *op) {
         else
             memcpy(dst + p * out, yg + order[p] * out, (size_t)out * sizeof(float));
     }
-    count_read(b, W, (size_t)active * (size_t)out * (size_t)in * lmh_dtype_size(W->dtype));
+    count_read(b, W, lmh_dtype_is_quant(W->dtype)
+                         ? qbytes(W, active * out)
+                         : (size_t)active * (size_t)out * (size_t)in * lmh_dtype_size(W->dtype));
+    free(xsum);
     rc = LMH_OK;
 out:
     free(count);
@@ -592,11 +686,11 @@ static int check_op(const lmh_op *op) {
     if (!d || !a) return LMH_EINVAL;
     switch (op->code) {
     case LMH_OP_GET_ROWS:
-        if (!b || !is_float(a->dtype) || b->dtype != LMH_I32 || d->dtype != LMH_F32) break;
+        if (!b || !is_weight(a->dtype) || b->dtype != LMH_I32 || d->dtype != LMH_F32) break;
         if (lmh_nelem(d) != lmh_nelem(b) * inner(a)) return LMH_ESHAPE;
         return LMH_OK;
     case LMH_OP_MATMUL: {
-        if (!b || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !is_float(b->dtype)) break;
+        if (!b || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !is_weight(b->dtype)) break;
         if (b->ndim != 2 || inner(a) != b->ne[1]) return LMH_ESHAPE;
         int64_t rows = lmh_nelem(a) / inner(a);
         if (lmh_nelem(d) != rows * b->ne[0]) return LMH_ESHAPE;
@@ -672,7 +766,7 @@ static int check_op(const lmh_op *op) {
             return LMH_ESHAPE;
         return op->p.i[0] >= 1 && op->p.i[0] <= a->ne[1] ? LMH_OK : LMH_EINVAL;
     case LMH_OP_MOE_MATMUL:
-        if (!b || !c || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !is_float(b->dtype) ||
+        if (!b || !c || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !is_weight(b->dtype) ||
             c->dtype != LMH_I32)
             break;
         if (b->ndim != 3 || c->ndim != 2 || d->ndim != 3 || d->ne[0] != c->ne[0] ||
@@ -717,7 +811,9 @@ static int cpu_enqueue(lmh_backend *b, const lmh_op *op) {
     case LMH_OP_GET_ROWS: {
         int64_t n = lmh_nelem(op->src[1]);
         cpu_pool_run(b->pool, n, 16, do_get_rows, &j);
-        count_read(b, a, (size_t)n * (size_t)inner(a) * lmh_dtype_size(a->dtype));
+        count_read(b, a, lmh_dtype_is_quant(a->dtype)
+                             ? qbytes(a, n)
+                             : (size_t)n * (size_t)inner(a) * lmh_dtype_size(a->dtype));
         break;
     }
     case LMH_OP_MATMUL: {
@@ -727,8 +823,16 @@ static int cpu_enqueue(lmh_backend *b, const lmh_op *op) {
          * multiple of 16 rows to keep the kernels' blocks whole. */
         int64_t g = grain_for(out, th, 16);
         g = (g + 15) & ~(int64_t)15;
+        int quant = lmh_dtype_is_quant(W->dtype);
+        if (quant) { /* group sums of x, once per op rather than once per weight row */
+            int64_t in = inner(a), rows = lmh_nelem(a) / in;
+            j.scratch = malloc((size_t)(rows * (in / W->group)) * sizeof(float) + 1);
+            if (!j.scratch) return LMH_ENOMEM;
+            cpu_q_group_sums((const float *)DATA(a), rows, in, W->group, j.scratch);
+        }
         cpu_pool_run(b->pool, out, g, do_matmul, &j);
-        count_read(b, W, (size_t)lmh_nelem(W) * lmh_dtype_size(W->dtype));
+        free(j.scratch);
+        count_read(b, W, quant ? qbytes(W, out) : (size_t)lmh_nelem(W) * lmh_dtype_size(W->dtype));
         if (op->src[2]) count_read(b, op->src[2], (size_t)out * lmh_dtype_size(op->src[2]->dtype));
         break;
     }
@@ -812,6 +916,7 @@ static int cpu_create(const lmh_host_api *host, const lmh_backend_opts *o, lmh_b
     lmh_backend *b = calloc(1, sizeof *b);
     if (!b) return LMH_ENOMEM;
     b->k = k;
+    b->qk = cpu_qkernels_for(k->name);
     b->pool = cpu_pool_new(o && o->threads > 0 ? o->threads : 0);
     if (!b->pool) {
         free(b);
@@ -836,7 +941,8 @@ static int cpu_init(const lmh_host_api *host, char *err, size_t err_len) {
     return 0;
 }
 
-static const char *const weight_dtypes[] = {"f32", "f16", "bf16", NULL};
+static const char *const weight_dtypes[] = {"f32", "f16", "bf16", "q2", "q3", "q4",
+                                            "q5",  "q6",  "q8",   NULL};
 static const char *const ops[] = {"get_rows", "matmul", "rms_norm", "add",  "mul",       "scale",
                                   "swiglu",   "geglu",  "rope",     "copy", "attention", "softcap",
                                   "moe_route", "moe_matmul", "moe_combine", "sigmoid_gate", "transpose", NULL};
@@ -858,6 +964,7 @@ static const lmh_backend_api api = {
     .enqueue = cpu_enqueue,
     .sync = cpu_sync,
     .memory = cpu_memory,
+    .tensor_quant = cpu_tensor_quant,
 };
 
 static const lmh_plugin_info info = {
@@ -865,7 +972,7 @@ static const lmh_plugin_info info = {
     .kind = LMH_KIND_BACKEND,
     .name = "cpu",
     .version = "0.1.0",
-    .summary = "host CPU; f32 compute over f32/f16/bf16 weights; AVX-512, AVX2+FMA, NEON or "
+    .summary = "host CPU; f32 compute over f32/f16/bf16 and MLX 2-8 bit weights; AVX-512, AVX2+FMA, NEON or "
                "portable C chosen at run time",
     .init = cpu_init,
     .api = &api,

@@ -1,0 +1,329 @@
+/* AVX2 + FMA + F16C inner loops (x86-64; built with -mavx2 -mfma -mf16c, picked at run
+ * time by kernels_select.c).
+ *
+ * matmul is built from register tiles: R x rows times O weight rows, R*O accumulators of
+ * 8 lanes along k, reduced horizontally at the end of a k block. Decode (n <= TR) runs
+ * the tiles straight over the weights, converting f16/bf16 in registers, so the weights
+ * stream once at memory speed. Prefill (n > TR) goes block by block: OC weight rows by
+ * KC of k are made f32 once into an L1 buffer (or, for f32, used in place), then every
+ * tile of x rows runs over that block. k beyond a multiple of 8 is done in scalar code,
+ * so no load ever reads past the end of a row. */
+#include "kernels.h"
+
+#include <immintrin.h>
+#include <stdalign.h>
+
+#define VW 8   /* floats per vector */
+#define TR 3   /* x rows per tile: 3x4 accumulators + 4 weights + 1 x = 16 ymm */
+#define TO 4   /* weight rows per tile */
+#define TD 4   /* weight rows per decode step (x2 vectors of k: 8 accumulators) */
+#define OC 16  /* weight rows per prefill block */
+#define KC 512 /* k per prefill block (a multiple of VW) */
+
+#define INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
+
+INLINE __m256 ld_f32(const float *p) {
+    return _mm256_loadu_ps(p);
+}
+INLINE __m256 ld_f16(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+/* bf16 is the top half of an f32: zero-extend to 32 bits and shift into place. */
+INLINE __m256 ld_bf16(const uint16_t *p) {
+    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+INLINE float sc_f32(const float *p) {
+    return *p;
+}
+INLINE float sc_f16(const uint16_t *p) {
+    return cpu_f16_to_f32(*p);
+}
+INLINE float sc_bf16(const uint16_t *p) {
+    return cpu_bf16_to_f32(*p);
+}
+
+INLINE float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* {sum a, sum b, sum c, sum d} */
+INLINE __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);
+    __m256 s = _mm256_hadd_ps(ab, cd);
+    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+}
+
+/* y[r * ldy + o] (+)= horizontal sums of acc[r][o]. */
+INLINE void tile_store(int R, int O, __m256 acc[TR][TO], float *y, int64_t ldy, int add) {
+    UNROLL for (int r = 0; r < R; r++) {
+        float *yr = y + r * ldy;
+        if (O == 4) {
+            __m128 s = hsum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+            if (add) s = _mm_add_ps(s, _mm_loadu_ps(yr));
+            _mm_storeu_ps(yr, s);
+        } else {
+            UNROLL for (int o = 0; o < O; o++) {
+                float s = hsum(acc[r][o]);
+                yr[o] = add ? yr[o] + s : s;
+            }
+        }
+    }
+}
+
+/* One R x O tile over k in [0, kc), kc a multiple of VW. R and O are constants after
+ * inlining, so acc lives in registers. */
+#define DEFINE_TILE(T, WT)                                                                         \
+    INLINE void tile_##T(int R, int O, const float *x, int64_t ldx, const WT *w, int64_t ldw,      \
+                         int64_t kc, float *y, int64_t ldy, int add) {                             \
+        __m256 acc[TR][TO];                                                                        \
+        UNROLL for (int r = 0; r < R; r++) UNROLL for (int o = 0; o < O; o++) acc[r][o] =          \
+            _mm256_setzero_ps();                                                                   \
+        for (int64_t k = 0; k < kc; k += VW) {                                                     \
+            __m256 wv[TO];                                                                         \
+            UNROLL for (int o = 0; o < O; o++) wv[o] = ld_##T(w + o * ldw + k);                    \
+            UNROLL for (int r = 0; r < R; r++) {                                                   \
+                const __m256 xv = _mm256_loadu_ps(x + r * ldx + k);                                \
+                UNROLL for (int o = 0; o < O; o++) acc[r][o] =                                     \
+                    _mm256_fmadd_ps(xv, wv[o], acc[r][o]);                                         \
+            }                                                                                      \
+        }                                                                                          \
+        tile_store(R, O, acc, y, ldy, add);                                                        \
+    }                                                                                              \
+    /* Any R in 1..TR, O in 1..TO, through a switch onto constant instances. */                    \
+    static void tile_any_##T(int R, int O, const float *x, int64_t ldx, const WT *w, int64_t ldw,  \
+                             int64_t kc, float *y, int64_t ldy, int add) {                         \
+        switch (R * 8 + O) {                                                                       \
+            TILE_CASES(T, 1)                                                                       \
+            TILE_CASES(T, 2)                                                                       \
+            TILE_CASES(T, 3)                                                                       \
+        default:                                                                                   \
+            break;                                                                                 \
+        }                                                                                          \
+    }                                                                                              \
+    /* y[r, o] += the products for k in [k0, k_dim) (the part past the last full vector). */       \
+    static void ktail_##T(const float *x, int64_t n, int64_t k_dim, const WT *w, int64_t o0,       \
+                          int64_t o1, float *y, int64_t ldy, int64_t k0) {                         \
+        for (int64_t r = 0; r < n; r++)                                                            \
+            for (int64_t o = o0; o < o1; o++) {                                                    \
+                float s = 0;                                                                       \
+                for (int64_t k = k0; k < k_dim; k++)                                               \
+                    s += x[r * k_dim + k] * sc_##T(w + o * k_dim + k);                             \
+                y[r * ldy + o] += s;                                                               \
+            }                                                                                      \
+    }
+
+#define TILE_CASE(T, R, O)                                                                         \
+    case R * 8 + O:                                                                                \
+        tile_##T(R, O, x, ldx, w, ldw, kc, y, ldy, add);                                           \
+        break;
+#define TILE_CASES(T, R) TILE_CASE(T, R, 1) TILE_CASE(T, R, 2) TILE_CASE(T, R, 3) TILE_CASE(T, R, 4)
+
+DEFINE_TILE(f32, float)
+DEFINE_TILE(f16, uint16_t)
+DEFINE_TILE(bf16, uint16_t)
+
+/* Decode (n = 1): O weight rows against one x, two vectors of k per step, so there are
+ * 2*O independent accumulators and O weight streams in flight: the loop is bound by
+ * memory bandwidth, not by FMA latency. k past the last full vector is left to ktail. */
+#define DEFINE_MV(T, WT)                                                                           \
+    INLINE void mv_##T(int O, const float *x, const WT *w, int64_t k_dim, float *y) {              \
+        __m256 a0[TD], a1[TD];                                                                     \
+        UNROLL for (int o = 0; o < O; o++) a0[o] = a1[o] = _mm256_setzero_ps();                    \
+        int64_t k = 0;                                                                             \
+        for (; k + 2 * VW <= k_dim; k += 2 * VW) {                                                 \
+            const __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + VW);            \
+            UNROLL for (int o = 0; o < O; o++) {                                                   \
+                a0[o] = _mm256_fmadd_ps(x0, ld_##T(w + o * k_dim + k), a0[o]);                     \
+                a1[o] = _mm256_fmadd_ps(x1, ld_##T(w + o * k_dim + k + VW), a1[o]);                \
+            }                                                                                      \
+        }                                                                                          \
+        if (k + VW <= k_dim) {                                                                     \
+            const __m256 x0 = _mm256_loadu_ps(x + k);                                              \
+            UNROLL for (int o = 0; o < O; o++) a0[o] =                                             \
+                _mm256_fmadd_ps(x0, ld_##T(w + o * k_dim + k), a0[o]);                             \
+        }                                                                                          \
+        UNROLL for (int o = 0; o < O; o++) a0[o] = _mm256_add_ps(a0[o], a1[o]);                    \
+        if (O == 4)                                                                                \
+            _mm_storeu_ps(y, hsum4(a0[0], a0[1], a0[2], a0[3]));                                   \
+        else                                                                                       \
+            UNROLL for (int o = 0; o < O; o++) y[o] = hsum(a0[o]);                                 \
+    }                                                                                              \
+    static void matvec_##T(const float *x, int64_t k_dim, const WT *w, int64_t o0, int64_t o1,     \
+                           float *y) {                                                             \
+        int64_t o = o0;                                                                            \
+        for (; o + TD <= o1; o += TD) mv_##T(TD, x, w + o * k_dim, k_dim, y + o);                  \
+        switch (o1 - o) {                                                                          \
+        case 3:                                                                                    \
+            mv_##T(3, x, w + o * k_dim, k_dim, y + o);                                             \
+            break;                                                                                 \
+        case 2:                                                                                    \
+            mv_##T(2, x, w + o * k_dim, k_dim, y + o);                                             \
+            break;                                                                                 \
+        case 1:                                                                                    \
+            mv_##T(1, x, w + o * k_dim, k_dim, y + o);                                             \
+            break;                                                                                 \
+        default:                                                                                   \
+            break;                                                                                 \
+        }                                                                                          \
+    }
+
+DEFINE_MV(f32, float)
+DEFINE_MV(f16, uint16_t)
+DEFINE_MV(bf16, uint16_t)
+
+/* A block of `rows` weight rows by kc (a multiple of VW) of k made f32 into buf, KC
+ * apart, for the prefill loop. f32 is copied too: rows of a large matrix are a multiple
+ * of 4 KiB apart and would fight over the same L1 sets. */
+#define DEFINE_BLOCK(T, WT)                                                                        \
+    static void block_##T(const WT *w, int64_t k_dim, int64_t rows, int64_t kc, float *buf) {      \
+        for (int64_t i = 0; i < rows; i++)                                                         \
+            for (int64_t k = 0; k < kc; k += VW)                                                   \
+                _mm256_store_ps(buf + i * KC + k, ld_##T(w + i * k_dim + k));                      \
+    }
+
+DEFINE_BLOCK(f32, float)
+DEFINE_BLOCK(f16, uint16_t)
+DEFINE_BLOCK(bf16, uint16_t)
+
+#define DEFINE_MATMUL(T, WT)                                                                       \
+    static void matmul_##T(const float *x, int64_t n, int64_t k_dim, const WT *w, int64_t o0,      \
+                           int64_t o1, float *y, int64_t ldy) {                                    \
+        const int64_t kv = k_dim / VW * VW;                                                        \
+        if (n <= 0 || o1 <= o0) return;                                                            \
+        if (n == 1) {                                                                              \
+            matvec_##T(x, k_dim, w, o0, o1, y);                                                    \
+        } else if (n <= TR) {                                                                      \
+            /* A few rows: each weight is used n times only, convert it in registers. */           \
+            int64_t o = o0;                                                                        \
+            for (; o + TO <= o1; o += TO)                                                          \
+                tile_any_##T((int)n, TO, x, k_dim, w + o * k_dim, k_dim, kv, y + o, ldy, 0);       \
+            if (o < o1)                                                                            \
+                tile_any_##T((int)n, (int)(o1 - o), x, k_dim, w + o * k_dim, k_dim, kv, y + o,     \
+                             ldy, 0);                                                              \
+        } else {                                                                                   \
+            alignas(64) float buf[OC * KC];                                                        \
+            for (int64_t ob = o0; ob < o1; ob += OC) {                                             \
+                const int64_t oc = o1 - ob < OC ? o1 - ob : OC;                                    \
+                /* At least one pass, so that y is written even when kv is 0. */                   \
+                for (int64_t kb = 0; kb == 0 || kb < kv; kb += KC) {                               \
+                    const int64_t kc = kv - kb < KC ? kv - kb : KC;                                \
+                    block_##T(w + ob * k_dim + kb, k_dim, oc, kc, buf);                            \
+                    for (int64_t r = 0; r < n; r += TR) {                                          \
+                        const int rn = n - r < TR ? (int)(n - r) : TR;                             \
+                        for (int64_t o = 0; o < oc; o += TO)                                       \
+                            tile_any_f32(rn, oc - o < TO ? (int)(oc - o) : TO, x + r * k_dim + kb, \
+                                         k_dim, buf + o * KC, KC, kc, y + r * ldy + ob + o, ldy,   \
+                                         kb > 0);                                                  \
+                    }                                                                              \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        if (kv < k_dim) ktail_##T(x, n, k_dim, w, o0, o1, y, ldy, kv);                             \
+    }
+
+DEFINE_MATMUL(f32, float)
+DEFINE_MATMUL(f16, uint16_t)
+DEFINE_MATMUL(bf16, uint16_t)
+
+/* ---- dot, axpy ---- */
+
+#define DEFINE_DOT(T, WT)                                                                          \
+    static float dot_##T(const float *a, const WT *b, int64_t n) {                                 \
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                                \
+        int64_t i = 0;                                                                             \
+        for (; i + 4 * VW <= n; i += 4 * VW) {                                                     \
+            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), ld_##T(b + i), s0);                       \
+            s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + VW), ld_##T(b + i + VW), s1);             \
+            s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 2 * VW), ld_##T(b + i + 2 * VW), s2);     \
+            s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 3 * VW), ld_##T(b + i + 3 * VW), s3);     \
+        }                                                                                          \
+        for (; i + VW <= n; i += VW)                                                               \
+            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), ld_##T(b + i), s0);                       \
+        float s = hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));               \
+        for (; i < n; i++) s += a[i] * sc_##T(b + i);                                              \
+        return s;                                                                                  \
+    }                                                                                              \
+    static void axpy_##T(float *y, float a, const WT *x, int64_t n) {                              \
+        const __m256 av = _mm256_set1_ps(a);                                                       \
+        int64_t i = 0;                                                                             \
+        for (; i + 2 * VW <= n; i += 2 * VW) {                                                     \
+            _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, ld_##T(x + i), _mm256_loadu_ps(y + i)));   \
+            _mm256_storeu_ps(                                                                      \
+                y + i + VW, _mm256_fmadd_ps(av, ld_##T(x + i + VW), _mm256_loadu_ps(y + i + VW))); \
+        }                                                                                          \
+        for (; i + VW <= n; i += VW)                                                               \
+            _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, ld_##T(x + i), _mm256_loadu_ps(y + i)));   \
+        for (; i < n; i++) y[i] += a * sc_##T(x + i);                                              \
+    }
+
+DEFINE_DOT(f32, float)
+DEFINE_DOT(f16, uint16_t)
+DEFINE_DOT(bf16, uint16_t)
+
+/* ---- conversions ---- */
+
+static void cvt_f16_to_f32(const uint16_t *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) _mm256_storeu_ps(y + i, ld_f16(x + i));
+    for (; i < n; i++) y[i] = cpu_f16_to_f32(x[i]);
+}
+
+static void cvt_bf16_to_f32(const uint16_t *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) _mm256_storeu_ps(y + i, ld_bf16(x + i));
+    for (; i < n; i++) y[i] = cpu_bf16_to_f32(x[i]);
+}
+
+static void cvt_f32_to_f16(const float *x, uint16_t *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW)
+        _mm_storeu_si128((__m128i *)(void *)(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) y[i] = cpu_f32_to_f16(x[i]);
+}
+
+/* Round to nearest even on the bits; NaN keeps its sign and top payload, made quiet.
+ * Gives 8 results in the low 16 bits of each 32-bit lane. */
+INLINE __m256i to_bf16_lanes(__m256 v) {
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd));
+    r = _mm256_srli_epi32(r, 16);
+    const __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    return _mm256_blendv_epi8(r, q, _mm256_castps_si256(nan));
+}
+
+static void cvt_f32_to_bf16(const float *x, uint16_t *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 2 * VW <= n; i += 2 * VW) {
+        __m256i a = to_bf16_lanes(_mm256_loadu_ps(x + i));
+        __m256i b = to_bf16_lanes(_mm256_loadu_ps(x + i + VW));
+        /* packus works within 128-bit halves; the permute puts the quads back in order. */
+        __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8);
+        _mm256_storeu_si256((__m256i *)(void *)(y + i), p);
+    }
+    for (; i < n; i++) y[i] = cpu_f32_to_bf16(x[i]);
+}
+
+const cpu_kernels cpu_kernels_avx2 = {
+    .name = "avx2",
+    .matmul_f32 = matmul_f32,
+    .matmul_f16 = matmul_f16,
+    .matmul_bf16 = matmul_bf16,
+    .dot_f32 = dot_f32,
+    .dot_f16 = dot_f16,
+    .dot_bf16 = dot_bf16,
+    .axpy_f32 = axpy_f32,
+    .axpy_f16 = axpy_f16,
+    .axpy_bf16 = axpy_bf16,
+    .f16_to_f32 = cvt_f16_to_f32,
+    .bf16_to_f32 = cvt_bf16_to_f32,
+    .f32_to_f16 = cvt_f32_to_f16,
+    .f32_to_bf16 = cvt_f32_to_bf16,
+};

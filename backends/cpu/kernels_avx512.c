@@ -1,0 +1,348 @@
+/* AVX-512 inner loops (x86-64; built with -mavx512f -mavx512bw -mavx512vl -mfma -mf16c,
+ * picked at run time by kernels_select.c).
+ *
+ * Same plan as the AVX2 file, 16 lanes wide: R x O register tiles of accumulators along
+ * k, decode straight over the weights, prefill over f32 blocks of weight rows in L1. The
+ * part of k past the last full vector is one masked step (masked-off lanes are neither
+ * read nor faulted), so there is no scalar tail in the matmul. */
+#include "kernels.h"
+
+#include <immintrin.h>
+#include <stdalign.h>
+
+#define VW 16  /* floats per vector */
+#define TR 6   /* x rows per tile: 6x4 accumulators + 4 weights + 1 x = 29 zmm */
+#define TO 4   /* weight rows per tile */
+#define TD 8   /* weight rows per decode step */
+#define OC 16  /* weight rows per prefill block */
+#define KC 512 /* k per prefill block (a multiple of VW) */
+
+#define INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
+
+INLINE __mmask16 tail_mask(int64_t n) {
+    return (__mmask16)((1u << n) - 1);
+}
+
+INLINE __m512 ld_f32(const float *p) {
+    return _mm512_loadu_ps(p);
+}
+INLINE __m512 ld_f16(const uint16_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
+}
+/* bf16 is the top half of an f32: zero-extend to 32 bits and shift into place. */
+INLINE __m512 ld_bf16(const uint16_t *p) {
+    __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+}
+/* The first n (< VW) elements, zeros after. */
+INLINE __m512 ldm_f32(const float *p, int64_t n) {
+    return _mm512_maskz_loadu_ps(tail_mask(n), p);
+}
+INLINE __m512 ldm_f16(const uint16_t *p, int64_t n) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(tail_mask(n), p));
+}
+INLINE __m512 ldm_bf16(const uint16_t *p, int64_t n) {
+    __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(tail_mask(n), p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+}
+
+/* 16 lanes to 8 (AVX512F only: no DQ needed). */
+INLINE __m256 fold256(__m512 v) {
+    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    return _mm256_add_ps(_mm512_castps512_ps256(v), hi);
+}
+
+INLINE float hsum(__m512 v) {
+    __m256 h = fold256(v);
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* {sum a, sum b, sum c, sum d} */
+INLINE __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
+    __m256 ab = _mm256_hadd_ps(fold256(a), fold256(b)), cd = _mm256_hadd_ps(fold256(c), fold256(d));
+    __m256 s = _mm256_hadd_ps(ab, cd);
+    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+}
+
+/* y[r * ldy + o] (+)= horizontal sums of acc[r][o]. */
+INLINE void tile_store(int R, int O, __m512 acc[TR][TO], float *y, int64_t ldy, int add) {
+    UNROLL for (int r = 0; r < R; r++) {
+        float *yr = y + r * ldy;
+        if (O == 4) {
+            __m128 s = hsum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+            if (add) s = _mm_add_ps(s, _mm_loadu_ps(yr));
+            _mm_storeu_ps(yr, s);
+        } else {
+            UNROLL for (int o = 0; o < O; o++) {
+                float s = hsum(acc[r][o]);
+                yr[o] = add ? yr[o] + s : s;
+            }
+        }
+    }
+}
+
+/* One R x O tile over k in [0, kc), any kc. R and O are constants after inlining, so acc
+ * lives in registers. */
+#define DEFINE_TILE(T, WT)                                                                         \
+    INLINE void tile_##T(int R, int O, const float *x, int64_t ldx, const WT *w, int64_t ldw,      \
+                         int64_t kc, float *y, int64_t ldy, int add) {                             \
+        __m512 acc[TR][TO];                                                                        \
+        UNROLL for (int r = 0; r < R; r++) UNROLL for (int o = 0; o < O; o++) acc[r][o] =          \
+            _mm512_setzero_ps();                                                                   \
+        int64_t k = 0;                                                                             \
+        for (; k + VW <= kc; k += VW) {                                                            \
+            __m512 wv[TO];                                                                         \
+            UNROLL for (int o = 0; o < O; o++) wv[o] = ld_##T(w + o * ldw + k);                    \
+            UNROLL for (int r = 0; r < R; r++) {                                                   \
+                const __m512 xv = _mm512_loadu_ps(x + r * ldx + k);                                \
+                UNROLL for (int o = 0; o < O; o++) acc[r][o] =                                     \
+                    _mm512_fmadd_ps(xv, wv[o], acc[r][o]);                                         \
+            }                                                                                      \
+        }                                                                                          \
+        if (k < kc) {                                                                              \
+            __m512 wv[TO];                                                                         \
+            UNROLL for (int o = 0; o < O; o++) wv[o] = ldm_##T(w + o * ldw + k, kc - k);           \
+            UNROLL for (int r = 0; r < R; r++) {                                                   \
+                const __m512 xv = ldm_f32(x + r * ldx + k, kc - k);                                \
+                UNROLL for (int o = 0; o < O; o++) acc[r][o] =                                     \
+                    _mm512_fmadd_ps(xv, wv[o], acc[r][o]);                                         \
+            }                                                                                      \
+        }                                                                                          \
+        tile_store(R, O, acc, y, ldy, add);                                                        \
+    }                                                                                              \
+    /* Any R in 1..TR, O in 1..TO, through a switch onto constant instances. */                    \
+    static void tile_any_##T(int R, int O, const float *x, int64_t ldx, const WT *w, int64_t ldw,  \
+                             int64_t kc, float *y, int64_t ldy, int add) {                         \
+        switch (R * 8 + O) {                                                                       \
+            TILE_CASES(T, 1)                                                                       \
+            TILE_CASES(T, 2)                                                                       \
+            TILE_CASES(T, 3)                                                                       \
+            TILE_CASES(T, 4)                                                                       \
+            TILE_CASES(T, 5)                                                                       \
+            TILE_CASES(T, 6)                                                                       \
+        default:                                                                                   \
+            break;                                                                                 \
+        }                                                                                          \
+    }
+
+#define TILE_CASE(T, R, O)                                                                         \
+    case R * 8 + O:                                                                                \
+        tile_##T(R, O, x, ldx, w, ldw, kc, y, ldy, add);                                           \
+        break;
+#define TILE_CASES(T, R) TILE_CASE(T, R, 1) TILE_CASE(T, R, 2) TILE_CASE(T, R, 3) TILE_CASE(T, R, 4)
+
+DEFINE_TILE(f32, float)
+DEFINE_TILE(f16, uint16_t)
+DEFINE_TILE(bf16, uint16_t)
+
+/* Decode (n = 1): O weight rows against one x, two vectors of k per step, so there are
+ * 2*O independent accumulators and O weight streams in flight: the loop is bound by
+ * memory bandwidth, not by FMA latency. */
+#define DEFINE_MV(T, WT)                                                                           \
+    INLINE void mv_##T(int O, const float *x, const WT *w, int64_t k_dim, float *y) {              \
+        __m512 a0[TD], a1[TD];                                                                     \
+        UNROLL for (int o = 0; o < O; o++) a0[o] = a1[o] = _mm512_setzero_ps();                    \
+        int64_t k = 0;                                                                             \
+        for (; k + 2 * VW <= k_dim; k += 2 * VW) {                                                 \
+            const __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + VW);            \
+            UNROLL for (int o = 0; o < O; o++) {                                                   \
+                a0[o] = _mm512_fmadd_ps(x0, ld_##T(w + o * k_dim + k), a0[o]);                     \
+                a1[o] = _mm512_fmadd_ps(x1, ld_##T(w + o * k_dim + k + VW), a1[o]);                \
+            }                                                                                      \
+        }                                                                                          \
+        if (k + VW <= k_dim) {                                                                     \
+            const __m512 x0 = _mm512_loadu_ps(x + k);                                              \
+            UNROLL for (int o = 0; o < O; o++) a0[o] =                                             \
+                _mm512_fmadd_ps(x0, ld_##T(w + o * k_dim + k), a0[o]);                             \
+            k += VW;                                                                               \
+        }                                                                                          \
+        if (k < k_dim) {                                                                           \
+            const __m512 x1 = ldm_f32(x + k, k_dim - k);                                           \
+            UNROLL for (int o = 0; o < O; o++) a1[o] =                                             \
+                _mm512_fmadd_ps(x1, ldm_##T(w + o * k_dim + k, k_dim - k), a1[o]);                 \
+        }                                                                                          \
+        UNROLL for (int o = 0; o < O; o++) a0[o] = _mm512_add_ps(a0[o], a1[o]);                    \
+        int o = 0;                                                                                 \
+        UNROLL for (; o + 4 <= O; o += 4)                                                          \
+            _mm_storeu_ps(y + o, hsum4(a0[o], a0[o + 1], a0[o + 2], a0[o + 3]));                   \
+        UNROLL for (; o < O; o++) y[o] = hsum(a0[o]);                                              \
+    }                                                                                              \
+    static void matvec_##T(const float *x, int64_t k_dim, const WT *w, int64_t o0, int64_t o1,     \
+                           float *y) {                                                             \
+        int64_t o = o0;                                                                            \
+        for (; o + TD <= o1; o += TD) mv_##T(TD, x, w + o * k_dim, k_dim, y + o);                  \
+        for (; o + 4 <= o1; o += 4) mv_##T(4, x, w + o * k_dim, k_dim, y + o);                     \
+        switch (o1 - o) {                                                                          \
+        case 3:                                                                                    \
+            mv_##T(3, x, w + o * k_dim, k_dim, y + o);                                             \
+            break;                                                                                 \
+        case 2:                                                                                    \
+            mv_##T(2, x, w + o * k_dim, k_dim, y + o);                                             \
+            break;                                                                                 \
+        case 1:                                                                                    \
+            mv_##T(1, x, w + o * k_dim, k_dim, y + o);                                             \
+            break;                                                                                 \
+        default:                                                                                   \
+            break;                                                                                 \
+        }                                                                                          \
+    }
+
+DEFINE_MV(f32, float)
+DEFINE_MV(f16, uint16_t)
+DEFINE_MV(bf16, uint16_t)
+
+/* A block of `rows` weight rows by kc of k made f32 into buf (KC apart, zero-padded to
+ * whole vectors) for the prefill loop. f32 is copied too: rows of a large matrix are a
+ * multiple of 4 KiB apart and would fight over the same L1 sets. */
+#define DEFINE_BLOCK(T, WT)                                                                        \
+    static void block_##T(const WT *w, int64_t k_dim, int64_t rows, int64_t kc, float *buf) {      \
+        for (int64_t i = 0; i < rows; i++) {                                                       \
+            int64_t k = 0;                                                                         \
+            for (; k + VW <= kc; k += VW)                                                          \
+                _mm512_store_ps(buf + i * KC + k, ld_##T(w + i * k_dim + k));                      \
+            if (k < kc) _mm512_store_ps(buf + i * KC + k, ldm_##T(w + i * k_dim + k, kc - k));     \
+        }                                                                                          \
+    }
+
+DEFINE_BLOCK(f32, float)
+DEFINE_BLOCK(f16, uint16_t)
+DEFINE_BLOCK(bf16, uint16_t)
+
+#define DEFINE_MATMUL(T, WT)                                                                       \
+    static void matmul_##T(const float *x, int64_t n, int64_t k_dim, const WT *w, int64_t o0,      \
+                           int64_t o1, float *y, int64_t ldy) {                                    \
+        if (n <= 0 || o1 <= o0) return;                                                            \
+        if (n == 1) {                                                                              \
+            matvec_##T(x, k_dim, w, o0, o1, y);                                                    \
+            return;                                                                                \
+        }                                                                                          \
+        if (n <= TR) {                                                                             \
+            /* A few rows: each weight is used n times only, convert it in registers. */           \
+            int64_t o = o0;                                                                        \
+            for (; o + TO <= o1; o += TO)                                                          \
+                tile_any_##T((int)n, TO, x, k_dim, w + o * k_dim, k_dim, k_dim, y + o, ldy, 0);    \
+            if (o < o1)                                                                            \
+                tile_any_##T((int)n, (int)(o1 - o), x, k_dim, w + o * k_dim, k_dim, k_dim, y + o,  \
+                             ldy, 0);                                                              \
+            return;                                                                                \
+        }                                                                                          \
+        alignas(64) float buf[OC * KC];                                                            \
+        for (int64_t ob = o0; ob < o1; ob += OC) {                                                 \
+            const int64_t oc = o1 - ob < OC ? o1 - ob : OC;                                        \
+            for (int64_t kb = 0; kb < k_dim; kb += KC) {                                           \
+                const int64_t kc = k_dim - kb < KC ? k_dim - kb : KC;                              \
+                block_##T(w + ob * k_dim + kb, k_dim, oc, kc, buf);                                \
+                for (int64_t r = 0; r < n; r += TR) {                                              \
+                    const int rn = n - r < TR ? (int)(n - r) : TR;                                 \
+                    for (int64_t o = 0; o < oc; o += TO)                                           \
+                        tile_any_f32(rn, oc - o < TO ? (int)(oc - o) : TO, x + r * k_dim + kb,     \
+                                     k_dim, buf + o * KC, KC, kc, y + r * ldy + ob + o, ldy,       \
+                                     kb > 0);                                                      \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+DEFINE_MATMUL(f32, float)
+DEFINE_MATMUL(f16, uint16_t)
+DEFINE_MATMUL(bf16, uint16_t)
+
+/* ---- dot, axpy ---- */
+
+#define DEFINE_DOT(T, WT)                                                                          \
+    static float dot_##T(const float *a, const WT *b, int64_t n) {                                 \
+        __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                                \
+        int64_t i = 0;                                                                             \
+        for (; i + 4 * VW <= n; i += 4 * VW) {                                                     \
+            s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), ld_##T(b + i), s0);                       \
+            s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + VW), ld_##T(b + i + VW), s1);             \
+            s2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 2 * VW), ld_##T(b + i + 2 * VW), s2);     \
+            s3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 3 * VW), ld_##T(b + i + 3 * VW), s3);     \
+        }                                                                                          \
+        for (; i + VW <= n; i += VW)                                                               \
+            s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), ld_##T(b + i), s0);                       \
+        if (i < n) s1 = _mm512_fmadd_ps(ldm_f32(a + i, n - i), ldm_##T(b + i, n - i), s1);         \
+        return hsum(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));                  \
+    }                                                                                              \
+    static void axpy_##T(float *y, float a, const WT *x, int64_t n) {                              \
+        const __m512 av = _mm512_set1_ps(a);                                                       \
+        int64_t i = 0;                                                                             \
+        for (; i + 2 * VW <= n; i += 2 * VW) {                                                     \
+            _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, ld_##T(x + i), _mm512_loadu_ps(y + i)));   \
+            _mm512_storeu_ps(                                                                      \
+                y + i + VW, _mm512_fmadd_ps(av, ld_##T(x + i + VW), _mm512_loadu_ps(y + i + VW))); \
+        }                                                                                          \
+        for (; i + VW <= n; i += VW)                                                               \
+            _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, ld_##T(x + i), _mm512_loadu_ps(y + i)));   \
+        if (i < n)                                                                                 \
+            _mm512_mask_storeu_ps(                                                                 \
+                y + i, tail_mask(n - i),                                                           \
+                _mm512_fmadd_ps(av, ldm_##T(x + i, n - i), ldm_f32(y + i, n - i)));                \
+    }
+
+DEFINE_DOT(f32, float)
+DEFINE_DOT(f16, uint16_t)
+DEFINE_DOT(bf16, uint16_t)
+
+/* ---- conversions ---- */
+
+static void cvt_f16_to_f32(const uint16_t *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) _mm512_storeu_ps(y + i, ld_f16(x + i));
+    if (i < n) _mm512_mask_storeu_ps(y + i, tail_mask(n - i), ldm_f16(x + i, n - i));
+}
+
+static void cvt_bf16_to_f32(const uint16_t *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) _mm512_storeu_ps(y + i, ld_bf16(x + i));
+    if (i < n) _mm512_mask_storeu_ps(y + i, tail_mask(n - i), ldm_bf16(x + i, n - i));
+}
+
+static void cvt_f32_to_f16(const float *x, uint16_t *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW)
+        _mm256_storeu_si256((__m256i *)(void *)(y + i),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    if (i < n)
+        _mm256_mask_storeu_epi16(y + i, tail_mask(n - i),
+                                 _mm512_cvtps_ph(ldm_f32(x + i, n - i), _MM_FROUND_TO_NEAREST_INT));
+}
+
+/* Round to nearest even on the bits; NaN keeps its sign and top payload, made quiet. */
+INLINE __m256i to_bf16(__m512 v) {
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
+    r = _mm512_srli_epi32(r, 16);
+    const __m512i q = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    r = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), r, q);
+    return _mm512_cvtepi32_epi16(r);
+}
+
+static void cvt_f32_to_bf16(const float *x, uint16_t *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW)
+        _mm256_storeu_si256((__m256i *)(void *)(y + i), to_bf16(_mm512_loadu_ps(x + i)));
+    if (i < n) _mm256_mask_storeu_epi16(y + i, tail_mask(n - i), to_bf16(ldm_f32(x + i, n - i)));
+}
+
+const cpu_kernels cpu_kernels_avx512 = {
+    .name = "avx512",
+    .matmul_f32 = matmul_f32,
+    .matmul_f16 = matmul_f16,
+    .matmul_bf16 = matmul_bf16,
+    .dot_f32 = dot_f32,
+    .dot_f16 = dot_f16,
+    .dot_bf16 = dot_bf16,
+    .axpy_f32 = axpy_f32,
+    .axpy_f16 = axpy_f16,
+    .axpy_bf16 = axpy_bf16,
+    .f16_to_f32 = cvt_f16_to_f32,
+    .bf16_to_f32 = cvt_bf16_to_f32,
+    .f32_to_f16 = cvt_f32_to_f16,
+    .f32_to_bf16 = cvt_f32_to_bf16,
+};

@@ -1,0 +1,309 @@
+/* NEON inner loops (aarch64, where Advanced SIMD and the f16 <-> f32 vector conversions
+ * are part of the base architecture, so this table needs no run-time check).
+ *
+ * Same plan as the AVX2 file, 4 lanes wide: R x O register tiles of accumulators along
+ * k, decode straight over the weights (f16 through FCVTL, bf16 by a widening shift),
+ * prefill over f32 blocks of weight rows. k past the last full vector is done in scalar
+ * code, so no load reads past the end of a row. */
+#include "kernels.h"
+
+#include <arm_neon.h>
+#include <stdalign.h>
+
+#define VW 4   /* floats per vector */
+#define TR 4   /* x rows per tile: 4x4 accumulators + 4 weights + 1 x of 32 registers */
+#define TO 4   /* weight rows per tile */
+#define TD 8   /* weight rows per decode step (x2 vectors of k: 16 accumulators) */
+#define OC 16  /* weight rows per prefill block */
+#define KC 512 /* k per prefill block (a multiple of VW) */
+
+#define INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
+
+INLINE float32x4_t ld_f32(const float *p) {
+    return vld1q_f32(p);
+}
+INLINE float32x4_t ld_f16(const uint16_t *p) {
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));
+}
+/* bf16 is the top half of an f32: widen with a shift by 16. */
+INLINE float32x4_t ld_bf16(const uint16_t *p) {
+    return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16));
+}
+INLINE float sc_f32(const float *p) {
+    return *p;
+}
+INLINE float sc_f16(const uint16_t *p) {
+    return cpu_f16_to_f32(*p);
+}
+INLINE float sc_bf16(const uint16_t *p) {
+    return cpu_bf16_to_f32(*p);
+}
+
+INLINE float hsum(float32x4_t v) {
+    return vaddvq_f32(v);
+}
+
+/* {sum a, sum b, sum c, sum d} */
+INLINE float32x4_t hsum4(float32x4_t a, float32x4_t b, float32x4_t c, float32x4_t d) {
+    return vpaddq_f32(vpaddq_f32(a, b), vpaddq_f32(c, d));
+}
+
+/* y[r * ldy + o] (+)= horizontal sums of acc[r][o]. */
+INLINE void tile_store(int R, int O, float32x4_t acc[TR][TO], float *y, int64_t ldy, int add) {
+    UNROLL for (int r = 0; r < R; r++) {
+        float *yr = y + r * ldy;
+        if (O == 4) {
+            float32x4_t s = hsum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+            if (add) s = vaddq_f32(s, vld1q_f32(yr));
+            vst1q_f32(yr, s);
+        } else {
+            UNROLL for (int o = 0; o < O; o++) {
+                float s = hsum(acc[r][o]);
+                yr[o] = add ? yr[o] + s : s;
+            }
+        }
+    }
+}
+
+/* One R x O tile over k in [0, kc), kc a multiple of VW. R and O are constants after
+ * inlining, so acc lives in registers. */
+#define DEFINE_TILE(T, WT)                                                                         \
+    INLINE void tile_##T(int R, int O, const float *x, int64_t ldx, const WT *w, int64_t ldw,      \
+                         int64_t kc, float *y, int64_t ldy, int add) {                             \
+        float32x4_t acc[TR][TO];                                                                   \
+        UNROLL for (int r = 0; r < R; r++) UNROLL for (int o = 0; o < O; o++) acc[r][o] =          \
+            vdupq_n_f32(0);                                                                        \
+        for (int64_t k = 0; k < kc; k += VW) {                                                     \
+            float32x4_t wv[TO];                                                                    \
+            UNROLL for (int o = 0; o < O; o++) wv[o] = ld_##T(w + o * ldw + k);                    \
+            UNROLL for (int r = 0; r < R; r++) {                                                   \
+                const float32x4_t xv = vld1q_f32(x + r * ldx + k);                                 \
+                UNROLL for (int o = 0; o < O; o++) acc[r][o] = vfmaq_f32(acc[r][o], xv, wv[o]);    \
+            }                                                                                      \
+        }                                                                                          \
+        tile_store(R, O, acc, y, ldy, add);                                                        \
+    }                                                                                              \
+    /* Any R in 1..TR, O in 1..TO, through a switch onto constant instances. */                    \
+    static void tile_any_##T(int R, int O, const float *x, int64_t ldx, const WT *w, int64_t ldw,  \
+                             int64_t kc, float *y, int64_t ldy, int add) {                         \
+        switch (R * 8 + O) {                                                                       \
+            TILE_CASES(T, 1)                                                                       \
+            TILE_CASES(T, 2)                                                                       \
+            TILE_CASES(T, 3)                                                                       \
+            TILE_CASES(T, 4)                                                                       \
+        default:                                                                                   \
+            break;                                                                                 \
+        }                                                                                          \
+    }                                                                                              \
+    /* y[r, o] += the products for k in [k0, k_dim) (the part past the last full vector). */       \
+    static void ktail_##T(const float *x, int64_t n, int64_t k_dim, const WT *w, int64_t o0,       \
+                          int64_t o1, float *y, int64_t ldy, int64_t k0) {                         \
+        for (int64_t r = 0; r < n; r++)                                                            \
+            for (int64_t o = o0; o < o1; o++) {                                                    \
+                float s = 0;                                                                       \
+                for (int64_t k = k0; k < k_dim; k++)                                               \
+                    s += x[r * k_dim + k] * sc_##T(w + o * k_dim + k);                             \
+                y[r * ldy + o] += s;                                                               \
+            }                                                                                      \
+    }
+
+#define TILE_CASE(T, R, O)                                                                         \
+    case R * 8 + O:                                                                                \
+        tile_##T(R, O, x, ldx, w, ldw, kc, y, ldy, add);                                           \
+        break;
+#define TILE_CASES(T, R) TILE_CASE(T, R, 1) TILE_CASE(T, R, 2) TILE_CASE(T, R, 3) TILE_CASE(T, R, 4)
+
+DEFINE_TILE(f32, float)
+DEFINE_TILE(f16, uint16_t)
+DEFINE_TILE(bf16, uint16_t)
+
+/* Decode (n = 1): O weight rows against one x, two vectors of k per step, so there are
+ * 2*O independent accumulators and O weight streams in flight. k past the last full
+ * vector is left to ktail. */
+#define DEFINE_MV(T, WT)                                                                           \
+    INLINE void mv_##T(int O, const float *x, const WT *w, int64_t k_dim, float *y) {              \
+        float32x4_t a0[TD], a1[TD];                                                                \
+        UNROLL for (int o = 0; o < O; o++) a0[o] = a1[o] = vdupq_n_f32(0);                         \
+        int64_t k = 0;                                                                             \
+        for (; k + 2 * VW <= k_dim; k += 2 * VW) {                                                 \
+            const float32x4_t x0 = vld1q_f32(x + k), x1 = vld1q_f32(x + k + VW);                   \
+            UNROLL for (int o = 0; o < O; o++) {                                                   \
+                a0[o] = vfmaq_f32(a0[o], x0, ld_##T(w + o * k_dim + k));                           \
+                a1[o] = vfmaq_f32(a1[o], x1, ld_##T(w + o * k_dim + k + VW));                      \
+            }                                                                                      \
+        }                                                                                          \
+        if (k + VW <= k_dim) {                                                                     \
+            const float32x4_t x0 = vld1q_f32(x + k);                                               \
+            UNROLL for (int o = 0; o < O; o++) a0[o] =                                             \
+                vfmaq_f32(a0[o], x0, ld_##T(w + o * k_dim + k));                                   \
+        }                                                                                          \
+        UNROLL for (int o = 0; o < O; o++) a0[o] = vaddq_f32(a0[o], a1[o]);                        \
+        int o = 0;                                                                                 \
+        UNROLL for (; o + 4 <= O; o += 4)                                                          \
+            vst1q_f32(y + o, hsum4(a0[o], a0[o + 1], a0[o + 2], a0[o + 3]));                       \
+        UNROLL for (; o < O; o++) y[o] = hsum(a0[o]);                                              \
+    }                                                                                              \
+    static void matvec_##T(const float *x, int64_t k_dim, const WT *w, int64_t o0, int64_t o1,     \
+                           float *y) {                                                             \
+        int64_t o = o0;                                                                            \
+        for (; o + TD <= o1; o += TD) mv_##T(TD, x, w + o * k_dim, k_dim, y + o);                  \
+        for (; o + 4 <= o1; o += 4) mv_##T(4, x, w + o * k_dim, k_dim, y + o);                     \
+        switch (o1 - o) {                                                                          \
+        case 3:                                                                                    \
+            mv_##T(3, x, w + o * k_dim, k_dim, y + o);                                             \
+            break;                                                                                 \
+        case 2:                                                                                    \
+            mv_##T(2, x, w + o * k_dim, k_dim, y + o);                                             \
+            break;                                                                                 \
+        case 1:                                                                                    \
+            mv_##T(1, x, w + o * k_dim, k_dim, y + o);                                             \
+            break;                                                                                 \
+        default:                                                                                   \
+            break;                                                                                 \
+        }                                                                                          \
+    }
+
+DEFINE_MV(f32, float)
+DEFINE_MV(f16, uint16_t)
+DEFINE_MV(bf16, uint16_t)
+
+/* A block of `rows` weight rows by kc (a multiple of VW) of k made f32 into buf, KC
+ * apart, for the prefill loop. f32 is copied too: rows of a large matrix are a multiple
+ * of 4 KiB apart and would fight over the same L1 sets. */
+#define DEFINE_BLOCK(T, WT)                                                                        \
+    static void block_##T(const WT *w, int64_t k_dim, int64_t rows, int64_t kc, float *buf) {      \
+        for (int64_t i = 0; i < rows; i++)                                                         \
+            for (int64_t k = 0; k < kc; k += VW)                                                   \
+                vst1q_f32(buf + i * KC + k, ld_##T(w + i * k_dim + k));                            \
+    }
+
+DEFINE_BLOCK(f32, float)
+DEFINE_BLOCK(f16, uint16_t)
+DEFINE_BLOCK(bf16, uint16_t)
+
+#define DEFINE_MATMUL(T, WT)                                                                       \
+    static void matmul_##T(const float *x, int64_t n, int64_t k_dim, const WT *w, int64_t o0,      \
+                           int64_t o1, float *y, int64_t ldy) {                                    \
+        const int64_t kv = k_dim / VW * VW;                                                        \
+        if (n <= 0 || o1 <= o0) return;                                                            \
+        if (n == 1) {                                                                              \
+            matvec_##T(x, k_dim, w, o0, o1, y);                                                    \
+        } else if (n <= TR) {                                                                      \
+            /* A few rows: each weight is used n times only, convert it in registers. */           \
+            int64_t o = o0;                                                                        \
+            for (; o + TO <= o1; o += TO)                                                          \
+                tile_any_##T((int)n, TO, x, k_dim, w + o * k_dim, k_dim, kv, y + o, ldy, 0);       \
+            if (o < o1)                                                                            \
+                tile_any_##T((int)n, (int)(o1 - o), x, k_dim, w + o * k_dim, k_dim, kv, y + o,     \
+                             ldy, 0);                                                              \
+        } else {                                                                                   \
+            alignas(64) float buf[OC * KC];                                                        \
+            for (int64_t ob = o0; ob < o1; ob += OC) {                                             \
+                const int64_t oc = o1 - ob < OC ? o1 - ob : OC;                                    \
+                /* At least one pass, so that y is written even when kv is 0. */                   \
+                for (int64_t kb = 0; kb == 0 || kb < kv; kb += KC) {                               \
+                    const int64_t kc = kv - kb < KC ? kv - kb : KC;                                \
+                    block_##T(w + ob * k_dim + kb, k_dim, oc, kc, buf);                            \
+                    for (int64_t r = 0; r < n; r += TR) {                                          \
+                        const int rn = n - r < TR ? (int)(n - r) : TR;                             \
+                        for (int64_t o = 0; o < oc; o += TO)                                       \
+                            tile_any_f32(rn, oc - o < TO ? (int)(oc - o) : TO, x + r * k_dim + kb, \
+                                         k_dim, buf + o * KC, KC, kc, y + r * ldy + ob + o, ldy,   \
+                                         kb > 0);                                                  \
+                    }                                                                              \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        if (kv < k_dim) ktail_##T(x, n, k_dim, w, o0, o1, y, ldy, kv);                             \
+    }
+
+DEFINE_MATMUL(f32, float)
+DEFINE_MATMUL(f16, uint16_t)
+DEFINE_MATMUL(bf16, uint16_t)
+
+/* ---- dot, axpy ---- */
+
+#define DEFINE_DOT(T, WT)                                                                          \
+    static float dot_##T(const float *a, const WT *b, int64_t n) {                                 \
+        float32x4_t s0 = vdupq_n_f32(0), s1 = s0, s2 = s0, s3 = s0;                                \
+        int64_t i = 0;                                                                             \
+        for (; i + 4 * VW <= n; i += 4 * VW) {                                                     \
+            s0 = vfmaq_f32(s0, vld1q_f32(a + i), ld_##T(b + i));                                   \
+            s1 = vfmaq_f32(s1, vld1q_f32(a + i + VW), ld_##T(b + i + VW));                         \
+            s2 = vfmaq_f32(s2, vld1q_f32(a + i + 2 * VW), ld_##T(b + i + 2 * VW));                 \
+            s3 = vfmaq_f32(s3, vld1q_f32(a + i + 3 * VW), ld_##T(b + i + 3 * VW));                 \
+        }                                                                                          \
+        for (; i + VW <= n; i += VW) s0 = vfmaq_f32(s0, vld1q_f32(a + i), ld_##T(b + i));          \
+        float s = hsum(vaddq_f32(vaddq_f32(s0, s1), vaddq_f32(s2, s3)));                           \
+        for (; i < n; i++) s += a[i] * sc_##T(b + i);                                              \
+        return s;                                                                                  \
+    }                                                                                              \
+    static void axpy_##T(float *y, float a, const WT *x, int64_t n) {                              \
+        int64_t i = 0;                                                                             \
+        for (; i + 2 * VW <= n; i += 2 * VW) {                                                     \
+            vst1q_f32(y + i, vfmaq_n_f32(vld1q_f32(y + i), ld_##T(x + i), a));                     \
+            vst1q_f32(y + i + VW, vfmaq_n_f32(vld1q_f32(y + i + VW), ld_##T(x + i + VW), a));      \
+        }                                                                                          \
+        for (; i + VW <= n; i += VW)                                                               \
+            vst1q_f32(y + i, vfmaq_n_f32(vld1q_f32(y + i), ld_##T(x + i), a));                     \
+        for (; i < n; i++) y[i] += a * sc_##T(x + i);                                              \
+    }
+
+DEFINE_DOT(f32, float)
+DEFINE_DOT(f16, uint16_t)
+DEFINE_DOT(bf16, uint16_t)
+
+/* ---- conversions ---- */
+
+static void cvt_f16_to_f32(const uint16_t *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) vst1q_f32(y + i, ld_f16(x + i));
+    for (; i < n; i++) y[i] = cpu_f16_to_f32(x[i]);
+}
+
+static void cvt_bf16_to_f32(const uint16_t *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) vst1q_f32(y + i, ld_bf16(x + i));
+    for (; i < n; i++) y[i] = cpu_bf16_to_f32(x[i]);
+}
+
+/* FCVTN rounds by FPCR (nearest even unless someone changed it) and quiets NaN. */
+static void cvt_f32_to_f16(const float *x, uint16_t *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW)
+        vst1_u16(y + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(x + i))));
+    for (; i < n; i++) y[i] = cpu_f32_to_f16(x[i]);
+}
+
+/* Round to nearest even on the bits; NaN keeps its sign and top payload, made quiet. */
+INLINE uint16x4_t to_bf16(float32x4_t v) {
+    const uint32x4_t u = vreinterpretq_u32_f32(v);
+    const uint32x4_t odd = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
+    const uint32x4_t r = vshrq_n_u32(vaddq_u32(u, vaddq_u32(vdupq_n_u32(0x7fff), odd)), 16);
+    const uint32x4_t q = vorrq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(0x40));
+    return vmovn_u32(vbslq_u32(vceqq_f32(v, v), r, q));
+}
+
+static void cvt_f32_to_bf16(const float *x, uint16_t *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) vst1_u16(y + i, to_bf16(vld1q_f32(x + i)));
+    for (; i < n; i++) y[i] = cpu_f32_to_bf16(x[i]);
+}
+
+const cpu_kernels cpu_kernels_neon = {
+    .name = "neon",
+    .matmul_f32 = matmul_f32,
+    .matmul_f16 = matmul_f16,
+    .matmul_bf16 = matmul_bf16,
+    .dot_f32 = dot_f32,
+    .dot_f16 = dot_f16,
+    .dot_bf16 = dot_bf16,
+    .axpy_f32 = axpy_f32,
+    .axpy_f16 = axpy_f16,
+    .axpy_bf16 = axpy_bf16,
+    .f16_to_f32 = cvt_f16_to_f32,
+    .bf16_to_f32 = cvt_bf16_to_f32,
+    .f32_to_f16 = cvt_f32_to_f16,
+    .f32_to_bf16 = cvt_f32_to_bf16,
+};

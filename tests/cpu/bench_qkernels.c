@@ -1,0 +1,78 @@
+/* Timings, not a test: y = x W^T for a 4-bit group-64 W [14336, 4096] (bf16 scales and
+ * biases) and one row of x, the decode shape of an 8B model's MLP, on every SIMD path.
+ * usage: bench_qkernels [threads] [bits] */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include "kernels.h"
+#include "qkernels.h"
+#include "threadpool.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct arg {
+    const cpu_qkernels *qk;
+    const cpu_qmat *w;
+    const float *x, *xs;
+    float *y;
+} arg;
+
+static void run(void *p, int64_t o0, int64_t o1, int w) {
+    (void)w;
+    const arg *a = p;
+    a->qk->matmul(a->x, a->xs, 1, a->w, o0, o1, a->y, a->w->rows);
+}
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+    int threads = argc > 1 ? atoi(argv[1]) : 2, bits = argc > 2 ? atoi(argv[2]) : 4;
+    const int64_t out = 14336, in = 4096, group = 64;
+    cpu_qmat w = {.sb = 2, .bits = bits, .group = (int32_t)group, .rows = out, .in = in,
+                  .wpr = in * bits / 32, .gpr = in / group};
+    size_t qb = (size_t)(out * w.wpr) * 4, sb = (size_t)(out * w.gpr) * 2;
+    uint32_t *q = malloc(qb);
+    uint16_t *sc = malloc(sb), *bi = malloc(sb);
+    float *x = malloc((size_t)in * 4), *xs = malloc((size_t)w.gpr * 4), *y = malloc((size_t)out * 4);
+    if (!q || !sc || !bi || !x || !xs || !y) return 1;
+    for (size_t i = 0; i < qb / 4; i++) q[i] = (uint32_t)(i * 2654435761u);
+    for (size_t i = 0; i < sb / 2; i++) {
+        sc[i] = cpu_f32_to_bf16(0.01f);
+        bi[i] = cpu_f32_to_bf16(-0.05f);
+    }
+    for (int64_t i = 0; i < in; i++) x[i] = (float)(i % 7) * 0.1f;
+    cpu_q_group_sums(x, 1, in, (int32_t)group, xs);
+    w.q = q;
+    w.scales = sc;
+    w.biases = bi;
+    cpu_pool *pool = cpu_pool_new(threads);
+    double mb = (double)(qb + 2 * sb) / 1e6;
+    for (const cpu_kernels *const *k = cpu_kernels_available(); *k; k++) {
+        arg a = {.qk = cpu_qkernels_for((*k)->name), .w = &w, .x = x, .xs = xs, .y = y};
+        int64_t grain = (out / (threads * 4) + 15) & ~(int64_t)15;
+        cpu_pool_run(pool, out, grain, run, &a); /* warm */
+        double best = 1e9;
+        for (int rep = 0; rep < 20; rep++) {
+            double t0 = now();
+            cpu_pool_run(pool, out, grain, run, &a);
+            double t = now() - t0;
+            if (t < best) best = t;
+        }
+        printf("%-8s %d-bit g64 [%lld x %lld] matvec, %d threads: %.3f ms, %.1f GB/s of %.1f MB\n",
+               a.qk->name, bits, (long long)out, (long long)in, threads, best * 1e3,
+               mb / 1e3 / best, mb);
+    }
+    cpu_pool_free(pool);
+    free(q);
+    free(sc);
+    free(bi);
+    free(x);
+    free(xs);
+    free(y);
+    return 0;
+}

@@ -1,0 +1,163 @@
+/* Quantized CPU kernels: the packing format against hand-computed bit streams, and every
+ * SIMD path's matmul and dequant_row against a double-precision reference computed from
+ * the dequantized matrix. Widths cover every bits value and group size, output counts
+ * that are not a multiple of any block, and 1..9 rows of x (tiles of 4 and their tails). */
+#include "kernels.h"
+#include "qkernels.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+#define CHECK(c, ...)                                                                              \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            failures++;                                                                            \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
+    } while (0)
+
+static const int all_bits[] = {2, 3, 4, 5, 6, 8};
+
+/* Codes (5 i + 3) mod 2^bits, i = 0..31, packed LSB first. For 4 bits: 3, 8, 13, 2, 7, 12,
+ * 1, 6 -> nibbles 6 1 c 7 2 d 8 3 from the top: 0x61c72d83; for 2 bits 3, 0, 1, 2 ->
+ * 0b10010011 = 0x93 per byte. */
+static const uint32_t expect_words[6][8] = {
+    {0x93939393u, 0x93939393u},
+    {0x43c67543u, 0x7543c675u, 0xc67543c6u},
+    {0x61c72d83u, 0xe94fa50bu, 0x61c72d83u, 0xe94fa50bu},
+    {0x79793503u, 0xfd560b30u, 0x77137249u, 0x1bb45871u, 0xf668f514u},
+    {0x1748d203u, 0x5c2b9a17u, 0x38913febu, 0x2789d613u, 0x503bdb1bu, 0x79950f28u},
+    {0x120d0803u, 0x26211c17u, 0x3a35302bu, 0x4e49443fu, 0x625d5853u, 0x76716c67u, 0x8a85807bu,
+     0x9e99948fu},
+};
+
+static void test_pack(void) {
+    for (int bi = 0; bi < 6; bi++) {
+        int bits = all_bits[bi];
+        uint32_t codes[32], words[8] = {0};
+        for (int i = 0; i < 32; i++) codes[i] = (uint32_t)(i * 5 + 3) % (1u << bits);
+        cpu_q_pack(codes, 32, bits, words);
+        for (int k = 0; k < bits; k++)
+            CHECK(words[k] == expect_words[bi][k], "pack %d bits: word %d is 0x%08x, want 0x%08x",
+                  bits, k, words[k], expect_words[bi][k]);
+        for (int i = 0; i < 32; i++)
+            CHECK(cpu_q_code(expect_words[bi], i, bits) == codes[i],
+                  "unpack %d bits: code %d is %u, want %u", bits, i,
+                  cpu_q_code(expect_words[bi], i, bits), codes[i]);
+    }
+}
+
+static uint64_t rng = 88172645463325252ull;
+static uint32_t rnd(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 11);
+}
+static float frnd(void) { return (float)(rnd() % 20001) / 10000.0f - 1.0f; }
+
+static void put_sb(void *p, int sb, int64_t i, float v) {
+    if (sb == 0) ((float *)p)[i] = v;
+    else if (sb == 1) ((uint16_t *)p)[i] = cpu_f32_to_f16(v);
+    else ((uint16_t *)p)[i] = cpu_f32_to_bf16(v);
+}
+
+static void test_matmul(const cpu_qkernels *qk, int bits, int group, int sb, int64_t in,
+                        int64_t out, int64_t n) {
+    cpu_qmat w = {.sb = sb, .bits = bits, .group = group, .rows = out, .in = in,
+                  .wpr = in * bits / 32, .gpr = in / group};
+    size_t sbs = sb == 0 ? 4 : 2;
+    /* exact-size allocations: ASan catches any read past the packed data */
+    uint32_t *q = malloc((size_t)(out * w.wpr) * 4), *codes = malloc((size_t)in * 4);
+    void *sc = malloc((size_t)(out * w.gpr) * sbs), *bi = malloc((size_t)(out * w.gpr) * sbs);
+    float *x = malloc((size_t)(n * in) * 4), *xs = malloc((size_t)(n * w.gpr) * 4);
+    float *y = malloc((size_t)(n * out) * 4), *row = malloc((size_t)in * 4);
+    double *deq = malloc((size_t)(out * in) * sizeof(double));
+    for (int64_t o = 0; o < out; o++) {
+        for (int64_t k = 0; k < in; k++) codes[k] = rnd() % (1u << bits);
+        cpu_q_pack(codes, in, bits, q + o * w.wpr);
+        for (int64_t g = 0; g < w.gpr; g++) {
+            put_sb(sc, sb, o * w.gpr + g, frnd() * 0.1f);
+            put_sb(bi, sb, o * w.gpr + g, frnd());
+        }
+    }
+    w.q = q;
+    w.scales = sc;
+    w.biases = bi;
+    for (int64_t o = 0; o < out; o++)
+        for (int64_t k = 0; k < in; k++) {
+            int64_t g = o * w.gpr + k / group;
+            deq[o * in + k] = (double)cpu_q_sb(&w, sc, g) * cpu_q_code(q + o * w.wpr, k, bits) +
+                              (double)cpu_q_sb(&w, bi, g);
+        }
+    for (int64_t i = 0; i < n * in; i++) x[i] = frnd();
+    cpu_q_group_sums(x, n, in, group, xs);
+    /* two ranges: the whole matrix and an inner slice (what one worker gets) */
+    for (int part = 0; part < 2; part++) {
+        int64_t o0 = part ? out / 3 : 0, o1 = part ? out - out / 4 : out;
+        for (int64_t i = 0; i < n * out; i++) y[i] = -12345.0f;
+        qk->matmul(x, xs, n, &w, o0, o1, y, out);
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t o = 0; o < out; o++) {
+                float got = y[r * out + o];
+                if (o < o0 || o >= o1) {
+                    CHECK(got == -12345.0f, "%s: wrote outside [%lld, %lld)", qk->name,
+                          (long long)o0, (long long)o1);
+                    continue;
+                }
+                double ref = 0, mag = 0;
+                for (int64_t k = 0; k < in; k++) {
+                    ref += (double)x[r * in + k] * deq[o * in + k];
+                    mag += fabs((double)x[r * in + k] * deq[o * in + k]);
+                }
+                CHECK(fabs(got - ref) <= 1e-5 * mag + 1e-6,
+                      "%s matmul bits %d group %d sb %d in %lld out %lld n %lld: y[%lld,%lld] = "
+                      "%.7g, want %.7g",
+                      qk->name, bits, group, sb, (long long)in, (long long)out, (long long)n,
+                      (long long)r, (long long)o, got, ref);
+            }
+    }
+    for (int64_t o = 0; o < out; o++) {
+        qk->dequant_row(&w, o, row);
+        for (int64_t k = 0; k < in; k++)
+            CHECK(fabs(row[k] - deq[o * in + k]) <= 1e-6 * (1 + fabs(deq[o * in + k])),
+                  "%s dequant_row bits %d group %d: [%lld,%lld] = %g, want %g", qk->name, bits,
+                  group, (long long)o, (long long)k, row[k], deq[o * in + k]);
+    }
+    free(q);
+    free(codes);
+    free(sc);
+    free(bi);
+    free(x);
+    free(xs);
+    free(y);
+    free(row);
+    free(deq);
+}
+
+int main(void) {
+    test_pack();
+    static const int groups[] = {32, 64, 128};
+    static const int64_t outs[] = {1, 5, 17, 33};
+    static const int64_t ns[] = {1, 2, 3, 4, 5, 9};
+    int paths = 0;
+    for (const cpu_kernels *const *k = cpu_kernels_available(); *k; k++) {
+        const cpu_qkernels *qk = cpu_qkernels_for((*k)->name);
+        if (strcmp(qk->name, (*k)->name) != 0) continue; /* no quantized table of its own */
+        paths++;
+        for (int bi = 0; bi < 6; bi++)
+            for (int gi = 0; gi < 3; gi++)
+                for (int m = 1; m <= 3; m += 2) /* one group and three groups per row */
+                    test_matmul(qk, all_bits[bi], groups[gi], (bi + gi) % 3, groups[gi] * m,
+                                outs[(bi + gi + m) % 4], ns[(bi * 3 + gi + m) % 6]);
+        for (int64_t ni = 0; ni < 6; ni++) test_matmul(qk, 3, 32, 2, 96, 19, ns[ni]);
+        for (int64_t oi = 0; oi < 4; oi++) test_matmul(qk, 5, 64, 1, 320, outs[oi], 4);
+        printf("%s: checked\n", qk->name);
+    }
+    printf("%d paths, %d failures\n", paths, failures);
+    return failures || !paths ? 1 : 0;
+}
