@@ -882,7 +882,9 @@ int server_run(const server_opts *o) {
         evhttp_set_bevcb(s->http, tls_bev, s);
     }
     evhttp_set_max_headers_size(s->http, 16384);
-    evhttp_set_max_body_size(s->http, (ev_ssize_t)o->max_body + 1); /* we answer 413 ourselves */
+    /* Bodies a little over the limit get our 413 in OpenAI's shape; far over it, libevent
+     * stops reading and answers 413 itself, so a huge upload is never held in memory. */
+    evhttp_set_max_body_size(s->http, (ev_ssize_t)(o->max_body + (1u << 20)));
     evhttp_set_timeout(s->http, o->timeout);
     evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
                                             EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD |
