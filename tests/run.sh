@@ -73,8 +73,10 @@ one() { # name command...: a test outside meson
 }
 
 if [ "${SKIP_FUZZ:-0}" != 1 ]; then
-    echo "=== fuzz ==="
-    one fuzz tests/fuzz/run_fuzzers.sh "${FUZZ_SECONDS:-30}"
+    echo "=== fuzz (${FUZZ_SECONDS:-30} s per target) ==="
+    tests/fuzz/run_fuzzers.sh "${FUZZ_SECONDS:-30}" 2>&1 | tee /tmp/lmhost-fuzz.log | grep -E "^fuzz-"
+    passed=$((passed + $(grep -cE "^fuzz-[a-z_]+: ok" /tmp/lmhost-fuzz.log)))
+    failed=$((failed + $(grep -cE "^fuzz-[a-z_]+: FAILED" /tmp/lmhost-fuzz.log)))
 fi
 if [ "${SKIP_NEON:-0}" != 1 ]; then
     echo "=== neon (qemu) ==="

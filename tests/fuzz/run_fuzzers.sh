@@ -12,6 +12,7 @@ TARGETS=(
     "safetensors|tests/fuzz/fuzz_safetensors.c core/safetensors.c core/util.c|json-c|"
     "config|tests/fuzz/fuzz_config.c core/model_dir.c core/safetensors.c core/util.c|json-c|"
     "request|tests/fuzz/fuzz_request.c core/server/api.c core/sampler.c core/log.c|json-c|-Icore/server"
+    "tokenizer|tests/fuzz/fuzz_tokenizer.c core/tokenizer/tok_util.c core/tokenizer/tok_unidata.c core/tokenizer/tok_load.c core/tokenizer/tok_encode.c core/tokenizer/tok_decode.c|json-c libpcre2-8 libutf8proc|-Icore/tokenizer"
 )
 
 seconds=${1:-30}
