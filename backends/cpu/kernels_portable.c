@@ -2,6 +2,7 @@
  * Also the scalar conversions every path uses for its tails. */
 #include "kernels.h"
 
+#include <pthread.h>
 #include <string.h>
 
 static inline uint32_t f32_bits(float f) {
@@ -16,20 +17,13 @@ static inline float bits_f32(uint32_t u) {
     return f;
 }
 
-/* Branch-light so that bulk conversion stays fast in plain C: normal numbers are a rebias,
- * the two rarer classes are selects. */
-static inline float f16_to_f32(uint16_t h) {
-    const uint32_t sign = (uint32_t)(h & 0x8000) << 16, em = h & 0x7fff;
-    uint32_t u = (em << 13) + (112u << 23);
-    if (em >= 0x7c00) /* inf, or NaN made quiet like F16C and NEON do */
-        u = (em << 13) | 0x7f800000 | (em > 0x7c00 ? 0x400000u : 0);
-    else if (em < 0x400) /* zero or subnormal: em * 2^-24 is exact in f32 */
-        u = f32_bits((float)em * 0x1p-24f);
-    return bits_f32(sign | u);
-}
-
 float cpu_f16_to_f32(uint16_t h) {
-    return f16_to_f32(h);
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16, em = h & 0x7fff;
+    if (em >= 0x7c00) /* inf, or NaN made quiet like F16C and NEON do */
+        return bits_f32(sign | (em << 13) | 0x7f800000 | (em > 0x7c00 ? 0x400000u : 0));
+    if (em < 0x400) /* zero or subnormal: em * 2^-24 is exact in f32 */
+        return bits_f32(sign | f32_bits((float)em * 0x1p-24f));
+    return bits_f32(sign | ((em << 13) + (112u << 23))); /* normal: rebias the exponent */
 }
 
 uint16_t cpu_f32_to_f16(float f) {
@@ -72,8 +66,23 @@ uint16_t cpu_f32_to_bf16(float f) {
 
 /* ---- conversions of arrays ---- */
 
+/* Bulk f16 goes through a table of all 65536 values (256 KiB, built once): one load per
+ * element, where computing it costs a few branches that compilers do not vectorize. */
+static uint32_t f16_table[65536];
+static pthread_once_t f16_table_once = PTHREAD_ONCE_INIT;
+
+static void f16_table_init(void) {
+    for (uint32_t h = 0; h < 65536; h++) f16_table[h] = f32_bits(cpu_f16_to_f32((uint16_t)h));
+}
+
+static inline const uint32_t *f16_lut(void) {
+    pthread_once(&f16_table_once, f16_table_init);
+    return f16_table;
+}
+
 static void p_f16_to_f32(const uint16_t *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = f16_to_f32(x[i]);
+    const uint32_t *t = f16_lut();
+    for (int64_t i = 0; i < n; i++) y[i] = bits_f32(t[x[i]]);
 }
 
 static void p_bf16_to_f32(const uint16_t *x, float *y, int64_t n) {
@@ -132,7 +141,8 @@ static void p_axpy_f32(float *y, float a, const float *x, int64_t n) {
 }
 
 static void p_axpy_f16(float *y, float a, const uint16_t *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] += a * f16_to_f32(x[i]);
+    const uint32_t *t = f16_lut();
+    for (int64_t i = 0; i < n; i++) y[i] += a * bits_f32(t[x[i]]);
 }
 
 static void p_axpy_bf16(float *y, float a, const uint16_t *x, int64_t n) {

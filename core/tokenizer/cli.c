@@ -247,8 +247,8 @@ int cli_detokenize(int argc, char **argv) {
         fprintf(stderr, "lmhost %s: out of memory\n", argv[0]);
         return 1;
     }
-    printf("{\"text\": %s}\n", json_object_to_json_string_ext(js, JSON_C_TO_STRING_PLAIN |
-                                                                      JSON_C_TO_STRING_NOSLASHESCAPE));
+    printf("{\"text\": %s}\n", json_object_to_json_string_ext(
+                                   js, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
     json_object_put(js);
     return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
 }

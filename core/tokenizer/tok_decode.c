@@ -41,7 +41,9 @@ static int slist_open(slist *l) {
     return 0;
 }
 
-static void slist_close(slist *l) { l->v[l->n - 1].len = l->buf.n - l->v[l->n - 1].off; }
+static void slist_close(slist *l) {
+    l->v[l->n - 1].len = l->buf.n - l->v[l->n - 1].off;
+}
 
 static void slist_free(slist *l) {
     sbuf_free(&l->buf);
@@ -92,7 +94,7 @@ static int replace_all(const tok_dec *d, const char *s, size_t n, tok_sbuf *out,
         size_t pn = d->pat.lit_len, i = 0;
         if (!pn) return sbuf_put(out, s, n);
         while (i < n) {
-            const char *f = i + pn <= n ? memmem(s + i, n - i, d->pat.lit, pn) : NULL;
+            const char *f = i + pn <= n ? tok_memmem(s + i, n - i, d->pat.lit, pn) : NULL;
             if (!f) break;
             if (sbuf_put(out, s + i, (size_t)(f - (s + i))) ||
                 sbuf_put(out, d->content, d->content_len))
@@ -105,8 +107,8 @@ static int replace_all(const tok_dec *d, const char *s, size_t n, tok_sbuf *out,
     size_t off = 0, prev = 0;
     uint32_t opts = 0;
     while (off <= n) {
-        int rc = pcre2_match(d->pat.re, (PCRE2_SPTR)s, n, off, opts | PCRE2_NO_UTF_CHECK, *md,
-                             NULL);
+        int rc =
+            pcre2_match(d->pat.re, (PCRE2_SPTR)s, n, off, opts | PCRE2_NO_UTF_CHECK, *md, NULL);
         if (rc == PCRE2_ERROR_NOMATCH && opts) {
             if (off >= n) break;
             off++;
@@ -136,8 +138,7 @@ static int strip_item(const tok_dec *d, const char *s, size_t n, tok_sbuf *out) 
 }
 
 /* Metaspace: the replacement becomes a space, or vanishes in the first item. */
-static int metaspace_item(const tok_dec *d, const char *s, size_t n, bool first,
-                          tok_sbuf *out) {
+static int metaspace_item(const tok_dec *d, const char *s, size_t n, bool first, tok_sbuf *out) {
     size_t i = 0, prev = 0;
     while (i + d->rep_len <= n) {
         if (memcmp(s + i, d->rep, d->rep_len) == 0) {
@@ -219,8 +220,8 @@ static int run_decoder(const tok_dec *d, slist *in, slist *out, pcre2_match_data
     return -1;
 }
 
-char *tok_decode_impl(const tok_tokenizer *t, const int32_t *ids, size_t n, unsigned flags,
-                      size_t *len) {
+static char *tok_decode_impl(const tok_tokenizer *t, const int32_t *ids, size_t n, unsigned flags,
+                             size_t *len) {
     slist a = {0}, b = {0};
     pcre2_match_data *md = NULL;
     char *res = NULL;
@@ -284,9 +285,8 @@ char *tok_decode_ex(const tok_tokenizer *t, const int32_t *ids, size_t n, unsign
 size_t tok_cleanup_spaces(char *s, size_t n) {
     static const struct {
         const char *from, *to;
-    } R[] = {{" .", "."},   {" ?", "?"},     {" !", "!"},     {" ,", ","},
-             {" ' ", "'"},  {" n't", "n't"}, {" 'm", "'m"},   {" 's", "'s"},
-             {" 've", "'ve"}, {" 're", "'re"}};
+    } R[] = {{" .", "."},     {" ?", "?"},   {" !", "!"},   {" ,", ","},     {" ' ", "'"},
+             {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
     for (size_t r = 0; r < sizeof R / sizeof *R; r++) {
         size_t fl = strlen(R[r].from), tl = strlen(R[r].to), w = 0, i = 0;
         /* every replacement is shorter, so it can be done in place */
@@ -323,8 +323,8 @@ struct tok_stream {
     size_t fuse_at; /* index of the first fusing decoder, or n_dec */
     size_t n_tokens;
     stage st[64];
-    tok_sbuf utf8;  /* ByteLevel: bytes of an unfinished character */
-    tok_sbuf out;   /* text returned by the current call */
+    tok_sbuf utf8; /* ByteLevel: bytes of an unfinished character */
+    tok_sbuf out;  /* text returned by the current call */
     tok_sbuf tmp[64];
     pcre2_match_data *md;
 };
@@ -421,7 +421,7 @@ static int feed_item(tok_stream *s, size_t k, const char *p, size_t n) {
     }
     default: {
         tmp->n = 0;
-        int rc = d->type == DEC_REPLACE  ? replace_all(d, p, n, tmp, &s->md)
+        int rc = d->type == DEC_REPLACE ? replace_all(d, p, n, tmp, &s->md)
                  : d->type == DEC_STRIP ? strip_item(d, p, n, tmp)
                                         : metaspace_item(d, p, n, st->n_items == 0, tmp);
         st->n_items++;
@@ -568,7 +568,8 @@ const char *tok_stream_flush(tok_stream *s, size_t *len) {
             slist in = {0}, o = {0};
             rc = slist_add(&in, h.p ? h.p : "", h.n);
             if (!rc) rc = run_decoder(d, &in, &o, &s->md);
-            for (size_t i = 0; i < o.n && !rc; i++) rc = feed_chunk(s, k + 1, ITEM(&o, i), o.v[i].len);
+            for (size_t i = 0; i < o.n && !rc; i++)
+                rc = feed_chunk(s, k + 1, ITEM(&o, i), o.v[i].len);
             slist_free(&in);
             slist_free(&o);
         } else if (d->type == DEC_REPLACE && h.n) {

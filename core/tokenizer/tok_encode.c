@@ -27,7 +27,9 @@ static void bytelevel_build(void) {
     }
 }
 
-void tok_bytelevel_init(void) { pthread_once(&bytelevel_once, bytelevel_build); }
+void tok_bytelevel_init(void) {
+    pthread_once(&bytelevel_once, bytelevel_build);
+}
 
 int tok_bytelevel_byte(uint32_t cp) {
     return cp < sizeof bytelevel_rev / sizeof *bytelevel_rev ? bytelevel_rev[cp] : -1;
@@ -53,11 +55,13 @@ typedef struct {
 
 typedef struct {
     uint64_t key; /* rank << 32 | position: the smallest rank, then the leftmost, pops first */
-    int32_t left, right, merged;
+    int32_t merged;
+    uint32_t ver; /* version of the pair at position when pushed: stale once it changed */
 } heap_ent;
 
 typedef struct {
     int32_t *id, *prev, *next;
+    uint32_t *ver;
     size_t cap;
     heap_ent *heap;
     size_t hn, hcap;
@@ -112,6 +116,8 @@ static int seg_push(enc_ctx *c, size_t start, size_t end, bool match) {
     return 0;
 }
 
+static void scratch_free(bpe_scratch *b);
+
 static void ctx_free(enc_ctx *c) {
     if (c->md) pcre2_match_data_free(c->md);
     if (c->mctx) pcre2_match_context_free(c->mctx);
@@ -122,10 +128,7 @@ static void ctx_free(enc_ctx *c) {
     sbuf_free(&c->tmp);
     sbuf_free(&c->norm);
     sbuf_free(&c->norm2);
-    free(c->bs.id);
-    free(c->bs.prev);
-    free(c->bs.next);
-    free(c->bs.heap);
+    scratch_free(&c->bs);
 }
 
 /* Contexts are pooled per tokenizer so that encoding many short texts does not allocate and
@@ -182,13 +185,12 @@ static int match_at(enc_ctx *c, const pcre2_code *re, const char *s, size_t n, s
         c->jit = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
         if (c->mctx && c->jit) {
             pcre2_jit_stack_assign(c->mctx, NULL, c->jit);
-            rc = pcre2_match(re, (PCRE2_SPTR)s, n, off, opts | PCRE2_NO_UTF_CHECK, c->md,
-                             c->mctx);
+            rc = pcre2_match(re, (PCRE2_SPTR)s, n, off, opts | PCRE2_NO_UTF_CHECK, c->md, c->mctx);
         }
     }
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
-        rc = pcre2_match(re, (PCRE2_SPTR)s, n, off, opts | PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
-                         c->md, c->mctx);
+        rc = pcre2_match(re, (PCRE2_SPTR)s, n, off, opts | PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, c->md,
+                         c->mctx);
     return rc;
 }
 
@@ -231,7 +233,7 @@ static int literal_segments(enc_ctx *c, const char *pat, size_t pn, const char *
     size_t prev = 0, off = 0;
     if (pn) {
         while (off + pn <= n) {
-            const char *f = memmem(s + off, n - off, pat, pn);
+            const char *f = tok_memmem(s + off, n - off, pat, pn);
             if (!f) break;
             size_t ms = (size_t)(f - s);
             if (ms > prev && seg_push(c, prev, ms, false)) return -1;
@@ -325,9 +327,12 @@ static int apply_behavior(enc_ctx *c, int behavior, bool invert, const char *s, 
 /* ---- normalizers ---- */
 
 static int norm_unicode_run(int type, const char *s, size_t n, tok_sbuf *out) {
+    if (!n) return 0;
     utf8proc_option_t o = UTF8PROC_STABLE;
-    if (type == NORM_NFC || type == NORM_NFKC) o |= UTF8PROC_COMPOSE;
-    else o |= UTF8PROC_DECOMPOSE;
+    if (type == NORM_NFC || type == NORM_NFKC)
+        o |= UTF8PROC_COMPOSE;
+    else
+        o |= UTF8PROC_DECOMPOSE;
     if (type == NORM_NFKC || type == NORM_NFKD) o |= UTF8PROC_COMPAT;
     utf8proc_uint8_t *r = NULL;
     utf8proc_ssize_t k = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &r, o);
@@ -349,10 +354,23 @@ static int norm_unicode(int type, const char *s, size_t n, tok_sbuf *out) {
         if (j == n) return sbuf_put(out, s + i, n - i);
         size_t start = j > i ? j - 1 : j; /* the ASCII char before may compose with what follows */
         size_t k = j;
-        while (k < n && !((unsigned char)s[k] < 0x80 && (k + 1 == n || (unsigned char)s[k + 1] < 0x80)))
+        while (k < n &&
+               !((unsigned char)s[k] < 0x80 && (k + 1 == n || (unsigned char)s[k + 1] < 0x80)))
             k++;
-        if (sbuf_put(out, s + i, start - i) || norm_unicode_run(type, s + start, k - start, out))
-            return -1;
+        if (sbuf_put(out, s + i, start - i)) return -1;
+        /* within the stretch, characters unknown to tokenizers' tables pass through as is */
+        size_t run = start;
+        for (size_t p = j; p < k;) {
+            size_t cl;
+            uint32_t cp = utf8_decode(s + p, &cl);
+            if (cp >= 0x7FD && tok_norm_inert(cp)) {
+                if (norm_unicode_run(type, s + run, p - run, out) || sbuf_put(out, s + p, cl))
+                    return -1;
+                run = p + cl;
+            }
+            p += cl;
+        }
+        if (norm_unicode_run(type, s + run, k - run, out)) return -1;
         i = k;
     }
     return 0;
@@ -384,8 +402,10 @@ static int norm_one(enc_ctx *c, const tok_norm *nm, const char *s, size_t n, tok
         for (size_t i = 0; i < n;) {
             size_t k;
             uint32_t cp = utf8_decode(s + i, &k);
-            if (utf8proc_category((utf8proc_int32_t)cp) != UTF8PROC_CATEGORY_MN &&
-                sbuf_put(out, s + i, k))
+            /* tokenizers drops every combining mark (Mn, Mc, Me) */
+            utf8proc_category_t cat = utf8proc_category((utf8proc_int32_t)cp);
+            if (cat != UTF8PROC_CATEGORY_MN && cat != UTF8PROC_CATEGORY_MC &&
+                cat != UTF8PROC_CATEGORY_ME && sbuf_put(out, s + i, k))
                 return -1;
             i += k;
         }
@@ -505,7 +525,8 @@ static int pretok_leaf(enc_ctx *c, const tok_pretok *p, plist *in, plist *out) {
             b->n = 0;
             bool add = p->prepend_scheme == PREPEND_ALWAYS ||
                        (p->prepend_scheme == PREPEND_FIRST && origin);
-            if (add && !(n >= p->rep_len && memcmp(s, p->rep, p->rep_len) == 0) &&
+            /* prepend unless the text, spaces already replaced, starts with the replacement */
+            if (add && s[0] != ' ' && !(n >= p->rep_len && memcmp(s, p->rep, p->rep_len) == 0) &&
                 sbuf_put(b, p->rep, p->rep_len))
                 return -1;
             for (size_t j = 0; j < n; j++)
@@ -595,39 +616,56 @@ static int scratch_reserve(bpe_scratch *b, size_t n) {
     if (pv) b->prev = pv;
     int32_t *nx = realloc(b->next, cap * sizeof *nx);
     if (nx) b->next = nx;
+    uint32_t *ver = realloc(b->ver, cap * sizeof *ver);
+    if (ver) b->ver = ver;
     heap_ent *h = realloc(b->heap, 3 * cap * sizeof *h);
     if (h) b->heap = h;
-    if (!id || !pv || !nx || !h) return -1;
+    if (!id || !pv || !nx || !ver || !h) return -1;
     b->cap = cap;
     b->hcap = 3 * cap;
     return 0;
+}
+
+static void scratch_free(bpe_scratch *b) {
+    free(b->id);
+    free(b->prev);
+    free(b->next);
+    free(b->ver);
+    free(b->heap);
 }
 
 static inline void push_pair(const tok_u64map *merges, bpe_scratch *b, int32_t pos) {
     int32_t l = b->id[pos], r = b->id[b->next[pos]];
     uint64_t v;
     if (u64map_get(merges, (uint64_t)(uint32_t)l << 32 | (uint32_t)r, &v))
-        heap_push(b, (heap_ent){(v >> 32) << 32 | (uint32_t)pos, l, r, (int32_t)(uint32_t)v});
+        heap_push(b,
+                  (heap_ent){(v >> 32) << 32 | (uint32_t)pos, (int32_t)(uint32_t)v, b->ver[pos]});
 }
 
 /* Merges b->id[0..n) by merge rank: pop the best pair (lowest rank, then leftmost), skip it if
- * stale, merge, push the two new neighbouring pairs. O(n log n). */
+ * stale (a version counter per position changes whenever the pair starting there changes),
+ * merge, push the two new neighbouring pairs. O(n log n). */
 static size_t bpe_merge_scratch(const tok_u64map *merges, bpe_scratch *b, size_t n) {
     b->hn = 0;
     for (size_t i = 0; i < n; i++) {
         b->prev[i] = (int32_t)i - 1;
         b->next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
+        b->ver[i] = 0;
     }
     for (size_t i = 0; i + 1 < n; i++) push_pair(merges, b, (int32_t)i);
     while (b->hn) {
         heap_ent e = heap_pop(b);
-        int32_t pos = (int32_t)(uint32_t)e.key, nx = b->next[pos];
-        if (b->id[pos] != e.left || nx < 0 || b->id[nx] != e.right) continue; /* stale */
+        int32_t pos = (int32_t)(uint32_t)e.key;
+        if (b->ver[pos] != e.ver) continue; /* stale */
+        int32_t nx = b->next[pos], pv = b->prev[pos];
         b->id[pos] = e.merged;
         b->id[nx] = -1;
+        b->ver[pos]++;
+        b->ver[nx]++;
+        if (pv >= 0) b->ver[pv]++; /* its right neighbour changed */
         b->next[pos] = b->next[nx];
         if (b->next[nx] >= 0) b->prev[b->next[nx]] = pos;
-        if (b->prev[pos] >= 0) push_pair(merges, b, b->prev[pos]);
+        if (pv >= 0) push_pair(merges, b, pv);
         if (b->next[pos] >= 0) push_pair(merges, b, pos);
     }
     size_t k = 0;
@@ -639,20 +677,13 @@ static size_t bpe_merge_scratch(const tok_u64map *merges, bpe_scratch *b, size_t
 size_t tok_bpe_merge(const tok_u64map *merges, int32_t *syms, size_t n) {
     bpe_scratch b;
     memset(&b, 0, sizeof b);
-    if (scratch_reserve(&b, n ? n : 1)) {
-        free(b.id);
-        free(b.prev);
-        free(b.next);
-        free(b.heap);
-        return (size_t)-1;
+    size_t k = (size_t)-1;
+    if (!scratch_reserve(&b, n ? n : 1)) {
+        if (n) memcpy(b.id, syms, n * sizeof *syms);
+        k = bpe_merge_scratch(merges, &b, n);
+        if (k) memcpy(syms, b.id, k * sizeof *syms);
     }
-    if (n) memcpy(b.id, syms, n * sizeof *syms);
-    size_t k = bpe_merge_scratch(merges, &b, n);
-    if (k) memcpy(syms, b.id, k * sizeof *syms);
-    free(b.id);
-    free(b.prev);
-    free(b.next);
-    free(b.heap);
+    scratch_free(&b);
     return k;
 }
 
@@ -688,40 +719,55 @@ static bool cache_get(const tok_tokenizer *t, uint64_t h, const char *s, size_t 
     return hit;
 }
 
+/* Grows a shard's index; returns false when out of memory. */
+static bool cache_grow(tok_cache_shard *sh, size_t cap) {
+    tok_cache_slot *ns = calloc(cap, sizeof *ns);
+    if (!ns) return false;
+    for (size_t i = 0; i < sh->cap; i++) {
+        if (!sh->slots[i].h) continue;
+        size_t j = sh->slots[i].h & (cap - 1);
+        while (ns[j].h) j = (j + 1) & (cap - 1);
+        ns[j] = sh->slots[i];
+    }
+    free(sh->slots);
+    sh->slots = ns;
+    sh->cap = cap;
+    return true;
+}
+
 static void cache_put(const tok_tokenizer *t, uint64_t h, const char *s, size_t n,
                       const int32_t *ids, size_t nids) {
     if (nids > 64) return;
     tok_cache_shard *sh = (tok_cache_shard *)&t->cache[h >> 60];
-    const size_t CAP = 8192, DATA = 1u << 20;
+    /* shards start small and grow to 8192 slots / 1 MB of keys and ids, then start over */
+    const size_t MAX_CAP = 8192, MAX_DATA = 1u << 20;
     size_t need = ((n + 3) & ~(size_t)3) + nids * sizeof(int32_t) + 4;
     pthread_mutex_lock(&sh->mu);
-    if (!sh->slots) {
-        sh->slots = calloc(CAP, sizeof *sh->slots);
-        sh->data = malloc(DATA);
-        if (!sh->slots || !sh->data) {
-            free(sh->slots);
-            free(sh->data);
-            sh->slots = NULL;
-            sh->data = NULL;
-            pthread_mutex_unlock(&sh->mu);
-            return;
-        }
-        sh->cap = CAP;
-        sh->dcap = DATA;
-    }
-    if (sh->n * 2 >= sh->cap || sh->dlen + need > sh->dcap) {
-        /* full: start over (cheap, and keeps memory bounded) */
+    if (!sh->slots && !cache_grow(sh, 64)) goto out;
+    if (sh->n * 2 >= sh->cap && (sh->cap >= MAX_CAP || !cache_grow(sh, sh->cap * 2))) {
         memset(sh->slots, 0, sh->cap * sizeof *sh->slots);
         sh->n = 0;
         sh->dlen = 0;
     }
+    if (sh->dlen + need > sh->dcap) {
+        size_t dcap = sh->dcap ? sh->dcap : 4096;
+        while (dcap < sh->dlen + need && dcap < MAX_DATA) dcap *= 2;
+        char *nd = dcap >= sh->dlen + need ? realloc(sh->data, dcap) : NULL;
+        if (nd) {
+            sh->data = nd;
+            sh->dcap = dcap;
+        } else {
+            /* full (or no memory): start over */
+            memset(sh->slots, 0, sh->cap * sizeof *sh->slots);
+            sh->n = 0;
+            sh->dlen = 0;
+            if (need > sh->dcap) goto out;
+        }
+    }
     size_t j = h & (sh->cap - 1);
     while (sh->slots[j].h) {
         tok_cache_slot *e = &sh->slots[j];
-        if (e->h == h && e->klen == n && memcmp(sh->data + e->off, s, n) == 0) {
-            pthread_mutex_unlock(&sh->mu);
-            return;
-        }
+        if (e->h == h && e->klen == n && memcmp(sh->data + e->off, s, n) == 0) goto out;
         j = (j + 1) & (sh->cap - 1);
     }
     size_t off = sh->dlen, ioff = (off + n + 3) & ~(size_t)3;
@@ -730,6 +776,7 @@ static void cache_put(const tok_tokenizer *t, uint64_t h, const char *s, size_t 
     sh->dlen = ioff + nids * sizeof *ids;
     sh->slots[j] = (tok_cache_slot){h, (uint32_t)off, (uint32_t)n, (uint32_t)nids};
     sh->n++;
+out:
     pthread_mutex_unlock(&sh->mu);
 }
 
@@ -765,9 +812,9 @@ static int bpe_word(enc_ctx *c, const char *s, size_t n, tok_ivec *out) {
         if (cache_get(t, h, s, n, out, &rc)) return 0;
     }
     bpe_scratch *b = &c->bs;
-    /* byte fallback can turn one character into up to 4 + prefix/suffix symbols */
-    size_t bound = n * 4 + m->prefix_len + m->suffix_len + 8;
-    if (scratch_reserve(b, bound)) return -1;
+    /* a symbol per byte at most, except that byte fallback spells out the continuing-subword
+     * prefix and end-of-word suffix too (grown below when that happens) */
+    if (scratch_reserve(b, n + 8)) return -1;
     size_t k = 0;
     int32_t unk = -1; /* pending (possibly fused) unknown */
     for (size_t i = 0; i < n;) {
@@ -794,7 +841,7 @@ static int bpe_word(enc_ctx *c, const char *s, size_t n, tok_ivec *out) {
                     return -1;
                 bs = tb->p;
                 bl = tb->n;
-                if (scratch_reserve(b, k + bl + n * 4 + 8)) return -1;
+                if (scratch_reserve(b, k + bl + (n - i) + 8)) return -1;
             }
             bool ok = true;
             for (size_t j = 0; j < bl; j++)
@@ -816,15 +863,6 @@ static int bpe_word(enc_ctx *c, const char *s, size_t n, tok_ivec *out) {
     if (ivec_append(out, b->id, k)) return -1;
     if (cacheable) cache_put(t, h, s, n, b->id, k);
     return 0;
-}
-
-int tok_bpe_word(const tok_tokenizer *t, const char *s, size_t n, tok_ivec *out) {
-    enc_ctx c;
-    memset(&c, 0, sizeof c);
-    c.t = t;
-    int rc = bpe_word(&c, s, n, out);
-    ctx_free(&c);
-    return rc;
 }
 
 /* ---- added tokens ---- */
@@ -1017,9 +1055,13 @@ int32_t tok_piece_to_token(const tok_tokenizer *t, const char *piece, size_t len
     return id >= 0 ? id : strmap_get(&t->bpe.vocab, piece, len);
 }
 
-size_t tok_vocab_size(const tok_tokenizer *t) { return t->n_ids; }
+size_t tok_vocab_size(const tok_tokenizer *t) {
+    return t->n_ids;
+}
 
-int32_t tok_bos_id(const tok_tokenizer *t) { return t->bos_id; }
+int32_t tok_bos_id(const tok_tokenizer *t) {
+    return t->bos_id;
+}
 
 size_t tok_eos_ids(const tok_tokenizer *t, const int32_t **ids) {
     *ids = t->n_eos ? t->eos : NULL;
@@ -1036,4 +1078,6 @@ bool tok_is_special(const tok_tokenizer *t, int32_t id) {
     return id >= 0 && (size_t)id < t->n_ids && (t->id_flags[id] & TOKF_SPECIAL);
 }
 
-bool tok_cleanup_spaces_default(const tok_tokenizer *t) { return t->cleanup; }
+bool tok_cleanup_spaces_default(const tok_tokenizer *t) {
+    return t->cleanup;
+}

@@ -76,14 +76,14 @@ enum { DEC_BYTELEVEL, DEC_REPLACE, DEC_BYTEFALLBACK, DEC_FUSE, DEC_STRIP, DEC_ME
 /* One decoder of the flattened decoder sequence. */
 typedef struct {
     int type;
-    tok_pattern pat;                /* Replace */
-    char *content;                  /* Replace content (arena) */
+    tok_pattern pat; /* Replace */
+    char *content;   /* Replace content (arena) */
     size_t content_len;
-    char strip[5];                  /* Strip content char, UTF-8 */
-    size_t strip_len, start, stop;  /* Strip */
-    char rep[5];                    /* Metaspace replacement, UTF-8 */
+    char strip[5];                 /* Strip content char, UTF-8 */
+    size_t strip_len, start, stop; /* Strip */
+    char rep[5];                   /* Metaspace replacement, UTF-8 */
     size_t rep_len;
-    bool drop_first;                /* Metaspace: prepend_scheme != never */
+    bool drop_first; /* Metaspace: prepend_scheme != never */
 } tok_dec;
 
 /* One element of a TemplateProcessing "single" template. */
@@ -110,7 +110,7 @@ typedef struct {
 } tok_trie;
 
 typedef struct {
-    tok_strmap vocab; /* model vocabulary (not added tokens) */
+    tok_strmap vocab;  /* model vocabulary (not added tokens) */
     tok_u64map merges; /* (left << 32 | right) -> (rank << 32 | merged id) */
     int32_t unk_id;
     bool byte_fallback, fuse_unk, ignore_merges;
@@ -134,30 +134,30 @@ typedef struct {
     size_t dlen, dcap;
 } tok_cache_shard;
 
-#define TOK_CACHE_SHARDS 16
+#define TOK_CACHE_SHARDS  16
 #define TOK_CACHE_MAX_KEY 256
 
 enum { TOKF_SPECIAL = 1, TOKF_ADDED = 2 };
 
 struct tok_tokenizer {
     tok_arena arena;
-    size_t n_ids;          /* one more than the largest id */
-    const char **id_str;   /* token strings (NULL: hole) */
+    size_t n_ids;        /* one more than the largest id */
+    const char **id_str; /* token strings (NULL: hole) */
     uint32_t *id_len;
     uint8_t *id_flags;
-    tok_strmap added_map;  /* added token content -> id */
+    tok_strmap added_map; /* added token content -> id */
     tok_bpe bpe;
     tok_added *added;
     size_t n_added;
     tok_trie trie_raw, trie_norm;
-    tok_norm *norm;        /* NULL: none */
-    tok_pretok *pre;       /* NULL: none */
-    tok_dec *dec;          /* flattened decoders */
+    tok_norm *norm;  /* NULL: none */
+    tok_pretok *pre; /* NULL: none */
+    tok_dec *dec;    /* flattened decoders */
     size_t n_dec;
     bool has_decoder;
-    tok_post_item *post;   /* template for add_special (NULL: use add_bos/add_eos) */
+    tok_post_item *post; /* what add_special produces around the text (NULL: nothing) */
     size_t n_post;
-    bool post_from_template;
+    bool post_decides; /* a post_processor is present: it alone decides the specials */
     bool add_bos, add_eos;
     int32_t bos_id, cfg_eos_id;
     int32_t *eos;
@@ -180,26 +180,19 @@ void tok_bytelevel_init(void);
 /* Applies the normalizer to s, writing the result to out (which is reset first). */
 int tok_normalize(const tok_tokenizer *t, const char *s, size_t n, tok_sbuf *out);
 
-/* Runs the BPE model on one pre-tokenized piece, appending ids to out (exposed for tests). */
-int tok_bpe_word(const tok_tokenizer *t, const char *s, size_t n, tok_ivec *out);
-
-/* Merges a symbol sequence in place by merge rank (priority queue); used by tok_bpe_word and
- * exposed for tests. syms holds n ids; returns the new count, or (size_t)-1 when out of memory. */
+/* The encoder's BPE merge step on its own, for tests: merges syms[0..n) in place by merge rank
+ * (priority queue); returns the new count, or (size_t)-1 when out of memory. */
 size_t tok_bpe_merge(const tok_u64map *merges, int32_t *syms, size_t n);
-
-/* Compiles a regex with UTF and UCP, JIT when available. NULL with a message on failure. */
-pcre2_code *tok_regex_compile(const char *pat, size_t len, char *err, size_t errlen);
 
 /* Code points whose general category differs between PCRE2's Unicode 14 and tokenizers'
  * Unicode 16, as regex class items: added to (or, removed = true, taken from) `name`. */
 int tok_unicode_changes(const char *name, size_t len, bool removed, tok_sbuf *out);
 
+/* Whether normalization must leave cp alone to agree with tokenizers (see tok_unidata.c). */
+bool tok_norm_inert(uint32_t cp);
+
 /* Frees the pooled encode contexts (tok_free calls it). */
 void tok_ctx_pool_free(tok_tokenizer *t);
-
-/* Batch decoding of the flattened decoder chain. */
-char *tok_decode_impl(const tok_tokenizer *t, const int32_t *ids, size_t n, unsigned flags,
-                      size_t *len);
 
 /* transformers' clean_up_tokenization applied to s (in place, returns the new length). */
 size_t tok_cleanup_spaces(char *s, size_t n);

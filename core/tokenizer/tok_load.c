@@ -11,9 +11,13 @@
 #include <string.h>
 
 #include <json-c/json.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
-/* Ids above this are refused: the id table is dense, and no real vocabulary comes close. */
-#define TOK_MAX_ID (1 << 24)
+/* Ids above this are refused: the id table is dense, and no real vocabulary comes close (the
+ * largest today hold about 260k tokens). */
+#define TOK_MAX_ID (1 << 22)
 
 typedef struct {
     char *err;
@@ -43,7 +47,7 @@ static json_object *parse_json_text(lctx *c, const char *s, size_t n);
 static int hex4(const char *s) {
     int v = 0;
     for (int i = 0; i < 4; i++) {
-        int c = (unsigned char)s[i], d = isdigit(c)              ? c - '0'
+        int c = (unsigned char)s[i], d = isdigit(c)               ? c - '0'
                                          : (c >= 'a' && c <= 'f') ? c - 'a' + 10
                                          : (c >= 'A' && c <= 'F') ? c - 'A' + 10
                                                                   : -1;
@@ -73,9 +77,8 @@ static int fix_surrogate_escapes(const char *s, size_t n, tok_sbuf *out) {
                 hi <= 0xDBFF && s[i + 6] == '\\' && s[i + 7] == 'u' &&
                 (lo = hex4(s + i + 8)) >= 0xDC00 && lo <= 0xDFFF) {
                 char u[4];
-                size_t k = utf8_encode(0x10000 + (((uint32_t)hi - 0xD800) << 10) +
-                                           ((uint32_t)lo - 0xDC00),
-                                       u);
+                size_t k = utf8_encode(
+                    0x10000 + (((uint32_t)hi - 0xD800) << 10) + ((uint32_t)lo - 0xDC00), u);
                 if (sbuf_put(out, s + run, i - run) || sbuf_put(out, u, k)) return -1;
                 changed = true;
                 i += 11;
@@ -96,7 +99,7 @@ static json_object *parse_json(lctx *c, const char *s, size_t n) {
         return NULL;
     }
     tok_sbuf fixed = {0};
-    if (memmem(s, n, "\\u", 2)) {
+    if (tok_memmem(s, n, "\\u", 2)) {
         int r = fix_surrogate_escapes(s, n, &fixed);
         if (r < 0) {
             sbuf_free(&fixed);
@@ -257,8 +260,8 @@ static int emit_property(tok_sbuf *out, const char *name, size_t len, bool neg, 
         /* (?:[^\p{X}added]|[removed]) */
         rc = sbuf_put(out, "(?:[^", 5) || sbuf_put(out, prop, (size_t)k) ||
              (add.n && sbuf_put(out, add.p, add.n)) || sbuf_putc(out, ']') ||
-             (rem.n && (sbuf_put(out, "|[", 2) || sbuf_put(out, rem.p, rem.n) ||
-                        sbuf_putc(out, ']'))) ||
+             (rem.n &&
+              (sbuf_put(out, "|[", 2) || sbuf_put(out, rem.p, rem.n) || sbuf_putc(out, ']'))) ||
              sbuf_putc(out, ')');
     }
 out:
@@ -334,7 +337,7 @@ static int translate_regex(const char *p, size_t n, tok_sbuf *out) {
         }
         if (in_class && c == '[' && i + 1 < n && p[i + 1] == ':') {
             /* POSIX class [:name:] inside a class */
-            const char *end = memmem(p + i + 2, n - i - 2, ":]", 2);
+            const char *end = tok_memmem(p + i + 2, n - i - 2, ":]", 2);
             if (end) {
                 size_t k = (size_t)(end + 2 - (p + i));
                 if (sbuf_put(out, p + i, k)) return -1;
@@ -348,7 +351,8 @@ static int translate_regex(const char *p, size_t n, tok_sbuf *out) {
     return sbuf_put(out, "", 0);
 }
 
-pcre2_code *tok_regex_compile(const char *pat, size_t len, char *err, size_t errlen) {
+/* Compiles a (rewritten) regex with UTF and UCP, JIT when available; NULL with a message. */
+static pcre2_code *tok_regex_compile(const char *pat, size_t len, char *err, size_t errlen) {
     int ec;
     PCRE2_SIZE off;
     tok_sbuf tr = {0};
@@ -477,8 +481,7 @@ static int load_norm(lctx *c, tok_tokenizer *t, json_object *o, const char *path
         n->type = NORM_REPLACE;
         const char *s;
         size_t sl;
-        if (load_pattern(c, t, o, path, &n->pat) ||
-            get_str(c, o, path, "content", true, &s, &sl))
+        if (load_pattern(c, t, o, path, &n->pat) || get_str(c, o, path, "content", true, &s, &sl))
             return -1;
         n->content = arena_strdup(&t->arena, s, sl);
         n->content_len = sl;
@@ -829,7 +832,7 @@ static int load_post(lctx *c, tok_tokenizer *t, json_object *o, const char *path
         goto bad;
     }
     free_items(outer, n_outer);
-    t->post_from_template = true;
+    t->post_decides = true;
     return 0;
 bad:
     free_items(outer, n_outer);
@@ -869,16 +872,24 @@ static int trie_add(tok_trie *tr, const char *s, size_t n, int32_t idx) {
     return 0;
 }
 
+static void set_id(tok_tokenizer *t, int32_t id, const char *s, uint32_t n) {
+    t->id_str[id] = s;
+    t->id_len[id] = n;
+}
+
 static int build_tries(lctx *c, tok_tokenizer *t) {
     t->trie_raw.empty = t->trie_norm.empty = true;
     for (size_t i = 0; i < t->n_added; i++) {
         tok_added *a = &t->added[i];
         int rc;
         if (a->normalized && t->norm) {
-            /* normalized tokens are matched in normalized text, so normalize them too */
+            /* normalized tokens are matched in normalized text, so normalize them too; the
+             * token's string becomes that normalized form */
             tok_sbuf b = {0};
             rc = tok_normalize(t, a->content, a->len, &b);
             if (!rc) rc = trie_add(&t->trie_norm, b.p, b.n, (int32_t)i);
+            const char *ns = rc || !b.n ? NULL : arena_strdup(&t->arena, b.p, b.n);
+            if (ns) set_id(t, a->id, ns, (uint32_t)b.n);
             sbuf_free(&b);
         } else {
             rc = trie_add(a->normalized ? &t->trie_norm : &t->trie_raw, a->content, a->len,
@@ -890,11 +901,6 @@ static int build_tries(lctx *c, tok_tokenizer *t) {
 }
 
 /* ---- model ---- */
-
-static void set_id(tok_tokenizer *t, int32_t id, const char *s, uint32_t n) {
-    t->id_str[id] = s;
-    t->id_len[id] = n;
-}
 
 static int load_model(lctx *c, tok_tokenizer *t, json_object *model) {
     if (!model || !json_object_is_type(model, json_type_object))
@@ -914,35 +920,28 @@ static int load_model(lctx *c, tok_tokenizer *t, json_object *model) {
     size_t nv = (size_t)json_object_object_length(vocab);
     if (strmap_init(&m->vocab, nv)) return fail(c, "model.vocab", "out of memory");
     int64_t max_id = -1;
-    {
-        json_object_iter it;
-        json_object_object_foreachC(vocab, it) {
-            if (!json_object_is_type(it.val, json_type_int))
-                return fail(c, "model.vocab", "id of \"%.60s\" must be an integer, not %s",
-                            it.key, jtype(it.val));
-            int64_t id = json_object_get_int64(it.val);
-            if (id < 0 || id >= TOK_MAX_ID)
-                return fail(c, "model.vocab", "id %lld of \"%.60s\" out of range",
-                            (long long)id, it.key);
-            if (id > max_id) max_id = id;
-        }
+    json_object_iter it;
+    json_object_object_foreachC(vocab, it) {
+        if (!json_object_is_type(it.val, json_type_int))
+            return fail(c, "model.vocab", "id of \"%.60s\" must be an integer, not %s", it.key,
+                        jtype(it.val));
+        int64_t id = json_object_get_int64(it.val);
+        if (id < 0 || id >= TOK_MAX_ID)
+            return fail(c, "model.vocab", "id %lld of \"%.60s\" out of range", (long long)id,
+                        it.key);
+        if (id > max_id) max_id = id;
+        size_t n = strlen(it.key);
+        const char *str = arena_strdup(&t->arena, it.key, n);
+        if (!str || strmap_put(&m->vocab, str, n, (int32_t)id))
+            return fail(c, "model.vocab", "out of memory");
     }
     t->n_ids = (size_t)(max_id + 1);
     return 0;
 }
 
-/* Fills the id table from the vocab and builds the merges (after added tokens are known). */
+/* The model's options and merges. */
 static int load_vocab_merges(lctx *c, tok_tokenizer *t, json_object *model) {
     tok_bpe *m = &t->bpe;
-    json_object *vocab = get(model, "vocab");
-    json_object_iter it;
-    json_object_object_foreachC(vocab, it) {
-        int32_t id = (int32_t)json_object_get_int64(it.val);
-        size_t n = strlen(it.key);
-        const char *s = arena_strdup(&t->arena, it.key, n);
-        if (!s || strmap_put(&m->vocab, s, n, id)) return fail(c, "model.vocab", "out of memory");
-        if (!t->id_str[id]) set_id(t, id, s, (uint32_t)n);
-    }
 
     const char *s;
     size_t n;
@@ -976,7 +975,7 @@ static int load_vocab_merges(lctx *c, tok_tokenizer *t, json_object *model) {
         snprintf(name, sizeof name, "<0x%02X>", b);
         m->byte_ids[b] = strmap_get(&m->vocab, name, 6);
     }
-    if (!m->prefix && !m->suffix) {
+    if (!m->prefix && !m->suffix && m->vocab.n >= 4096) {
         /* one-character tokens of the BMP, looked up without hashing */
         m->bmp_ids = malloc(0x10000 * sizeof(int32_t));
         if (!m->bmp_ids) return fail(c, "model.vocab", "out of memory");
@@ -993,8 +992,10 @@ static int load_vocab_merges(lctx *c, tok_tokenizer *t, json_object *model) {
     }
 
     json_object *merges = get(model, "merges");
-    if (!merges) merges = json_object_new_array(); /* a BPE without merges is valid */
-    else json_object_get(merges);
+    if (!merges)
+        merges = json_object_new_array(); /* a BPE without merges is valid */
+    else
+        json_object_get(merges);
     if (!json_object_is_type(merges, json_type_array)) {
         json_object_put(merges);
         return fail(c, "model.merges", "must be an array, not %s", jtype(merges));
@@ -1048,8 +1049,7 @@ static int load_vocab_merges(lctx *c, tok_tokenizer *t, json_object *model) {
             goto out;
         }
         /* the merged token drops b's continuing_subword_prefix */
-        size_t skip = m->prefix && bl >= m->prefix_len &&
-                              memcmp(b, m->prefix, m->prefix_len) == 0
+        size_t skip = m->prefix && bl >= m->prefix_len && memcmp(b, m->prefix, m->prefix_len) == 0
                           ? m->prefix_len
                           : 0;
         cat.n = 0;
@@ -1075,13 +1075,19 @@ out:
     return rc;
 }
 
+/* Added tokens get their ids as tokenizers assigns them (the "id" in the file is only checked
+ * for type, as tokenizers does): the id of the same content added before or in the model
+ * vocabulary, else the next id after the vocabulary and the added tokens so far. Files written
+ * by tokenizers always agree with this. */
 static int load_added(lctx *c, tok_tokenizer *t, json_object *arr, int64_t *max_id) {
+    if (strmap_init(&t->added_map, 16)) return fail(c, "added_tokens", "out of memory");
     if (!arr) return 0;
     if (!json_object_is_type(arr, json_type_array))
         return fail(c, "added_tokens", "must be an array, not %s", jtype(arr));
     size_t k = json_object_array_length(arr);
     t->added = calloc(k ? k : 1, sizeof *t->added);
     if (!t->added) return fail(c, "added_tokens", "out of memory");
+    int64_t max_added_v = -1, *max_added = &max_added_v;
     for (size_t i = 0; i < k; i++) {
         char path[64];
         snprintf(path, sizeof path, "added_tokens[%zu]", i);
@@ -1096,6 +1102,7 @@ static int load_added(lctx *c, tok_tokenizer *t, json_object *arr, int64_t *max_
         if (v < 0 || v >= TOK_MAX_ID) return fail(c, path, "id %lld out of range", (long long)v);
         const char *s;
         size_t n;
+        a->special = false;
         if (get_str(c, e, path, "content", true, &s, &n) ||
             get_bool(c, e, path, "special", false, &a->special) ||
             get_bool(c, e, path, "lstrip", false, &a->lstrip) ||
@@ -1103,19 +1110,29 @@ static int load_added(lctx *c, tok_tokenizer *t, json_object *arr, int64_t *max_
             get_bool(c, e, path, "single_word", false, &a->single_word) ||
             get_bool(c, e, path, "normalized", !a->special, &a->normalized))
             return -1;
+        if (!n) continue; /* tokenizers ignores empty added tokens */
         a->content = arena_strdup(&t->arena, s, n);
         if (!a->content) return fail(c, path, "out of memory");
         a->len = (uint32_t)n;
-        a->id = (int32_t)v;
-        if (v > *max_id) *max_id = v;
+        int32_t aid = strmap_get(&t->added_map, s, n);
+        if (aid < 0) aid = strmap_get(&t->bpe.vocab, s, n);
+        if (aid < 0) {
+            int64_t nv = (int64_t)t->bpe.vocab.n;
+            aid = (int32_t)(*max_added >= nv ? *max_added + 1 : nv);
+            if (aid >= TOK_MAX_ID) return fail(c, path, "too many added tokens");
+        }
+        if (aid > *max_added) *max_added = aid;
+        if (aid > *max_id) *max_id = aid;
+        a->id = aid;
+        if (strmap_put(&t->added_map, a->content, a->len, aid))
+            return fail(c, path, "out of memory");
         t->n_added++;
     }
     return 0;
 }
 
 /* bos_token / eos_token: a string, {"content": ...} (AddedToken) or null. */
-static int config_token(lctx *c, tok_tokenizer *t, json_object *cfg, const char *key,
-                        int32_t *id) {
+static int config_token(lctx *c, tok_tokenizer *t, json_object *cfg, const char *key, int32_t *id) {
     *id = -1;
     json_object *v = get(cfg, key);
     if (!v) return 0;
@@ -1236,19 +1253,20 @@ static tok_tokenizer *build(lctx *c, json_object *root, json_object *cfg, json_o
     t->id_str = calloc(nid, sizeof *t->id_str);
     t->id_len = calloc(nid, sizeof *t->id_len);
     t->id_flags = calloc(nid, sizeof *t->id_flags);
-    if (!t->id_str || !t->id_len || !t->id_flags || strmap_init(&t->added_map, t->n_added)) {
+    if (!t->id_str || !t->id_len || !t->id_flags) {
         fail(c, NULL, "out of memory");
         goto bad;
     }
-    /* added tokens take precedence over the model vocabulary for id -> string */
+    for (size_t i = 0; i < t->bpe.vocab.cap; i++) {
+        tok_strmap_slot *sl = &t->bpe.vocab.slots[i];
+        if (sl->h) set_id(t, sl->val, sl->key, sl->len);
+    }
+    /* added tokens take precedence over the model vocabulary for id -> string (build_tries
+     * puts the normalized form of normalized ones, as tokenizers does) */
     for (size_t i = 0; i < t->n_added; i++) {
         tok_added *a = &t->added[i];
         set_id(t, a->id, a->content, a->len);
         t->id_flags[a->id] = (uint8_t)(TOKF_ADDED | (a->special ? TOKF_SPECIAL : 0));
-        if (strmap_put(&t->added_map, a->content, a->len, a->id)) {
-            fail(c, "added_tokens", "out of memory");
-            goto bad;
-        }
     }
     if (load_vocab_merges(c, t, model)) goto bad;
 
@@ -1262,9 +1280,17 @@ static tok_tokenizer *build(lctx *c, json_object *root, json_object *cfg, json_o
     }
     if ((v = get(root, "post_processor"))) {
         if (load_post(c, t, v, "post_processor", 0)) goto bad;
-        t->post_from_template = true; /* a present post-processor decides alone */
+        t->post_decides = true; /* a present post-processor decides alone */
     }
     if (build_tries(c, t)) goto bad;
+    /* an id the template adds must exist, or the model would be fed an id it may not have */
+    for (size_t i = 0; i < t->n_post; i++)
+        for (size_t k = 0; k < t->post[i].n; k++)
+            if ((size_t)t->post[i].ids[k] >= t->n_ids || !t->id_str[t->post[i].ids[k]]) {
+                fail(c, "post_processor", "special token id %d is not in the vocabulary",
+                     (int)t->post[i].ids[k]);
+                goto bad;
+            }
 
     const char *file = c->file;
     if (cfg) {
@@ -1276,7 +1302,7 @@ static tok_tokenizer *build(lctx *c, json_object *root, json_object *cfg, json_o
         if (load_generation_config(c, t, gen)) goto bad;
     }
     c->file = file;
-    if (!t->post_from_template) {
+    if (!t->post_decides) {
         /* no post-processor: tokenizer_config.json's add_bos_token / add_eos_token decide */
         size_t k = 0;
         t->post = calloc(3, sizeof *t->post);
@@ -1406,6 +1432,10 @@ out:
     json_object_put(root);
     json_object_put(cfg);
     json_object_put(gen);
+#ifdef __GLIBC__
+    /* the JSON tree of a large tokenizer.json is hundreds of MB of small blocks: give them back */
+    malloc_trim(0);
+#endif
     free(s1);
     free(s2);
     free(s3);

@@ -29,7 +29,9 @@ int sbuf_put(tok_sbuf *b, const void *s, size_t n) {
     return 0;
 }
 
-int sbuf_putc(tok_sbuf *b, char c) { return sbuf_put(b, &c, 1); }
+int sbuf_putc(tok_sbuf *b, char c) {
+    return sbuf_put(b, &c, 1);
+}
 
 void sbuf_free(tok_sbuf *b) {
     free(b->p);
@@ -37,7 +39,9 @@ void sbuf_free(tok_sbuf *b) {
     b->n = b->cap = 0;
 }
 
-int ivec_push(tok_ivec *v, int32_t x) { return ivec_append(v, &x, 1); }
+int ivec_push(tok_ivec *v, int32_t x) {
+    return ivec_append(v, &x, 1);
+}
 
 int ivec_append(tok_ivec *v, const int32_t *x, size_t n) {
     if (n > SIZE_MAX / 8 - v->n) return -1;
@@ -72,7 +76,9 @@ char *arena_strdup(tok_arena *a, const char *s, size_t n) {
     tok_arena_blk *b = a->head;
     if (n >= SIZE_MAX / 2) return NULL;
     if (!b || b->cap - b->used < n + 1) {
-        size_t cap = n + 1 > (1u << 20) ? n + 1 : (1u << 20);
+        /* blocks grow from 4 KB to 1 MB: small tokenizers stay small */
+        size_t cap = b ? (b->cap < (1u << 20) ? b->cap * 2 : b->cap) : 4096;
+        if (cap < n + 1) cap = n + 1;
         b = malloc(sizeof *b + cap);
         if (!b) return NULL;
         b->used = 0;
@@ -95,6 +101,18 @@ void arena_free(tok_arena *a) {
         b = n;
     }
     a->head = NULL;
+}
+
+const char *tok_memmem(const char *hay, size_t hn, const char *needle, size_t nn) {
+    if (!nn || nn > hn) return NULL;
+    const char *end = hay + hn - nn + 1;
+    for (const char *p = hay; p < end;) {
+        p = memchr(p, needle[0], (size_t)(end - p));
+        if (!p) return NULL;
+        if (memcmp(p, needle, nn) == 0) return p;
+        p++;
+    }
+    return NULL;
 }
 
 /* ---- hashing: 8 bytes at a time with a multiply-xorshift mix ---- */

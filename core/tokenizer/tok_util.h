@@ -38,6 +38,9 @@ typedef struct {
 char *arena_strdup(tok_arena *a, const char *s, size_t n);
 void arena_free(tok_arena *a);
 
+/* memmem, which strict C11 lacks: the first occurrence of needle (nn > 0) in hay, or NULL. */
+const char *tok_memmem(const char *hay, size_t hn, const char *needle, size_t nn);
+
 /* ---- hashing ---- */
 uint64_t tok_hash(const void *data, size_t n);
 

@@ -1,5 +1,5 @@
-/* Hugging Face tokenizer.json tokenizers (BPE: byte-level as in Qwen, Llama 3, DeepSeek,
- * gpt-oss; SentencePiece-style with byte fallback as in Llama 2, Gemma) and streaming
+/* Hugging Face tokenizer.json tokenizers (BPE: byte-level with regex pre-tokenizers, and
+ * SentencePiece-style with ▁ and byte fallback) and streaming
  * detokenization.
  *
  * A loaded tokenizer is immutable apart from an internal, locked piece cache: any number of

@@ -1,0 +1,217 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// Attention with grouped K/V heads, tiled with an online softmax (flash-attention
+// style). A workgroup takes BQ queries that share K/V head gl_WorkGroupID.y ((row, head)
+// pairs, consecutive heads of a group first) and walks the keys of its split
+// (gl_WorkGroupID.z) WG at a time: each thread scores one key against all BQ queries,
+// the tile's softmax is folded into running max/sum, and each thread accumulates DPT
+// output dimensions of all BQ queries. With one split the result goes to dst; with
+// several (split-K, for decoding over long caches) each split writes (max, sum, acc[dv])
+// to binding 5 and attn_combine.comp merges them. Visibility follows ops.h: keys in
+// order from position kv0, or a ring of `ring` rows holding the last positions before
+// `total`; causal, optional window; optional soft-cap.
+layout(constant_id = 0) const uint WG = 128; // keys per tile; a power of two
+layout(constant_id = 1) const uint KDT = 0;
+layout(constant_id = 2) const uint VDT = 0;
+layout(constant_id = 3) const uint BQ = 4;   // queries per workgroup; divides WG
+layout(constant_id = 4) const uint QD = 128; // head dim of q and k
+layout(constant_id = 5) const uint DPT = 1;  // ceil(dv / WG)
+layout(constant_id = 6) const uint KVEC = 0; // 16-byte loads of K rows are aligned
+layout(local_size_x_id = 0) in;
+#include "common.glsl"
+
+BUF(0, D)
+RBUF(1, Q)
+RBUF(2, K)
+RBUF4(2, K)
+RBUF(3, V)
+RBUF(4, POS)
+BUF(5, P)
+
+layout(push_constant) uniform PC {
+    PC_OFFSETS
+    uint nq;     // queries per K/V head: n * group
+    uint heads;
+    uint kvh;
+    uint group;
+    uint dv;
+    int n_kv;
+    int kv0;
+    int window;
+    int ring;
+    int total;
+    int chunk;   // keys per split, a multiple of WG
+    uint nsplit;
+    float scale;
+    float cap;
+} pc;
+
+const float MASKED = -3.0e38;
+
+shared float qs[BQ * QD];
+shared float ss[BQ * WG];
+shared float red[WG];
+shared float m_s[BQ], l_s[BQ], alpha_s[BQ];
+shared int pq_s[BQ];
+
+void main() {
+    uint l = gl_LocalInvocationID.x, g = gl_WorkGroupID.y, z = gl_WorkGroupID.z;
+    uint q0 = gl_WorkGroupID.x * BQ;
+    const uint R = WG / BQ; // threads per query in the tile reductions
+
+    for (uint i = l; i < BQ * QD; i += WG) {
+        uint qq = i / QD, c = i - qq * QD, qi = q0 + qq;
+        float v = 0.0;
+        if (qi < pc.nq) {
+            uint r = qi / pc.group, h = g * pc.group + (qi - r * pc.group);
+            v = uintBitsToFloat(Q[pc.oa + (r * pc.heads + h) * QD + c]);
+        }
+        qs[i] = v;
+    }
+    if (l < BQ) {
+        uint qi = q0 + l;
+        pq_s[l] = qi < pc.nq ? int(POS[pc.oe + qi / pc.group]) : 0;
+        m_s[l] = MASKED;
+        l_s[l] = 0.0;
+    }
+    barrier();
+
+    // this split's keys, narrowed to what some query of the block can see
+    int ks = int(z) * pc.chunk, ke = min(pc.n_kv, ks + pc.chunk);
+    if (pc.ring == 0) {
+        int pmin = 0x7fffffff, pmax = -0x7fffffff;
+        for (uint q = 0; q < BQ; q++)
+            if (q0 + q < pc.nq) {
+                pmin = min(pmin, pq_s[q]);
+                pmax = max(pmax, pq_s[q]);
+            }
+        ke = min(ke, pmax - pc.kv0 + 1);
+        if (pc.window > 0) ks = max(ks, pmin - pc.window + 1 - pc.kv0);
+    }
+
+    float acc[BQ * DPT];
+    [[unroll]] for (uint i = 0; i < BQ * DPT; i++) acc[i] = 0.0;
+
+    for (int t0 = ks; t0 < ke; t0 += int(WG)) {
+        int key = t0 + int(l);
+        float s[BQ];
+        [[unroll]] for (uint q = 0; q < BQ; q++) s[q] = MASKED;
+        if (key < ke) {
+            int pk = pc.ring != 0 ? key + pc.ring * ((pc.total - 1 - key) / pc.ring)
+                                  : pc.kv0 + key;
+            float dsum[BQ];
+            [[unroll]] for (uint q = 0; q < BQ; q++) dsum[q] = 0.0;
+            uint kb = pc.ob + (uint(key) * pc.kvh + g) * QD;
+            if (KVEC != 0u) {
+                const uint CH = KDT == DT_F32 ? 4u : 8u;
+                for (uint c = 0; c < QD / CH; c++) {
+                    uvec4 w = K4[kb / CH + c];
+                    vec4 wa, wb = vec4(0.0);
+                    if (KDT == DT_F32) {
+                        wa = uintBitsToFloat(w);
+                    } else if (KDT == DT_F16) {
+                        wa = vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y));
+                        wb = vec4(unpackHalf2x16(w.z), unpackHalf2x16(w.w));
+                    } else {
+                        wa = uintBitsToFloat(uvec4(w.x << 16, w.x & 0xffff0000u, w.y << 16,
+                                                   w.y & 0xffff0000u));
+                        wb = uintBitsToFloat(uvec4(w.z << 16, w.z & 0xffff0000u, w.w << 16,
+                                                   w.w & 0xffff0000u));
+                    }
+                    [[unroll]] for (uint q = 0; q < BQ; q++) {
+                        uint qb = q * QD + c * CH;
+                        dsum[q] += dot(wa, vec4(qs[qb], qs[qb + 1u], qs[qb + 2u], qs[qb + 3u]));
+                        if (CH == 8u)
+                            dsum[q] += dot(wb, vec4(qs[qb + 4u], qs[qb + 5u], qs[qb + 6u],
+                                                    qs[qb + 7u]));
+                    }
+                }
+            } else {
+                for (uint c = 0; c < QD; c++) {
+                    float kv = LOADF(K, KDT, kb + c);
+                    [[unroll]] for (uint q = 0; q < BQ; q++) dsum[q] += kv * qs[q * QD + c];
+                }
+            }
+            [[unroll]] for (uint q = 0; q < BQ; q++) {
+                int pq = pq_s[q];
+                if (q0 + q < pc.nq && pk <= pq && (pc.window == 0 || pq - pk < pc.window)) {
+                    float v = dsum[q] * pc.scale;
+                    if (pc.cap > 0.0) v = pc.cap * tanh_safe(v / pc.cap);
+                    s[q] = v;
+                }
+            }
+        }
+        [[unroll]] for (uint q = 0; q < BQ; q++) ss[q * WG + l] = s[q];
+        barrier();
+
+        // the tile's max per query, folded into the running max
+        uint qr = l / R, part = l - qr * R;
+        float mx = MASKED;
+        for (uint k = part; k < WG; k += R) mx = max(mx, ss[qr * WG + k]);
+        red[l] = mx;
+        barrier();
+        if (l < BQ) {
+            float m = m_s[l];
+            for (uint i = 0; i < R; i++) m = max(m, red[l * R + i]);
+            alpha_s[l] = m_s[l] <= -1.0e38 ? (m <= -1.0e38 ? 1.0 : 0.0) : exp(m_s[l] - m);
+            m_s[l] = m;
+        }
+        barrier();
+
+        // probabilities against the running max, and their sum
+        float m = m_s[qr], sum = 0.0;
+        for (uint k = part; k < WG; k += R) {
+            float sv = ss[qr * WG + k];
+            float p = sv <= -1.0e38 ? 0.0 : exp(sv - m);
+            ss[qr * WG + k] = p;
+            sum += p;
+        }
+        red[l] = sum;
+        barrier();
+        if (l < BQ) {
+            float t = 0.0;
+            for (uint i = 0; i < R; i++) t += red[l * R + i];
+            l_s[l] = l_s[l] * alpha_s[l] + t;
+        }
+
+        [[unroll]] for (uint q = 0; q < BQ; q++)
+            [[unroll]] for (uint j = 0; j < DPT; j++) acc[q * DPT + j] *= alpha_s[q];
+        int nk = min(int(WG), ke - t0);
+        for (int k = 0; k < nk; k++) {
+            uint vb = pc.oc + (uint(t0 + k) * pc.kvh + g) * pc.dv;
+            [[unroll]] for (uint j = 0; j < DPT; j++) {
+                uint dim = l + j * WG;
+                if (dim < pc.dv) {
+                    float vv = LOADF(V, VDT, vb + dim);
+                    [[unroll]] for (uint q = 0; q < BQ; q++)
+                        acc[q * DPT + j] += ss[q * WG + uint(k)] * vv;
+                }
+            }
+        }
+        barrier();
+    }
+
+    [[unroll]] for (uint q = 0; q < BQ; q++) {
+        uint qi = q0 + q;
+        if (qi >= pc.nq) break;
+        uint r = qi / pc.group, h = g * pc.group + (qi - r * pc.group), row = r * pc.heads + h;
+        if (pc.nsplit == 1u) {
+            float L = l_s[q];
+            [[unroll]] for (uint j = 0; j < DPT; j++) {
+                uint dim = l + j * WG;
+                if (dim < pc.dv)
+                    D[pc.od + row * pc.dv + dim] = floatBitsToUint(L > 0.0 ? acc[q * DPT + j] / L : 0.0);
+            }
+        } else {
+            uint pb = (row * pc.nsplit + z) * (pc.dv + 2u);
+            if (l == 0u) {
+                P[pb] = floatBitsToUint(m_s[q]);
+                P[pb + 1u] = floatBitsToUint(l_s[q]);
+            }
+            [[unroll]] for (uint j = 0; j < DPT; j++) {
+                uint dim = l + j * WG;
+                if (dim < pc.dv) P[pb + 2u + dim] = floatBitsToUint(acc[q * DPT + j]);
+            }
+        }
+    }
+}

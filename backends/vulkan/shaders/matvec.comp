@@ -1,0 +1,145 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// dst [rows, out] = x [rows, in] W^T (+ bias) for rows <= MAXR: the weight is read once;
+// each workgroup computes NR output columns, its threads split the inner dimension and
+// the partial sums are reduced over the workgroup.
+// With MOE: one work item (an expert and up to MAXR of its (row, slot) pairs) per
+// gl_WorkGroupID.y, from the list moe_sort.comp made.
+layout(constant_id = 0) const uint WG = 64;
+layout(constant_id = 1) const uint NR = 2;   // output columns per workgroup
+layout(constant_id = 2) const uint WDT = 0;  // weight dtype
+layout(constant_id = 3) const uint VEC = 0;  // 16-byte loads of W and x are aligned
+layout(local_size_x_id = 0) in;
+#include "common.glsl"
+
+#define MAXR 4
+
+BUF(0, D)
+RBUF(1, X)
+RBUF4(1, X)
+RBUF(2, W)
+RBUF4(2, W)
+RBUF(3, BIAS)
+#ifdef MOE
+RBUF(5, S) // moe_sort's output: see there
+#endif
+
+layout(push_constant) uniform PC {
+    PC_OFFSETS
+    uint in_;
+    uint out_;
+    uint nrows;   // rows of x (not MOE)
+    uint has_bias;
+    uint tbias;
+    uint k;       // MOE: slots per row
+    uint per_slot; // MOE: x is [n, k, in] rather than [n, in]
+    uint list_at; // MOE: where in S the pair list and the items start
+    uint items_at;
+} pc;
+
+shared float red[NR * MAXR * WG];
+
+void main() {
+    uint l = gl_LocalInvocationID.x;
+    uint nrows, wbase = pc.ob;
+    uint xrow[MAXR], drow[MAXR];
+#ifdef MOE
+    uint it = pc.items_at + gl_WorkGroupID.y * 3u;
+    uint e = S[it], first = S[it + 1u];
+    nrows = S[it + 2u];
+    wbase += e * pc.out_ * pc.in_;
+    uint o0 = gl_WorkGroupID.x * NR;
+    [[unroll]] for (uint j = 0; j < MAXR; j++) {
+        uint p = j < nrows ? S[pc.list_at + first + j] : 0u;
+        xrow[j] = pc.per_slot != 0u ? p : p / pc.k;
+        drow[j] = p;
+    }
+#else
+    nrows = pc.nrows;
+    uint o0 = group_index() * NR;
+    [[unroll]] for (uint j = 0; j < MAXR; j++) xrow[j] = drow[j] = j;
+#endif
+    float acc[NR][MAXR];
+    [[unroll]] for (uint r = 0; r < NR; r++)
+        [[unroll]] for (uint j = 0; j < MAXR; j++) acc[r][j] = 0.0;
+
+    if (VEC != 0u) {
+        // a chunk is 16 bytes of W: 8 elements of f16/bf16, 4 of f32
+        const uint CH = WDT == DT_F32 ? 4u : 8u;
+        uint nch = pc.in_ / CH;
+        for (uint c = l; c < nch; c += WG) {
+            vec4 xa[MAXR], xb[MAXR];
+            [[unroll]] for (uint j = 0; j < MAXR; j++) {
+                if (j < nrows) {
+                    uint xq = (pc.oa + xrow[j] * pc.in_) / 4u + c * (CH / 4u);
+                    xa[j] = uintBitsToFloat(X4[xq]);
+                    xb[j] = CH == 8u ? uintBitsToFloat(X4[xq + 1u]) : vec4(0.0);
+                }
+            }
+            [[unroll]] for (uint r = 0; r < NR; r++) {
+                uint o = o0 + r;
+                if (o >= pc.out_) break;
+                uvec4 w = W4[(wbase + o * pc.in_) / CH + c];
+                vec4 wa, wb;
+                if (WDT == DT_F32) {
+                    wa = uintBitsToFloat(w);
+                    wb = vec4(0.0);
+                } else if (WDT == DT_F16) {
+                    vec2 p0 = unpackHalf2x16(w.x), p1 = unpackHalf2x16(w.y);
+                    vec2 p2 = unpackHalf2x16(w.z), p3 = unpackHalf2x16(w.w);
+                    wa = vec4(p0, p1);
+                    wb = vec4(p2, p3);
+                } else {
+                    wa = uintBitsToFloat(uvec4(w.x << 16, w.x & 0xffff0000u, w.y << 16,
+                                               w.y & 0xffff0000u));
+                    wb = uintBitsToFloat(uvec4(w.z << 16, w.z & 0xffff0000u, w.w << 16,
+                                               w.w & 0xffff0000u));
+                }
+                [[unroll]] for (uint j = 0; j < MAXR; j++)
+                    if (j < nrows) acc[r][j] += dot(wa, xa[j]) + dot(wb, xb[j]);
+            }
+        }
+    } else {
+        for (uint i = l; i < pc.in_; i += WG) {
+            float xv[MAXR];
+            [[unroll]] for (uint j = 0; j < MAXR; j++)
+                xv[j] = j < nrows ? uintBitsToFloat(X[pc.oa + xrow[j] * pc.in_ + i]) : 0.0;
+            [[unroll]] for (uint r = 0; r < NR; r++) {
+                uint o = o0 + r;
+                if (o >= pc.out_) break;
+                float w = LOADF(W, WDT, wbase + o * pc.in_ + i);
+                [[unroll]] for (uint j = 0; j < MAXR; j++) acc[r][j] += w * xv[j];
+            }
+        }
+    }
+
+    // reduce the NR * MAXR sums over the workgroup at once
+#ifdef USE_SUBGROUP
+    [[unroll]] for (uint r = 0; r < NR; r++)
+        [[unroll]] for (uint j = 0; j < MAXR; j++) {
+            float s = subgroupAdd(acc[r][j]);
+            if (subgroupElect()) red[(r * MAXR + j) * WG + gl_SubgroupID] = s;
+        }
+    barrier();
+    uint parts = gl_NumSubgroups;
+#else
+    [[unroll]] for (uint r = 0; r < NR; r++)
+        [[unroll]] for (uint j = 0; j < MAXR; j++) red[(r * MAXR + j) * WG + l] = acc[r][j];
+    barrier();
+    for (uint s = WG / 2u; s > 0u; s >>= 1) {
+        if (l < s)
+            [[unroll]] for (uint q = 0; q < NR * MAXR; q++) red[q * WG + l] += red[q * WG + l + s];
+        barrier();
+    }
+    uint parts = 1u;
+#endif
+    if (l < NR * MAXR) {
+        uint r = l / MAXR, j = l % MAXR, o = o0 + r;
+        if (j < nrows && o < pc.out_) {
+            float s = 0.0;
+            for (uint i = 0; i < parts; i++) s += red[l * WG + i];
+            if (pc.has_bias != 0u) s += LOADF(BIAS, pc.tbias, pc.oc + o);
+            D[pc.od + drow[j] * pc.out_ + o] = floatBitsToUint(s);
+        }
+    }
+}

@@ -1,0 +1,1376 @@
+/* The Vulkan backend plugin: tensors in device-local memory suballocated from large
+ * blocks, ops recorded into command buffers (vk_ops.c) with a barrier only where one
+ * reads or overwrites what an earlier op wrote or read, and submitted when a download
+ * or sync() needs the results or a batch grows large. Uploads go through host-visible
+ * staging memory in the command stream (so they are ordered with the ops); downloads
+ * wait for a fence. Memory of a freed tensor is reused only once the batches that used
+ * it have completed.
+ *
+ * LMHOST_VK_NO_SUBGROUP=1 makes it use the shared-memory reductions even where the
+ * device has subgroup arithmetic (for tests of that path). LMHOST_VK_VALIDATE=1 runs under
+ * the Khronos validation layer with synchronization validation: every message it reports
+ * is logged as an error and makes the next sync point fail, so tests cannot miss one.
+ * LMHOST_VK_PROFILE=1 times every dispatch on the GPU and logs the time per shader when
+ * the backend is destroyed. LMHOST_VK_NO_PUSH_DESCRIPTOR=1 uses descriptor pools even where
+ * VK_KHR_push_descriptor is available (for tests of that path). */
+#include "vk_backend.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MIB          ((VkDeviceSize)1 << 20)
+#define ALLOC_ALIGN  256        /* of every suballocation */
+#define BLOCK_MIN    (16 * MIB) /* first block of a kind; later ones double */
+#define BLOCK_MAX    (256 * MIB)
+#define STAGING_SIZE (16 * MIB) /* host-visible upload memory per batch */
+#define MAX_DISPATCH 256        /* dispatches per batch before it is submitted */
+#define POOL_SETS    256        /* descriptor sets per pool */
+#define STAT_SLOTS   1024       /* MoE statistics per batch */
+
+struct vk_block {
+    VkDeviceMemory mem;
+    VkBuffer buf;
+    VkDeviceSize size;
+    void *map;     /* host-visible blocks only */
+    int weight;    /* weights and other tensors live in separate blocks */
+    int dedicated; /* made for one allocation larger than a block */
+    int host;
+    VkDeviceSize (*fr)[2]; /* free ranges (offset, size), sorted by offset */
+    int nfr, capfr;
+};
+
+static const lmh_host_api *g_host;
+
+void vk_log(lmh_backend *b, int level, const char *fmt, ...) {
+    const lmh_host_api *h = b && b->host ? b->host : g_host;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (h && h->log)
+        h->log(level, "vulkan: %s", msg);
+    else if (level <= LMH_LOG_WARN)
+        fprintf(stderr, "vulkan: %s\n", msg);
+}
+
+static const char *vk_result_name(VkResult r) {
+#define R(x)                                                                                       \
+    { x, #x }
+    static const struct {
+        VkResult r;
+        const char *name;
+    } names[] = {R(VK_SUCCESS),
+                 R(VK_NOT_READY),
+                 R(VK_TIMEOUT),
+                 R(VK_ERROR_OUT_OF_HOST_MEMORY),
+                 R(VK_ERROR_OUT_OF_DEVICE_MEMORY),
+                 R(VK_ERROR_INITIALIZATION_FAILED),
+                 R(VK_ERROR_DEVICE_LOST),
+                 R(VK_ERROR_MEMORY_MAP_FAILED),
+                 R(VK_ERROR_LAYER_NOT_PRESENT),
+                 R(VK_ERROR_EXTENSION_NOT_PRESENT),
+                 R(VK_ERROR_FEATURE_NOT_PRESENT),
+                 R(VK_ERROR_INCOMPATIBLE_DRIVER),
+                 R(VK_ERROR_TOO_MANY_OBJECTS),
+                 R(VK_ERROR_OUT_OF_POOL_MEMORY)};
+#undef R
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (names[i].r == r) return names[i].name;
+    return "VkResult error";
+}
+
+/* Logs a failed call and maps it to an lmhost error; a lost device makes every later
+ * call fail. */
+static int vk_fail(lmh_backend *b, VkResult r, const char *what) {
+    vk_log(b, LMH_LOG_ERROR, "%s failed: %s (%d)", what, vk_result_name(r), (int)r);
+    if (r == VK_ERROR_DEVICE_LOST) {
+        b->err = LMH_EIO;
+        return LMH_EIO;
+    }
+    return r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY ? LMH_ENOMEM
+                                                                                  : LMH_EIO;
+}
+
+static void *grow(void *p, int *cap, int need, size_t elem) {
+    if (need <= *cap) return p;
+    int nc = *cap ? *cap * 2 : 16;
+    while (nc < need) nc *= 2;
+    void *q = realloc(p, (size_t)nc * elem);
+    if (q) *cap = nc;
+    return q;
+}
+
+/* ---- memory ----------------------------------------------------------------------- */
+
+static int pick_type(const lmh_backend *b, uint32_t bits, VkMemoryPropertyFlags need,
+                     VkMemoryPropertyFlags want, VkMemoryPropertyFlags avoid) {
+    int best = -1, best_score = 0;
+    for (uint32_t i = 0; i < b->mem.memoryTypeCount; i++) {
+        VkMemoryPropertyFlags f = b->mem.memoryTypes[i].propertyFlags;
+        if (!(bits & (1u << i)) || (f & need) != need) continue;
+        int score = 4 * __builtin_popcount(f & want) - __builtin_popcount(f & avoid);
+        if (best < 0 || score > best_score) {
+            best = (int)i;
+            best_score = score;
+        }
+    }
+    return best;
+}
+
+static void block_destroy(lmh_backend *b, vk_block *k) {
+    if (!k) return;
+    if (k->buf) vkDestroyBuffer(b->dev, k->buf, NULL);
+    if (k->mem) vkFreeMemory(b->dev, k->mem, NULL);
+    free(k->fr);
+    free(k);
+}
+
+/* A buffer over its own memory: device-local, or host-visible (mapped) when host. */
+static vk_block *block_new(lmh_backend *b, VkDeviceSize size, int host, int quiet) {
+    vk_block *k = calloc(1, sizeof *k);
+    if (!k) return NULL;
+    k->size = size;
+    k->host = host;
+    VkBufferCreateInfo bi = {
+        .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+        .size = size,
+        .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                 VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT,
+        .sharingMode = VK_SHARING_MODE_EXCLUSIVE,
+    };
+    VkResult r = vkCreateBuffer(b->dev, &bi, NULL, &k->buf);
+    if (r != VK_SUCCESS) {
+        if (!quiet) vk_fail(b, r, "vkCreateBuffer");
+        block_destroy(b, k);
+        return NULL;
+    }
+    VkMemoryRequirements req;
+    vkGetBufferMemoryRequirements(b->dev, k->buf, &req);
+    int type =
+        host ? pick_type(b, req.memoryTypeBits,
+                         VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
+                         VK_MEMORY_PROPERTY_HOST_CACHED_BIT, 0)
+             : pick_type(b, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0,
+                         VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT);
+    if (type < 0 && !host) type = pick_type(b, req.memoryTypeBits, 0, 0, 0);
+    if (type < 0) {
+        vk_log(b, LMH_LOG_ERROR, "no suitable memory type for a %s buffer",
+               host ? "host-visible" : "device");
+        block_destroy(b, k);
+        return NULL;
+    }
+    VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+                               .allocationSize = req.size,
+                               .memoryTypeIndex = (uint32_t)type};
+    r = vkAllocateMemory(b->dev, &ai, NULL, &k->mem);
+    if (r == VK_SUCCESS) r = vkBindBufferMemory(b->dev, k->buf, k->mem, 0);
+    if (r == VK_SUCCESS && host) r = vkMapMemory(b->dev, k->mem, 0, VK_WHOLE_SIZE, 0, &k->map);
+    if (r != VK_SUCCESS) {
+        if (!quiet) vk_fail(b, r, "allocating device memory");
+        block_destroy(b, k);
+        return NULL;
+    }
+    return k;
+}
+
+static int block_take(vk_block *k, VkDeviceSize size, VkDeviceSize *off) {
+    for (int i = 0; i < k->nfr; i++) {
+        if (k->fr[i][1] < size) continue;
+        *off = k->fr[i][0];
+        k->fr[i][0] += size;
+        k->fr[i][1] -= size;
+        if (!k->fr[i][1]) {
+            memmove(&k->fr[i], &k->fr[i + 1], (size_t)(k->nfr - i - 1) * sizeof k->fr[0]);
+            k->nfr--;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+static int block_give(vk_block *k, VkDeviceSize off, VkDeviceSize size) {
+    int i = 0;
+    while (i < k->nfr && k->fr[i][0] < off) i++;
+    int prev = i > 0 && k->fr[i - 1][0] + k->fr[i - 1][1] == off;
+    int next = i < k->nfr && off + size == k->fr[i][0];
+    if (prev && next) {
+        k->fr[i - 1][1] += size + k->fr[i][1];
+        memmove(&k->fr[i], &k->fr[i + 1], (size_t)(k->nfr - i - 1) * sizeof k->fr[0]);
+        k->nfr--;
+    } else if (prev) {
+        k->fr[i - 1][1] += size;
+    } else if (next) {
+        k->fr[i][0] = off;
+        k->fr[i][1] += size;
+    } else {
+        void *p = grow(k->fr, &k->capfr, k->nfr + 1, sizeof k->fr[0]);
+        if (!p) return 0; /* the range is lost to this block; not fatal */
+        k->fr = p;
+        memmove(&k->fr[i + 1], &k->fr[i], (size_t)(k->nfr - i) * sizeof k->fr[0]);
+        k->fr[i][0] = off;
+        k->fr[i][1] = size;
+        k->nfr++;
+    }
+    return 1;
+}
+
+static VkDeviceSize held_bytes(const lmh_backend *b) {
+    VkDeviceSize n = 0;
+    for (int i = 0; i < b->nblocks; i++) n += b->blocks[i]->size;
+    return n;
+}
+
+static vk_alloc *mem_alloc(lmh_backend *b, VkDeviceSize bytes, int weight) {
+    VkDeviceSize size = (bytes + ALLOC_ALIGN - 1) / ALLOC_ALIGN * ALLOC_ALIGN;
+    if (!size) size = ALLOC_ALIGN;
+    vk_alloc *a = calloc(1, sizeof *a);
+    if (!a) return NULL;
+    a->size = size;
+    a->weight = weight;
+    for (int i = 0; i < b->nblocks; i++) {
+        vk_block *k = b->blocks[i];
+        if (k->weight != weight || k->dedicated || k->host) continue;
+        if (block_take(k, size, &a->off)) {
+            a->blk = k;
+            return a;
+        }
+    }
+    /* a new block: twice the last of its kind, up to BLOCK_MAX; its own when larger */
+    VkDeviceSize bs = BLOCK_MIN;
+    for (int i = 0; i < b->nblocks; i++)
+        if (b->blocks[i]->weight == weight && !b->blocks[i]->dedicated && !b->blocks[i]->host &&
+            b->blocks[i]->size * 2 > bs)
+            bs = b->blocks[i]->size * 2;
+    if (bs > BLOCK_MAX) bs = BLOCK_MAX;
+    int dedicated = size > bs;
+    if (dedicated) bs = size;
+    vk_block *k = NULL;
+    void *p = grow(b->blocks, &b->capblocks, b->nblocks + 1, sizeof *b->blocks);
+    if (p) {
+        b->blocks = p;
+        k = block_new(b, bs, 0, 1);
+        if (!k && !dedicated && bs > size) { /* a smaller block may still fit */
+            bs = size > BLOCK_MIN ? size : BLOCK_MIN;
+            k = block_new(b, bs, 0, 1);
+        }
+    }
+    if (!k) {
+        vk_log(b, LMH_LOG_ERROR,
+               "out of device memory: cannot allocate %.1f MiB for a %s tensor (%.1f MiB held "
+               "on %s)",
+               (double)bytes / (double)MIB, weight ? "weight" : "scratch/cache",
+               (double)held_bytes(b) / (double)MIB, b->props.deviceName);
+        free(a);
+        return NULL;
+    }
+    k->weight = weight;
+    k->dedicated = dedicated;
+    if (!block_give(k, 0, bs) || !block_take(k, size, &a->off)) {
+        block_destroy(b, k);
+        free(a);
+        return NULL;
+    }
+    b->blocks[b->nblocks++] = k;
+    a->blk = k;
+    return a;
+}
+
+static void mem_free(lmh_backend *b, vk_alloc *a) {
+    vk_block *k = a->blk;
+    block_give(k, a->off, a->size);
+    free(a);
+    /* give an empty block back unless it is the last of its kind */
+    if (k->nfr != 1 || k->fr[0][1] != k->size) return;
+    int others = 0, at = -1;
+    for (int i = 0; i < b->nblocks; i++) {
+        if (b->blocks[i] == k)
+            at = i;
+        else if (b->blocks[i]->weight == k->weight && !b->blocks[i]->dedicated &&
+                 !b->blocks[i]->host)
+            others++;
+    }
+    if (at < 0 || (!k->dedicated && !others)) return;
+    b->blocks[at] = b->blocks[--b->nblocks];
+    block_destroy(b, k);
+}
+
+/* Frees now, or once the batches that used it have completed. */
+static void alloc_release(lmh_backend *b, vk_alloc *a) {
+    if (a->last_use <= b->done) {
+        mem_free(b, a);
+        return;
+    }
+    void *p = grow(b->defer, &b->capdefer, b->ndefer + 1, sizeof *b->defer);
+    if (!p) { /* cannot defer: wait for the work instead */
+        vk_log(b, LMH_LOG_WARN, "out of host memory deferring a free; memory leaked");
+        return;
+    }
+    b->defer = p;
+    b->defer[b->ndefer++] = a;
+}
+
+static void free_deferred(lmh_backend *b) {
+    int j = 0;
+    for (int i = 0; i < b->ndefer; i++) {
+        if (b->defer[i]->last_use <= b->done)
+            mem_free(b, b->defer[i]);
+        else
+            b->defer[j++] = b->defer[i];
+    }
+    b->ndefer = j;
+}
+
+static int hostbuf_new(lmh_backend *b, vk_hostbuf *h, VkDeviceSize size, int readback) {
+    VkBufferCreateInfo bi = {
+        .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+        .size = size,
+        .usage = readback ? VK_BUFFER_USAGE_TRANSFER_DST_BIT : VK_BUFFER_USAGE_TRANSFER_SRC_BIT,
+        .sharingMode = VK_SHARING_MODE_EXCLUSIVE,
+    };
+    VkResult r = vkCreateBuffer(b->dev, &bi, NULL, &h->buf);
+    if (r != VK_SUCCESS) return vk_fail(b, r, "vkCreateBuffer (host)");
+    VkMemoryRequirements req;
+    vkGetBufferMemoryRequirements(b->dev, h->buf, &req);
+    VkMemoryPropertyFlags need =
+        VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    /* staging prefers plain system memory, read-back cached memory */
+    int type = readback
+                   ? pick_type(b, req.memoryTypeBits, need, VK_MEMORY_PROPERTY_HOST_CACHED_BIT, 0)
+                   : pick_type(b, req.memoryTypeBits, need, 0, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+    if (type < 0) {
+        vkDestroyBuffer(b->dev, h->buf, NULL);
+        h->buf = VK_NULL_HANDLE;
+        vk_log(b, LMH_LOG_ERROR, "no host-visible coherent memory type");
+        return LMH_EUNSUPPORTED;
+    }
+    VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+                               .allocationSize = req.size,
+                               .memoryTypeIndex = (uint32_t)type};
+    r = vkAllocateMemory(b->dev, &ai, NULL, &h->mem);
+    if (r == VK_SUCCESS) r = vkBindBufferMemory(b->dev, h->buf, h->mem, 0);
+    if (r == VK_SUCCESS) r = vkMapMemory(b->dev, h->mem, 0, VK_WHOLE_SIZE, 0, &h->map);
+    if (r != VK_SUCCESS) {
+        vkDestroyBuffer(b->dev, h->buf, NULL);
+        if (h->mem) vkFreeMemory(b->dev, h->mem, NULL);
+        memset(h, 0, sizeof *h);
+        return vk_fail(b, r, "allocating host-visible memory");
+    }
+    h->size = size;
+    return LMH_OK;
+}
+
+static void hostbuf_free(lmh_backend *b, vk_hostbuf *h) {
+    if (h->buf) vkDestroyBuffer(b->dev, h->buf, NULL);
+    if (h->mem) vkFreeMemory(b->dev, h->mem, NULL);
+    memset(h, 0, sizeof *h);
+}
+
+/* ---- batches ---------------------------------------------------------------------- */
+
+static void cmd_barrier(VkCommandBuffer cb, VkPipelineStageFlags dst_stage, VkAccessFlags dst) {
+    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                          .srcAccessMask =
+                              VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                          .dstAccessMask = dst};
+    vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                         dst_stage, 0, 1, &mb, 0, NULL, 0, NULL);
+}
+
+static void barrier(vk_batch *bt) {
+    cmd_barrier(bt->cb,
+                VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
+                    VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT,
+                VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                    VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT |
+                    VK_ACCESS_INDIRECT_COMMAND_READ_BIT);
+}
+
+static void read_profile(lmh_backend *b, vk_batch *bt) {
+    if (!bt->nqueries) return;
+    uint64_t *ts = malloc(2 * bt->nqueries * sizeof *ts);
+    if (ts && vkGetQueryPoolResults(
+                  b->dev, bt->queries, 0, 2 * bt->nqueries, 2 * bt->nqueries * sizeof *ts, ts,
+                  sizeof *ts, VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) == VK_SUCCESS)
+        for (uint32_t i = 0; i < bt->nqueries; i++) {
+            int sh = bt->query_shader[i];
+            b->prof_us[sh] +=
+                (double)(ts[2 * i + 1] - ts[2 * i]) * b->props.limits.timestampPeriod * 1e-3;
+            b->prof_n[sh]++;
+        }
+    free(ts);
+    bt->nqueries = 0;
+}
+
+static void retire(lmh_backend *b, vk_batch *bt) {
+    read_profile(b, bt);
+    if (bt->stats)
+        for (int i = 0; i < bt->nmoe; i++)
+            b->weight_read += (uint64_t)((const uint32_t *)bt->stats->map)[bt->moe[i].slot] *
+                              bt->moe[i].bytes_per_expert;
+    bt->nmoe = 0;
+    bt->state = 0;
+    b->done = bt->serial;
+}
+
+/* Waits for every submitted batch with a serial <= serial, oldest first. */
+static int wait_upto(lmh_backend *b, uint64_t serial) {
+    for (;;) {
+        vk_batch *old = NULL;
+        for (int i = 0; i < VK_NBATCH; i++)
+            if (b->batch[i].state == 2 && b->batch[i].serial <= serial &&
+                (!old || b->batch[i].serial < old->serial))
+                old = &b->batch[i];
+        if (!old) break;
+        VkResult r = vkWaitForFences(b->dev, 1, &old->fence, VK_TRUE, UINT64_MAX);
+        if (r == VK_SUCCESS) r = vkResetFences(b->dev, 1, &old->fence);
+        if (r != VK_SUCCESS) {
+            int rc = vk_fail(b, r, "waiting for the device");
+            b->err = rc;
+            return rc;
+        }
+        retire(b, old);
+    }
+    free_deferred(b);
+    int busy = b->cur >= 0;
+    for (int i = 0; i < VK_NBATCH; i++) busy |= b->batch[i].state == 2;
+    if (!busy) b->nrd = b->nwr = 0; /* nothing in flight: no hazard left */
+    return LMH_OK;
+}
+
+static int submit(lmh_backend *b) {
+    if (b->cur < 0) return LMH_OK;
+    vk_batch *bt = &b->batch[b->cur];
+    b->cur = -1;
+    /* make results (downloads, MoE statistics) visible to the host */
+    cmd_barrier(bt->cb, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+    VkResult r = vkEndCommandBuffer(bt->cb);
+    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
+                       .commandBufferCount = 1,
+                       .pCommandBuffers = &bt->cb};
+    if (r == VK_SUCCESS) r = vkQueueSubmit(b->queue, 1, &si, bt->fence);
+    if (r != VK_SUCCESS) {
+        bt->state = 0;
+        b->err = vk_fail(b, r, "vkQueueSubmit");
+        if (b->err == LMH_ENOMEM) b->err = LMH_EIO; /* the recorded work is lost */
+        return b->err;
+    }
+    bt->state = 2;
+    return LMH_OK;
+}
+
+static vk_batch *batch_begin(lmh_backend *b) {
+    if (b->err) return NULL;
+    if (b->cur >= 0) return &b->batch[b->cur];
+    int i = (b->last + 1) % VK_NBATCH;
+    vk_batch *bt = &b->batch[i];
+    if (bt->state == 2 && wait_upto(b, bt->serial) != LMH_OK) return NULL;
+    for (int p = 0; p < bt->npools; p++) vkResetDescriptorPool(b->dev, bt->pools[p], 0);
+    bt->pool_sets = bt->npools ? 0 : POOL_SETS;
+    if (bt->npools > 1) { /* keep one pool; the others were for a burst */
+        for (int p = 1; p < bt->npools; p++) vkDestroyDescriptorPool(b->dev, bt->pools[p], NULL);
+        bt->npools = 1;
+    }
+    bt->staging_used = 0;
+    bt->ndispatch = 0;
+    bt->nmoe = 0;
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                   .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+    VkResult r = vkResetCommandBuffer(bt->cb, 0);
+    if (r == VK_SUCCESS) r = vkBeginCommandBuffer(bt->cb, &bi);
+    if (r != VK_SUCCESS) {
+        b->err = vk_fail(b, r, "vkBeginCommandBuffer");
+        return NULL;
+    }
+    bt->nqueries = 0;
+    if (bt->queries) vkCmdResetQueryPool(bt->cb, bt->queries, 0, 2 * MAX_DISPATCH);
+    bt->serial = ++b->serial;
+    bt->state = 1;
+    b->cur = i;
+    b->last = i;
+    return bt;
+}
+
+static int wait_all(lmh_backend *b) {
+    int rc = submit(b);
+    int rc2 = wait_upto(b, b->serial);
+    if (!rc && !rc2 && b->validation_errors) {
+        b->validation_errors = 0;
+        return LMH_EINTERNAL; /* LMHOST_VK_VALIDATE: the layer found an error */
+    }
+    return rc ? rc : rc2 ? rc2 : b->err;
+}
+
+static VkDescriptorSet alloc_set(lmh_backend *b, vk_batch *bt) {
+    if (bt->pool_sets >= POOL_SETS) {
+        void *p = realloc(bt->pools, (size_t)(bt->npools + 1) * sizeof *bt->pools);
+        if (!p) return VK_NULL_HANDLE;
+        bt->pools = p;
+        VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, POOL_SETS * VK_NBIND};
+        VkDescriptorPoolCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+                                         .maxSets = POOL_SETS,
+                                         .poolSizeCount = 1,
+                                         .pPoolSizes = &ps};
+        VkResult r = vkCreateDescriptorPool(b->dev, &ci, NULL, &bt->pools[bt->npools]);
+        if (r != VK_SUCCESS) {
+            vk_fail(b, r, "vkCreateDescriptorPool");
+            return VK_NULL_HANDLE;
+        }
+        bt->npools++;
+        bt->pool_sets = 0;
+    }
+    VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                                      .descriptorPool = bt->pools[bt->npools - 1],
+                                      .descriptorSetCount = 1,
+                                      .pSetLayouts = &b->dsl};
+    VkDescriptorSet set;
+    VkResult r = vkAllocateDescriptorSets(b->dev, &ai, &set);
+    if (r != VK_SUCCESS) {
+        vk_fail(b, r, "vkAllocateDescriptorSets");
+        return VK_NULL_HANDLE;
+    }
+    bt->pool_sets++;
+    return set;
+}
+
+/* ---- hazards ---------------------------------------------------------------------- */
+
+static vk_range range_of(const vk_tensor *t) {
+    /* whole 16-byte words: 16-bit writes touch their word's other half */
+    vk_range r = {t->a->blk, t->off & ~(VkDeviceSize)15,
+                  (t->off + t->bytes + 15) & ~(VkDeviceSize)15};
+    if (r.hi == r.lo) r.hi = r.lo + 16;
+    return r;
+}
+
+static int overlaps(const vk_range *list, int n, const vk_range *r) {
+    for (int i = 0; i < n; i++)
+        if (list[i].blk == r->blk && list[i].lo < r->hi && r->lo < list[i].hi) return 1;
+    return 0;
+}
+
+/* Records a barrier when the new reads/writes depend on those since the last one (or
+ * when that many independent ones have piled up that checking them costs more). */
+static int track(lmh_backend *b, vk_batch *bt, const vk_range *rd, int nrd, const vk_range *wr,
+                 int nwr) {
+    int need = b->nrd + b->nwr > 256;
+    for (int i = 0; i < nrd && !need; i++) need = overlaps(b->wr, b->nwr, &rd[i]);
+    for (int i = 0; i < nwr && !need; i++)
+        need = overlaps(b->wr, b->nwr, &wr[i]) || overlaps(b->rd, b->nrd, &wr[i]);
+    if (need) {
+        barrier(bt);
+        b->nrd = b->nwr = 0;
+    }
+    void *p = grow(b->rd, &b->caprd, b->nrd + nrd + 1, sizeof *b->rd);
+    if (!p) return LMH_ENOMEM;
+    b->rd = p;
+    p = grow(b->wr, &b->capwr, b->nwr + nwr + 1, sizeof *b->wr);
+    if (!p) return LMH_ENOMEM;
+    b->wr = p;
+    if (nrd) memcpy(b->rd + b->nrd, rd, (size_t)nrd * sizeof *rd);
+    if (nwr) memcpy(b->wr + b->nwr, wr, (size_t)nwr * sizeof *wr);
+    b->nrd += nrd;
+    b->nwr += nwr;
+    return LMH_OK;
+}
+
+/* ---- pipelines -------------------------------------------------------------------- */
+
+static VkPipeline pipeline(lmh_backend *b, enum vk_shader sh, const uint32_t *spec) {
+    for (int i = 0; i < b->npipes; i++)
+        if (b->pipes[i].shader == sh && !memcmp(b->pipes[i].spec, spec, sizeof b->pipes[i].spec))
+            return b->pipes[i].p;
+    const vk_spirv *s = &vk_shaders[sh];
+    VkResult r;
+    if (!b->modules[sh]) {
+        int sg = b->subgroup_arith && s->code_sg;
+        VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+                                       .codeSize = sg ? s->size_sg : s->size,
+                                       .pCode = sg ? s->code_sg : s->code};
+        r = vkCreateShaderModule(b->dev, &mi, NULL, &b->modules[sh]);
+        if (r != VK_SUCCESS) {
+            vk_fail(b, r, "vkCreateShaderModule");
+            b->modules[sh] = VK_NULL_HANDLE;
+            return VK_NULL_HANDLE;
+        }
+    }
+    VkSpecializationMapEntry map[VK_NSPEC];
+    for (uint32_t i = 0; i < VK_NSPEC; i++) map[i] = (VkSpecializationMapEntry){i, i * 4, 4};
+    VkSpecializationInfo si = {VK_NSPEC, map, VK_NSPEC * 4, spec};
+    VkComputePipelineCreateInfo ci = {
+        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                  .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                  .module = b->modules[sh],
+                  .pName = "main",
+                  .pSpecializationInfo = &si},
+        .layout = b->layout,
+    };
+    void *p = grow(b->pipes, &b->cappipes, b->npipes + 1, sizeof *b->pipes);
+    if (!p) return VK_NULL_HANDLE;
+    b->pipes = p;
+    VkPipeline pl;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    r = vkCreateComputePipelines(b->dev, VK_NULL_HANDLE, 1, &ci, NULL, &pl);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    vk_log(b, LMH_LOG_DEBUG, "pipeline %s (%u %u %u %u %u %u %u %u): %.1f ms", s->name, spec[0],
+           spec[1], spec[2], spec[3], spec[4], spec[5], spec[6], spec[7],
+           (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6);
+    if (r != VK_SUCCESS) {
+        vk_fail(b, r, "vkCreateComputePipelines");
+        vk_log(b, LMH_LOG_ERROR, "  (shader %s)", s->name);
+        return VK_NULL_HANDLE;
+    }
+    vk_pipe *np = &b->pipes[b->npipes++];
+    np->shader = sh;
+    memcpy(np->spec, spec, sizeof np->spec);
+    np->p = pl;
+    return pl;
+}
+
+/* ---- recording -------------------------------------------------------------------- */
+
+/* The range a tensor is bound with: from its offset rounded down to the descriptor
+ * alignment (the shaders get the rest as an element offset) to its end rounded up to
+ * whole 16 bytes, within its allocation (whose size is a multiple of 256). */
+static VkDeviceSize bind_range(const lmh_backend *b, const vk_tensor *t, VkDeviceSize *base) {
+    *base = t->off & ~(b->align - 1);
+    VkDeviceSize end = (t->off + t->bytes + 15) & ~(VkDeviceSize)15;
+    VkDeviceSize aend = t->a->off + t->a->size;
+    if (end > aend) end = aend;
+    if (end <= *base) end = *base + 16;
+    return end - *base;
+}
+
+int vk_bindable(const lmh_backend *b, const lmh_tensor *x) {
+    VkDeviceSize base;
+    return bind_range(b, VT(x), &base) <= b->max_range;
+}
+
+int vk_record(lmh_backend *b, const vk_dispatch *d) {
+    if (b->err) return b->err;
+    vk_batch *bt = batch_begin(b);
+    if (!bt) return b->err ? b->err : LMH_EIO;
+    VkPipeline p = pipeline(b, d->shader, d->spec);
+    if (!p) return LMH_EINTERNAL;
+    VkDescriptorSet set = VK_NULL_HANDLE;
+    if (!b->push_set && !(set = alloc_set(b, bt))) return LMH_ENOMEM;
+    VkDescriptorBufferInfo bi[VK_NBIND];
+    VkWriteDescriptorSet w[VK_NBIND];
+    vk_range rd[VK_NBIND + 1], wr[VK_NBIND];
+    int nrd = 0, nwr = 0;
+    uint32_t pc[VK_PC_WORDS];
+    memcpy(pc, d->pc, sizeof pc);
+    for (int i = 0; i < VK_NBIND; i++) {
+        const vk_tensor *t = d->bind[i] ? d->bind[i] : b->dummy;
+        VkDeviceSize base, range = bind_range(b, t, &base);
+        bi[i] = (VkDescriptorBufferInfo){t->a->blk->buf, base, range};
+        w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+                                      .dstSet = set,
+                                      .dstBinding = (uint32_t)i,
+                                      .descriptorCount = 1,
+                                      .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                      .pBufferInfo = &bi[i]};
+        if (i < 5) {
+            size_t es = lmh_dtype_size(t->t.dtype);
+            pc[i] = (uint32_t)((t->off - base) / (es ? es : 1));
+        }
+        if (d->bind[i]) {
+            if (d->writes & (1u << i))
+                wr[nwr++] = range_of(t);
+            else
+                rd[nrd++] = range_of(t);
+        }
+    }
+    if (d->indirect) rd[nrd++] = range_of(d->indirect);
+    int rc = track(b, bt, rd, nrd, wr, nwr);
+    if (rc) return rc;
+    vkCmdBindPipeline(bt->cb, VK_PIPELINE_BIND_POINT_COMPUTE, p);
+    if (b->push_set) {
+        b->push_set(bt->cb, VK_PIPELINE_BIND_POINT_COMPUTE, b->layout, 0, VK_NBIND, w);
+    } else {
+        vkUpdateDescriptorSets(b->dev, VK_NBIND, w, 0, NULL);
+        vkCmdBindDescriptorSets(bt->cb, VK_PIPELINE_BIND_POINT_COMPUTE, b->layout, 0, 1, &set, 0,
+                                NULL);
+    }
+    vkCmdPushConstants(bt->cb, b->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, pc);
+    uint32_t q = bt->nqueries;
+    if (bt->queries && q < MAX_DISPATCH) {
+        vkCmdWriteTimestamp(bt->cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, bt->queries, 2 * q);
+        bt->query_shader[q] = (uint8_t)d->shader;
+    }
+    if (d->indirect)
+        vkCmdDispatchIndirect(bt->cb, d->indirect->a->blk->buf, d->indirect->off);
+    else
+        vkCmdDispatch(bt->cb, d->groups[0], d->groups[1], d->groups[2]);
+    if (bt->queries && q < MAX_DISPATCH) {
+        vkCmdWriteTimestamp(bt->cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, bt->queries, 2 * q + 1);
+        bt->nqueries++;
+    }
+    for (int i = 0; i < VK_NBIND; i++)
+        (d->bind[i] ? d->bind[i] : b->dummy)->a->last_use = bt->serial;
+    if (d->indirect) d->indirect->a->last_use = bt->serial;
+    if (++bt->ndispatch >= MAX_DISPATCH) return submit(b);
+    return LMH_OK;
+}
+
+int vk_moe_slot(lmh_backend *b, uint64_t bytes_per_expert, const vk_tensor **stats) {
+    vk_batch *bt = batch_begin(b);
+    if (bt && bt->nmoe >= STAT_SLOTS) {
+        if (submit(b) != LMH_OK) return -1;
+        bt = batch_begin(b);
+    }
+    if (!bt) return -1;
+    if (!bt->stats) {
+        bt->stats = block_new(b, STAT_SLOTS * 4, 1, 0);
+        bt->stats_t = calloc(1, sizeof *bt->stats_t);
+        vk_alloc *a = calloc(1, sizeof *a);
+        if (!bt->stats || !bt->stats_t || !a) {
+            free(a);
+            return -1;
+        }
+        a->blk = bt->stats;
+        a->size = STAT_SLOTS * 4;
+        bt->stats_t->a = a;
+        bt->stats_t->bytes = STAT_SLOTS * 4;
+        bt->stats_t->t.dtype = LMH_U32;
+        bt->stats_t->t.ndim = 1;
+        bt->stats_t->t.ne[0] = STAT_SLOTS;
+    }
+    void *p = grow(bt->moe, &bt->capmoe, bt->nmoe + 1, sizeof *bt->moe);
+    if (!p) return -1;
+    bt->moe = p;
+    bt->moe[bt->nmoe] = (vk_moe_stat){(uint32_t)bt->nmoe, bytes_per_expert};
+    *stats = bt->stats_t;
+    return bt->nmoe++;
+}
+
+/* ---- tensors ---------------------------------------------------------------------- */
+
+/* Plain dtypes only: quantized weights (tensor_quant) are not supported here yet. */
+static int valid_shape(lmh_dtype dt, int32_t ndim, const int64_t *ne) {
+    if ((unsigned)dt >= LMH_DTYPE_COUNT || !lmh_dtype_size(dt) || ndim < 1 || ndim > LMH_MAX_DIMS)
+        return 0;
+    for (int i = 0; i < ndim; i++)
+        if (ne[i] < 0 || ne[i] > ((int64_t)1 << 40)) return 0;
+    return 1;
+}
+
+static VkDeviceSize nbytes(lmh_dtype dt, int32_t ndim, const int64_t *ne) {
+    VkDeviceSize n = lmh_dtype_size(dt);
+    for (int i = 0; i < ndim; i++) n *= (VkDeviceSize)ne[i];
+    return n;
+}
+
+static vk_tensor *tensor_make(lmh_dtype dt, int32_t ndim, const int64_t *ne) {
+    vk_tensor *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->t.dtype = dt;
+    t->t.ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->t.ne[i] = ne[i];
+    t->t.backend_priv = t;
+    t->bytes = nbytes(dt, ndim, ne);
+    return t;
+}
+
+vk_tensor *vk_scratch(lmh_backend *b, VkDeviceSize bytes) {
+    int64_t ne = (int64_t)((bytes + 3) / 4);
+    vk_tensor *t = tensor_make(LMH_U32, 1, &ne);
+    if (!t) return NULL;
+    t->a = mem_alloc(b, t->bytes, 0);
+    if (!t->a) {
+        free(t);
+        return NULL;
+    }
+    t->off = t->a->off;
+    t->owned = 1;
+    b->other_bytes += t->bytes;
+    return t;
+}
+
+void vk_tensor_release(lmh_backend *b, vk_tensor *t) {
+    if (!t) return;
+    if (t->owned) {
+        if (t->a->weight)
+            b->weight_bytes -= t->bytes;
+        else
+            b->other_bytes -= t->bytes;
+        alloc_release(b, t->a);
+    }
+    free(t);
+}
+
+static lmh_tensor *vk_tensor_new(lmh_backend *b, lmh_dtype dt, int32_t ndim, const int64_t *ne,
+                                 uint32_t flags) {
+    if (!valid_shape(dt, ndim, ne)) return NULL;
+    pthread_mutex_lock(&b->mu);
+    vk_tensor *t = b->err ? NULL : tensor_make(dt, ndim, ne);
+    int weight = (flags & LMH_TENSOR_WEIGHT) != 0;
+    if (t && !(t->a = mem_alloc(b, t->bytes, weight))) {
+        free(t);
+        t = NULL;
+    }
+    if (t) {
+        t->off = t->a->off;
+        t->owned = 1;
+        if (weight)
+            b->weight_bytes += t->bytes;
+        else
+            b->other_bytes += t->bytes;
+        if (t->bytes > b->max_range)
+            vk_log(b, LMH_LOG_WARN,
+                   "a tensor of %.1f MiB exceeds this device's maxStorageBufferRange (%.1f "
+                   "MiB): ops on it whole are not supported",
+                   (double)t->bytes / (double)MIB, (double)b->max_range / (double)MIB);
+    }
+    pthread_mutex_unlock(&b->mu);
+    return t ? &t->t : NULL;
+}
+
+static lmh_tensor *vk_tensor_view(lmh_backend *b, lmh_tensor *base, size_t offset, lmh_dtype dt,
+                                  int32_t ndim, const int64_t *ne) {
+    (void)b;
+    if (!base || !valid_shape(dt, ndim, ne)) return NULL;
+    const vk_tensor *bt = VT(base);
+    VkDeviceSize n = nbytes(dt, ndim, ne);
+    /* element offsets go to the shaders: the view must start on an element */
+    if (offset > bt->bytes || n > bt->bytes - offset || offset % lmh_dtype_size(dt)) return NULL;
+    vk_tensor *t = tensor_make(dt, ndim, ne);
+    if (!t) return NULL;
+    t->a = bt->a;
+    t->off = bt->off + offset;
+    return &t->t;
+}
+
+static void vk_tensor_free(lmh_backend *b, lmh_tensor *x) {
+    if (!x) return;
+    pthread_mutex_lock(&b->mu);
+    vk_tensor_release(b, VT(x));
+    pthread_mutex_unlock(&b->mu);
+}
+
+static int upload_locked(lmh_backend *b, vk_tensor *t, size_t off, const uint8_t *src, size_t n) {
+    while (n > 0) {
+        vk_batch *bt = batch_begin(b);
+        if (!bt) return b->err ? b->err : LMH_EIO;
+        if (!bt->staging.buf) {
+            int rc = hostbuf_new(b, &bt->staging, STAGING_SIZE, 0);
+            if (rc) return rc;
+        }
+        VkDeviceSize avail = bt->staging.size - bt->staging_used;
+        if (avail < n && avail < bt->staging.size / 4) { /* take a fresh batch's staging */
+            int rc = submit(b);
+            if (rc) return rc;
+            continue;
+        }
+        size_t chunk = n < avail ? n : (size_t)avail;
+        memcpy((uint8_t *)bt->staging.map + bt->staging_used, src, chunk);
+        vk_range wr = {t->a->blk, (t->off + off) & ~(VkDeviceSize)15,
+                       (t->off + off + chunk + 15) & ~(VkDeviceSize)15};
+        int rc = track(b, bt, NULL, 0, &wr, 1);
+        if (rc) return rc;
+        VkBufferCopy c = {bt->staging_used, t->off + off, chunk};
+        vkCmdCopyBuffer(bt->cb, bt->staging.buf, t->a->blk->buf, 1, &c);
+        t->a->last_use = bt->serial;
+        bt->staging_used = (bt->staging_used + chunk + 15) & ~(VkDeviceSize)15;
+        src += chunk;
+        off += chunk;
+        n -= chunk;
+        if (++bt->ndispatch >= MAX_DISPATCH && (rc = submit(b)) != LMH_OK) return rc;
+    }
+    return LMH_OK;
+}
+
+static int vk_upload(lmh_backend *b, lmh_tensor *x, size_t off, const void *src, size_t n) {
+    if (!x || off > VT(x)->bytes || n > VT(x)->bytes - off || (n && !src)) return LMH_EINVAL;
+    pthread_mutex_lock(&b->mu);
+    int rc = b->err ? b->err : upload_locked(b, VT(x), off, src, n);
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
+static int download_locked(lmh_backend *b, const vk_tensor *t, size_t off, void *dst, size_t n) {
+    if (n > b->readback.size) {
+        hostbuf_free(b, &b->readback); /* only downloads use it, and they wait */
+        VkDeviceSize sz = 1 * MIB;
+        while (sz < n) sz *= 2;
+        int rc = hostbuf_new(b, &b->readback, sz, 1);
+        if (rc) return rc;
+    }
+    if (n) {
+        vk_batch *bt = batch_begin(b);
+        if (!bt) return b->err ? b->err : LMH_EIO;
+        vk_range rd = {t->a->blk, (t->off + off) & ~(VkDeviceSize)15,
+                       (t->off + off + n + 15) & ~(VkDeviceSize)15};
+        int rc = track(b, bt, &rd, 1, NULL, 0);
+        if (rc) return rc;
+        VkBufferCopy c = {t->off + off, 0, n};
+        vkCmdCopyBuffer(bt->cb, t->a->blk->buf, b->readback.buf, 1, &c);
+        t->a->last_use = bt->serial;
+    }
+    int rc = wait_all(b);
+    if (rc) return rc;
+    if (n) memcpy(dst, b->readback.map, n);
+    return LMH_OK;
+}
+
+static int vk_download(lmh_backend *b, const lmh_tensor *x, size_t off, void *dst, size_t n) {
+    if (!x || off > VT(x)->bytes || n > VT(x)->bytes - off || (n && !dst)) return LMH_EINVAL;
+    pthread_mutex_lock(&b->mu);
+    int rc = b->err ? b->err : download_locked(b, VT(x), off, dst, n);
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
+/* ---- the table -------------------------------------------------------------------- */
+
+static int vk_supports(lmh_backend *b, const lmh_op *op) {
+    pthread_mutex_lock(&b->mu);
+    int ok = vk_check_op(b, op) == LMH_OK;
+    pthread_mutex_unlock(&b->mu);
+    return ok;
+}
+
+static int vk_enqueue(lmh_backend *b, const lmh_op *op) {
+    pthread_mutex_lock(&b->mu);
+    int rc = b->err ? b->err : vk_check_op(b, op);
+    if (rc == LMH_OK) rc = vk_enqueue_op(b, op);
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
+static int vk_sync(lmh_backend *b) {
+    pthread_mutex_lock(&b->mu);
+    int rc = b->err ? b->err : wait_all(b);
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
+static void vk_memory(lmh_backend *b, lmh_backend_mem *m) {
+    pthread_mutex_lock(&b->mu);
+    m->weights = b->weight_bytes;
+    m->other = b->other_bytes;
+    m->mapped = 0;
+    m->weight_bytes_read = b->weight_read;
+    pthread_mutex_unlock(&b->mu);
+}
+
+static const char *vk_describe(lmh_backend *b) {
+    return b->desc;
+}
+
+static const char *type_name(VkPhysicalDeviceType t) {
+    switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+        return "integrated GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+        return "discrete GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+        return "virtual GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU:
+        return "cpu";
+    default:
+        return "other";
+    }
+}
+
+static int compute_family(VkPhysicalDevice pd, uint32_t *fam) {
+    uint32_t n = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, NULL);
+    VkQueueFamilyProperties qf[64];
+    if (n > 64) n = 64;
+    vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, qf);
+    for (uint32_t i = 0; i < n; i++)
+        if (qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) {
+            *fam = i;
+            return 1;
+        }
+    return 0;
+}
+
+static void vk_destroy(lmh_backend *b);
+
+static VKAPI_ATTR VkBool32 VKAPI_CALL
+on_validation(VkDebugUtilsMessageSeverityFlagBitsEXT sev, VkDebugUtilsMessageTypeFlagsEXT type,
+              const VkDebugUtilsMessengerCallbackDataEXT *data, void *user) {
+    (void)type;
+    lmh_backend *b = user;
+    if (sev & (VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT |
+               VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT)) {
+        vk_log(b, LMH_LOG_ERROR, "validation: %s", data->pMessage);
+        b->validation_errors++;
+    }
+    return VK_FALSE;
+}
+
+static int has_device_ext(VkPhysicalDevice pd, const char *name) {
+    uint32_t n = 0;
+    vkEnumerateDeviceExtensionProperties(pd, NULL, &n, NULL);
+    VkExtensionProperties *ep = calloc(n ? n : 1, sizeof *ep);
+    int found = 0;
+    if (ep && vkEnumerateDeviceExtensionProperties(pd, NULL, &n, ep) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n && !found; i++) found = !strcmp(ep[i].extensionName, name);
+    free(ep);
+    return found;
+}
+
+static int has_layer(const char *name) {
+    uint32_t n = 0;
+    vkEnumerateInstanceLayerProperties(&n, NULL);
+    VkLayerProperties *lp = calloc(n ? n : 1, sizeof *lp);
+    int found = 0;
+    if (lp && vkEnumerateInstanceLayerProperties(&n, lp) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n && !found; i++) found = !strcmp(lp[i].layerName, name);
+    free(lp);
+    return found;
+}
+
+static int create_instance(lmh_backend *b, char *err, size_t err_len) {
+    VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
+                             .pApplicationName = "lmhost",
+                             .pEngineName = "lmhost",
+                             .apiVersion = VK_API_VERSION_1_2};
+    VkInstanceCreateInfo ici = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
+                                .pApplicationInfo = &app};
+    const char *val = getenv("LMHOST_VK_VALIDATE");
+    static const char *const layer = "VK_LAYER_KHRONOS_validation";
+    static const char *const ext = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
+    VkValidationFeatureEnableEXT sync = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT;
+    VkDebugUtilsMessengerCreateInfoEXT mi = {
+        .sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
+        .messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT |
+                           VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT,
+        .messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT |
+                       VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+                       VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
+        .pfnUserCallback = on_validation,
+        .pUserData = b};
+    VkValidationFeaturesEXT vf = {.sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT,
+                                  .pNext = &mi,
+                                  .enabledValidationFeatureCount = 1,
+                                  .pEnabledValidationFeatures = &sync};
+    int validate = val && *val && strcmp(val, "0");
+    if (validate && !has_layer(layer)) {
+        vk_log(b, LMH_LOG_WARN, "LMHOST_VK_VALIDATE: %s is not installed", layer);
+        validate = 0;
+    }
+    if (validate) {
+        ici.pNext = &vf;
+        ici.enabledLayerCount = 1;
+        ici.ppEnabledLayerNames = &layer;
+        ici.enabledExtensionCount = 1;
+        ici.ppEnabledExtensionNames = &ext;
+    }
+    VkResult r = vkCreateInstance(&ici, NULL, &b->inst);
+    if (r != VK_SUCCESS) {
+        b->inst = VK_NULL_HANDLE;
+        snprintf(err, err_len, "cannot create a Vulkan instance (%s): no Vulkan driver?",
+                 vk_result_name(r));
+        return LMH_EUNSUPPORTED;
+    }
+    if (validate) {
+        PFN_vkCreateDebugUtilsMessengerEXT fn =
+            (PFN_vkCreateDebugUtilsMessengerEXT)(uintptr_t)vkGetInstanceProcAddr(
+                b->inst, "vkCreateDebugUtilsMessengerEXT");
+        if (!fn || fn(b->inst, &mi, NULL, &b->messenger) != VK_SUCCESS) {
+            snprintf(err, err_len, "LMHOST_VK_VALIDATE: cannot install the debug messenger");
+            return LMH_EUNSUPPORTED;
+        }
+    }
+    return LMH_OK;
+}
+
+static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len) {
+    int rc = create_instance(b, err, err_len);
+    if (rc != LMH_OK) return rc;
+    VkResult r;
+    uint32_t n = 0;
+    vkEnumeratePhysicalDevices(b->inst, &n, NULL);
+    VkPhysicalDevice all[16];
+    if (n > 16) n = 16;
+    if (n) vkEnumeratePhysicalDevices(b->inst, &n, all);
+    /* the devices this backend can use: Vulkan 1.2 with a compute queue */
+    int usable = 0, chosen = -1;
+    for (uint32_t i = 0; i < n; i++) {
+        VkPhysicalDeviceProperties p;
+        vkGetPhysicalDeviceProperties(all[i], &p);
+        uint32_t fam;
+        if (p.apiVersion < VK_API_VERSION_1_2 || !compute_family(all[i], &fam)) {
+            vk_log(b, LMH_LOG_INFO, "skipping %s (Vulkan %u.%u, or no compute queue)", p.deviceName,
+                   VK_API_VERSION_MAJOR(p.apiVersion), VK_API_VERSION_MINOR(p.apiVersion));
+            continue;
+        }
+        VkPhysicalDeviceMemoryProperties mp;
+        vkGetPhysicalDeviceMemoryProperties(all[i], &mp);
+        VkDeviceSize heap = 0;
+        for (uint32_t h = 0; h < mp.memoryHeapCount; h++)
+            if (mp.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT &&
+                mp.memoryHeaps[h].size > heap)
+                heap = mp.memoryHeaps[h].size;
+        vk_log(b, LMH_LOG_INFO, "device %d: %s (%s, Vulkan %u.%u.%u, %.1f GiB)%s", usable,
+               p.deviceName, type_name(p.deviceType), VK_API_VERSION_MAJOR(p.apiVersion),
+               VK_API_VERSION_MINOR(p.apiVersion), VK_API_VERSION_PATCH(p.apiVersion),
+               (double)heap / (double)(1 << 30), usable == want ? " <- selected" : "");
+        if (usable == want) {
+            chosen = (int)i;
+            b->qfam = fam;
+        }
+        usable++;
+    }
+    if (chosen < 0) {
+        snprintf(err, err_len,
+                 "Vulkan device %d requested; %d usable device%s (Vulkan 1.2 with compute)", want,
+                 usable, usable == 1 ? "" : "s");
+        return LMH_ENOTFOUND;
+    }
+    b->pd = all[chosen];
+    vkGetPhysicalDeviceProperties(b->pd, &b->props);
+    vkGetPhysicalDeviceMemoryProperties(b->pd, &b->mem);
+    VkPhysicalDeviceSubgroupProperties sg = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+                                      .pNext = &sg};
+    vkGetPhysicalDeviceProperties2(b->pd, &p2);
+    const char *nosg = getenv("LMHOST_VK_NO_SUBGROUP");
+    b->subgroup_size = sg.subgroupSize;
+    b->subgroup_arith = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                        (sg.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT) &&
+                        (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) &&
+                        !(nosg && *nosg && strcmp(nosg, "0"));
+    const char *prof = getenv("LMHOST_VK_PROFILE");
+    b->profile = prof && *prof && strcmp(prof, "0") && b->props.limits.timestampComputeAndGraphics;
+    const VkPhysicalDeviceLimits *lim = &b->props.limits;
+    b->align =
+        lim->minStorageBufferOffsetAlignment > 16 ? lim->minStorageBufferOffsetAlignment : 16;
+    b->max_range = lim->maxStorageBufferRange;
+    b->max_shared = lim->maxComputeSharedMemorySize;
+    b->attn_target_wgs = b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 8 : 512;
+    if ((b->align & (b->align - 1)) || lim->maxPushConstantsSize < VK_PC_WORDS * 4 ||
+        lim->maxComputeWorkGroupInvocations < 256 || lim->maxComputeWorkGroupSize[0] < 256 ||
+        b->max_shared < 16384) {
+        snprintf(err, err_len, "%s: unsupported limits (push constants %u, workgroup %u)",
+                 b->props.deviceName, lim->maxPushConstantsSize,
+                 lim->maxComputeWorkGroupInvocations);
+        return LMH_EUNSUPPORTED;
+    }
+
+    float prio = 1.0f;
+    VkDeviceQueueCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+                                  .queueFamilyIndex = b->qfam,
+                                  .queueCount = 1,
+                                  .pQueuePriorities = &prio};
+    VkDeviceCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+                             .queueCreateInfoCount = 1,
+                             .pQueueCreateInfos = &qi};
+    static const char *const push_ext = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
+    const char *np = getenv("LMHOST_VK_NO_PUSH_DESCRIPTOR");
+    int push = has_device_ext(b->pd, push_ext) && !(np && *np && strcmp(np, "0"));
+    if (push) {
+        di.enabledExtensionCount = 1;
+        di.ppEnabledExtensionNames = &push_ext;
+    }
+    r = vkCreateDevice(b->pd, &di, NULL, &b->dev);
+    if (r != VK_SUCCESS) {
+        b->dev = VK_NULL_HANDLE;
+        snprintf(err, err_len, "vkCreateDevice on %s: %s", b->props.deviceName, vk_result_name(r));
+        return LMH_EIO;
+    }
+    vkGetDeviceQueue(b->dev, b->qfam, 0, &b->queue);
+    if (push)
+        b->push_set = (PFN_vkCmdPushDescriptorSetKHR)(uintptr_t)vkGetDeviceProcAddr(
+            b->dev, "vkCmdPushDescriptorSetKHR");
+    snprintf(b->desc, sizeof b->desc, "%s (%s, Vulkan %u.%u.%u, subgroup %u%s%s)",
+             b->props.deviceName, type_name(b->props.deviceType),
+             VK_API_VERSION_MAJOR(b->props.apiVersion), VK_API_VERSION_MINOR(b->props.apiVersion),
+             VK_API_VERSION_PATCH(b->props.apiVersion), b->subgroup_size,
+             b->subgroup_arith ? " reductions" : ", shared-memory reductions",
+             b->push_set ? ", push descriptors" : "");
+    return LMH_OK;
+}
+
+static int setup_objects(lmh_backend *b, char *err, size_t err_len) {
+    VkDescriptorSetLayoutBinding lb[VK_NBIND];
+    for (uint32_t i = 0; i < VK_NBIND; i++)
+        lb[i] = (VkDescriptorSetLayoutBinding){i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1,
+                                               VK_SHADER_STAGE_COMPUTE_BIT, NULL};
+    VkDescriptorSetLayoutCreateInfo li = {
+        .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
+        .flags = b->push_set ? VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR : 0,
+        .bindingCount = VK_NBIND,
+        .pBindings = lb};
+    VkResult r = vkCreateDescriptorSetLayout(b->dev, &li, NULL, &b->dsl);
+    VkPushConstantRange pr = {VK_SHADER_STAGE_COMPUTE_BIT, 0, VK_PC_WORDS * 4};
+    VkPipelineLayoutCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
+                                     .setLayoutCount = 1,
+                                     .pSetLayouts = &b->dsl,
+                                     .pushConstantRangeCount = 1,
+                                     .pPushConstantRanges = &pr};
+    if (r == VK_SUCCESS) r = vkCreatePipelineLayout(b->dev, &pi, NULL, &b->layout);
+    VkCommandPoolCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+                                  .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+                                  .queueFamilyIndex = b->qfam};
+    if (r == VK_SUCCESS) r = vkCreateCommandPool(b->dev, &ci, NULL, &b->cmdpool);
+    for (int i = 0; i < VK_NBATCH && r == VK_SUCCESS; i++) {
+        VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                          .commandPool = b->cmdpool,
+                                          .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                          .commandBufferCount = 1};
+        r = vkAllocateCommandBuffers(b->dev, &ai, &b->batch[i].cb);
+        VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+        if (r == VK_SUCCESS) r = vkCreateFence(b->dev, &fi, NULL, &b->batch[i].fence);
+        VkQueryPoolCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+                                    .queryType = VK_QUERY_TYPE_TIMESTAMP,
+                                    .queryCount = 2 * MAX_DISPATCH};
+        if (r == VK_SUCCESS && b->profile) {
+            b->batch[i].query_shader = calloc(MAX_DISPATCH, 1);
+            r = b->batch[i].query_shader
+                    ? vkCreateQueryPool(b->dev, &qi, NULL, &b->batch[i].queries)
+                    : VK_ERROR_OUT_OF_HOST_MEMORY;
+        }
+    }
+    if (r != VK_SUCCESS) {
+        snprintf(err, err_len, "setting up %s: %s", b->props.deviceName, vk_result_name(r));
+        return LMH_EIO;
+    }
+    b->dummy = vk_scratch(b, 256);
+    if (!b->dummy) {
+        snprintf(err, err_len, "cannot allocate device memory on %s", b->props.deviceName);
+        return LMH_ENOMEM;
+    }
+    b->other_bytes -= b->dummy->bytes;
+    return LMH_OK;
+}
+
+static int vk_create(const lmh_host_api *host, const lmh_backend_opts *o, lmh_backend **out,
+                     char *err, size_t err_len) {
+    lmh_backend *b = calloc(1, sizeof *b);
+    if (!b) return LMH_ENOMEM;
+    b->host = host;
+    b->cur = -1;
+    b->last = VK_NBATCH - 1;
+    pthread_mutex_init(&b->mu, NULL);
+    int32_t want = 0;
+    if (o && o->size >= offsetof(lmh_backend_opts, device) + sizeof o->device) want = o->device;
+    int rc = setup_device(b, want, err, err_len);
+    if (rc == LMH_OK) rc = setup_objects(b, err, err_len);
+    if (rc != LMH_OK) {
+        vk_destroy(b);
+        return rc;
+    }
+    vk_log(b, LMH_LOG_INFO, "%s", b->desc);
+    *out = b;
+    return LMH_OK;
+}
+
+static void vk_destroy(lmh_backend *b) {
+    if (!b) return;
+    if (b->dev) {
+        if (!b->err) wait_all(b);
+        vkDeviceWaitIdle(b->dev);
+        for (int i = 0; i < b->ndefer; i++) free(b->defer[i]);
+        if (b->dummy) {
+            free(b->dummy->a);
+            free(b->dummy);
+        }
+        if (b->profile) {
+            double total = 0;
+            for (int i = 0; i < VK_SH_COUNT; i++) total += b->prof_us[i];
+            vk_log(b, LMH_LOG_INFO, "profile: %.3f ms of GPU time in dispatches", total * 1e-3);
+            for (int i = 0; i < VK_SH_COUNT; i++)
+                if (b->prof_n[i])
+                    vk_log(b, LMH_LOG_INFO,
+                           "profile: %-13s %8llu dispatches %10.3f ms %8.2f us each",
+                           vk_shaders[i].name, (unsigned long long)b->prof_n[i],
+                           b->prof_us[i] * 1e-3, b->prof_us[i] / (double)b->prof_n[i]);
+        }
+        for (int i = 0; i < b->npipes; i++) vkDestroyPipeline(b->dev, b->pipes[i].p, NULL);
+        for (int i = 0; i < VK_SH_COUNT; i++)
+            if (b->modules[i]) vkDestroyShaderModule(b->dev, b->modules[i], NULL);
+        for (int i = 0; i < VK_NBATCH; i++) {
+            vk_batch *bt = &b->batch[i];
+            for (int p = 0; p < bt->npools; p++)
+                vkDestroyDescriptorPool(b->dev, bt->pools[p], NULL);
+            free(bt->pools);
+            if (bt->fence) vkDestroyFence(b->dev, bt->fence, NULL);
+            if (bt->queries) vkDestroyQueryPool(b->dev, bt->queries, NULL);
+            free(bt->query_shader);
+            hostbuf_free(b, &bt->staging);
+            if (bt->stats_t) free(bt->stats_t->a);
+            free(bt->stats_t);
+            block_destroy(b, bt->stats);
+            free(bt->moe);
+        }
+        if (b->cmdpool) vkDestroyCommandPool(b->dev, b->cmdpool, NULL);
+        if (b->layout) vkDestroyPipelineLayout(b->dev, b->layout, NULL);
+        if (b->dsl) vkDestroyDescriptorSetLayout(b->dev, b->dsl, NULL);
+        hostbuf_free(b, &b->readback);
+        for (int i = 0; i < b->nblocks; i++) block_destroy(b, b->blocks[i]);
+        vkDestroyDevice(b->dev, NULL);
+    }
+    if (b->messenger) {
+        PFN_vkDestroyDebugUtilsMessengerEXT fn =
+            (PFN_vkDestroyDebugUtilsMessengerEXT)(uintptr_t)vkGetInstanceProcAddr(
+                b->inst, "vkDestroyDebugUtilsMessengerEXT");
+        if (fn) fn(b->inst, b->messenger, NULL);
+    }
+    if (b->inst) vkDestroyInstance(b->inst, NULL);
+    free(b->blocks);
+    free(b->pipes);
+    free(b->defer);
+    free(b->rd);
+    free(b->wr);
+    pthread_mutex_destroy(&b->mu);
+    free(b);
+}
+
+static int vk_init(const lmh_host_api *host, char *err, size_t err_len) {
+    (void)err;
+    (void)err_len;
+    g_host = host;
+    return 0;
+}
+
+static const char *const weight_dtypes[] = {"f32", "f16", "bf16", NULL};
+static const char *const ops[] = {
+    "get_rows",  "matmul",     "rms_norm",    "add",          "mul",       "scale",
+    "swiglu",    "geglu",      "rope",        "copy",         "attention", "softcap",
+    "moe_route", "moe_matmul", "moe_combine", "sigmoid_gate", "transpose", NULL};
+
+static const lmh_backend_api api = {
+    .size = sizeof(lmh_backend_api),
+    .weight_dtypes = weight_dtypes,
+    .ops = ops,
+    .create = vk_create,
+    .destroy = vk_destroy,
+    .describe = vk_describe,
+    .supports = vk_supports,
+    .tensor_new = vk_tensor_new,
+    .tensor_wrap = NULL, /* device memory: the host uses tensor_new + upload */
+    .tensor_view = vk_tensor_view,
+    .tensor_free = vk_tensor_free,
+    .upload = vk_upload,
+    .download = vk_download,
+    .enqueue = vk_enqueue,
+    .sync = vk_sync,
+    .memory = vk_memory,
+};
+
+static const lmh_plugin_info info = {
+    LMH_PLUGIN_HEADER,
+    .kind = LMH_KIND_BACKEND,
+    .name = "vulkan",
+    .version = "0.1.0",
+    .summary = "Vulkan 1.2 compute (any GPU, or lavapipe); f32 compute over f32/f16/bf16 "
+               "weights; --device N picks the GPU",
+    .init = vk_init,
+    .api = &api,
+};
+
+LMH_EXPORT const lmh_plugin_info *lmhost_plugin_entry(void) {
+    return &info;
+}

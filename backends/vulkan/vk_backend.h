@@ -1,0 +1,197 @@
+/* The Vulkan backend's internals, shared by vk_backend.c (device, memory, command
+ * recording) and vk_ops.c (operand checks and one recording function per op). */
+#ifndef LMHOST_VK_BACKEND_H
+#define LMHOST_VK_BACKEND_H
+
+#include "lmhost/lmhost.h"
+
+#include <pthread.h>
+#include <vulkan/vulkan.h>
+
+/* Descriptor bindings of every pipeline: 0 dst, 1..4 src0..src3, 5 and 6 the backend's
+ * own buffers (attention partials, MoE work lists, MoE statistics). */
+#define VK_NBIND    7
+#define VK_PC_WORDS 32 /* 128 bytes, the push constant size every device offers */
+#define VK_NSPEC    8
+#define VK_NBATCH   3
+
+typedef struct vk_block vk_block;
+
+/* One suballocation of a block; views share their base's. */
+typedef struct vk_alloc {
+    vk_block *blk;
+    VkDeviceSize off, size;
+    uint64_t last_use; /* serial of the last batch that recorded work on it */
+    int weight;
+} vk_alloc;
+
+typedef struct vk_tensor {
+    lmh_tensor t; /* first: a vk_tensor* is an lmh_tensor* */
+    vk_alloc *a;
+    VkDeviceSize off; /* byte offset of the data in a->blk->buf */
+    VkDeviceSize bytes;
+    int owned;
+} vk_tensor;
+
+#define VT(x) ((vk_tensor *)(x))
+
+enum vk_shader {
+    VK_SH_ELTWISE,
+    VK_SH_COPY,
+    VK_SH_GET_ROWS,
+    VK_SH_TRANSPOSE,
+    VK_SH_RMS_NORM,
+    VK_SH_ROPE,
+    VK_SH_MATVEC,
+    VK_SH_MATMUL,
+    VK_SH_MATVEC_MOE,
+    VK_SH_MATMUL_MOE,
+    VK_SH_ATTENTION,
+    VK_SH_ATTN_COMBINE,
+    VK_SH_MOE_ROUTE,
+    VK_SH_MOE_SORT,
+    VK_SH_MOE_COMBINE,
+    VK_SH_COUNT
+};
+
+/* One dispatch to record. pc[0..4] are filled in by vk_record with the element offsets
+ * of bindings 0..4 within their bound (aligned) range. */
+typedef struct vk_dispatch {
+    enum vk_shader shader;
+    uint32_t spec[VK_NSPEC]; /* specialization constants 0..VK_NSPEC-1 */
+    const vk_tensor *bind[VK_NBIND];
+    uint32_t writes; /* bit i: binding i is written */
+    uint32_t pc[VK_PC_WORDS];
+    uint32_t pc_words;
+    uint32_t groups[3];
+    const vk_tensor *indirect; /* dispatch with arguments read from the start of this */
+} vk_dispatch;
+
+typedef struct vk_hostbuf {
+    VkBuffer buf;
+    VkDeviceMemory mem;
+    void *map;
+    VkDeviceSize size;
+} vk_hostbuf;
+
+typedef struct vk_moe_stat {
+    uint32_t slot;
+    uint64_t bytes_per_expert; /* 0 when the weights are not counted */
+} vk_moe_stat;
+
+typedef struct vk_batch {
+    VkCommandBuffer cb;
+    VkFence fence;
+    int state; /* 0 idle, 1 recording, 2 submitted */
+    uint64_t serial;
+    uint32_t ndispatch;
+    VkQueryPool queries; /* LMHOST_VK_PROFILE: a timestamp pair per dispatch */
+    uint32_t nqueries;
+    uint8_t *query_shader;
+    VkDescriptorPool *pools;
+    int npools, pool_sets; /* sets taken from pools[npools - 1] */
+    vk_hostbuf staging;
+    VkDeviceSize staging_used;
+    vk_block *stats; /* host-visible slots written by moe_sort */
+    vk_tensor *stats_t;
+    vk_moe_stat *moe;
+    int nmoe, capmoe;
+} vk_batch;
+
+typedef struct vk_range {
+    const vk_block *blk;
+    VkDeviceSize lo, hi;
+} vk_range;
+
+typedef struct vk_pipe {
+    enum vk_shader shader;
+    uint32_t spec[VK_NSPEC];
+    VkPipeline p;
+} vk_pipe;
+
+struct lmh_backend {
+    pthread_mutex_t mu;
+    const lmh_host_api *host;
+    VkInstance inst;
+    VkPhysicalDevice pd;
+    VkDevice dev;
+    VkQueue queue;
+    uint32_t qfam;
+    VkPhysicalDeviceProperties props;
+    VkPhysicalDeviceMemoryProperties mem;
+    int subgroup_arith; /* subgroupAdd in compute shaders */
+    uint32_t subgroup_size;
+    VkDeviceSize align;       /* offset alignment of storage buffer bindings (>= 16) */
+    VkDeviceSize max_range;   /* maxStorageBufferRange */
+    uint32_t max_shared;      /* maxComputeSharedMemorySize */
+    uint32_t attn_target_wgs; /* workgroups to aim for when splitting attention keys */
+    char desc[400];
+
+    vk_block **blocks;
+    int nblocks, capblocks;
+
+    VkDescriptorSetLayout dsl;
+    VkPipelineLayout layout;
+    VkShaderModule modules[VK_SH_COUNT];
+    vk_pipe *pipes;
+    int npipes, cappipes;
+
+    VkCommandPool cmdpool;
+    vk_batch batch[VK_NBATCH];
+    int cur;         /* recording batch, -1 when none */
+    int last;        /* batch most recently begun */
+    uint64_t serial; /* last serial handed out */
+    uint64_t done;   /* every batch with a serial <= done has completed */
+
+    /* ranges read and written since the last barrier */
+    vk_range *rd, *wr;
+    int nrd, nwr, caprd, capwr;
+
+    /* owned allocations freed once the batch that last used them completes */
+    vk_alloc **defer;
+    int ndefer, capdefer;
+
+    vk_hostbuf readback;
+    vk_tensor *dummy; /* bound where a pipeline has no tensor */
+
+    uint64_t weight_bytes, other_bytes, weight_read;
+    int err;                            /* sticky: after a lost device every call fails */
+    VkDebugUtilsMessengerEXT messenger; /* LMHOST_VK_VALIDATE=1 */
+    int validation_errors;
+    /* VK_KHR_push_descriptor: bindings go into the command buffer, no sets to allocate */
+    PFN_vkCmdPushDescriptorSetKHR push_set;
+    int profile; /* LMHOST_VK_PROFILE=1: GPU time per shader, logged at destroy */
+    double prof_us[VK_SH_COUNT];
+    uint64_t prof_n[VK_SH_COUNT];
+};
+
+/* vk_backend.c */
+void vk_log(lmh_backend *b, int level, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+int vk_record(lmh_backend *b, const vk_dispatch *d);
+/* A device buffer for the backend's own use (not counted as a tensor); free with
+ * vk_tensor_release, which waits for the work recorded on it like tensor_free. */
+vk_tensor *vk_scratch(lmh_backend *b, VkDeviceSize bytes);
+void vk_tensor_release(lmh_backend *b, vk_tensor *t);
+/* The current batch's MoE statistics tensor and a free slot in it (records the slot's
+ * bytes per used expert); -1 when the batch has no slot left. */
+int vk_moe_slot(lmh_backend *b, uint64_t bytes_per_expert, const vk_tensor **stats);
+/* Whether a tensor can be bound whole (maxStorageBufferRange). */
+int vk_bindable(const lmh_backend *b, const lmh_tensor *t);
+
+/* vk_ops.c */
+int vk_check_op(lmh_backend *b, const lmh_op *op);
+int vk_enqueue_op(lmh_backend *b, const lmh_op *op);
+
+/* vk_shaders.c */
+typedef struct vk_spirv {
+    const uint32_t *code, *code_sg; /* code_sg: the variant with subgroup reductions */
+    size_t size, size_sg;
+    const char *name;
+} vk_spirv;
+extern const vk_spirv vk_shaders[VK_SH_COUNT];
+
+#endif

@@ -1,0 +1,548 @@
+/* The ops of the Vulkan backend: operand checks (the CPU backend's, plus what the
+ * shaders need: 32-bit element indices, bindable sizes) and the dispatches that run
+ * each op. Semantics are those of ops.h and backends/cpu/cpu_backend.c. */
+#include "vk_backend.h"
+
+#include <string.h>
+
+/* eltwise.comp's OP */
+enum { ELT_ADD, ELT_MUL, ELT_SCALE, ELT_SWIGLU, ELT_GEGLU, ELT_SOFTCAP, ELT_SIGMOID_GATE };
+
+#define MATVEC_MAXR     4 /* rows up to which matmuls read the weight as matrix-vector */
+#define MATVEC_WG       64
+#define MATVEC_NR       2
+#define ATTN_WG         128
+#define MOE_MAX_EXPERTS 1024
+#define ROUTE_MAXK      32
+
+static int64_t inner(const lmh_tensor *t) {
+    return t->ne[t->ndim - 1];
+}
+static int is_float(lmh_dtype d) {
+    return d == LMH_F32 || d == LMH_F16 || d == LMH_BF16;
+}
+static uint32_t dtc(lmh_dtype d) {
+    return d == LMH_F16 ? 1u : d == LMH_BF16 ? 2u : 0u;
+}
+static uint32_t fbits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static uint32_t cdiv(uint64_t a, uint64_t b) {
+    return (uint32_t)((a + b - 1) / b);
+}
+
+/* The CPU backend's operand checks: everything ops.h promises. */
+static int check_semantics(const lmh_op *op) {
+    const lmh_tensor *d = op->dst, *a = op->src[0], *b = op->src[1], *c = op->src[2];
+    if (!d || !a) return LMH_EINVAL;
+    switch (op->code) {
+    case LMH_OP_GET_ROWS:
+        if (!b || !is_float(a->dtype) || b->dtype != LMH_I32 || d->dtype != LMH_F32) break;
+        if (lmh_nelem(d) != lmh_nelem(b) * inner(a)) return LMH_ESHAPE;
+        return LMH_OK;
+    case LMH_OP_MATMUL: {
+        if (!b || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !is_float(b->dtype)) break;
+        if (b->ndim != 2 || inner(a) != b->ne[1]) return LMH_ESHAPE;
+        int64_t rows = lmh_nelem(a) / inner(a);
+        if (lmh_nelem(d) != rows * b->ne[0]) return LMH_ESHAPE;
+        if (c && (!is_float(c->dtype) || lmh_nelem(c) != b->ne[0])) return LMH_ESHAPE;
+        return LMH_OK;
+    }
+    case LMH_OP_RMS_NORM:
+        if (a->dtype != LMH_F32 || d->dtype != LMH_F32) break;
+        if (lmh_nelem(a) != lmh_nelem(d) || inner(a) != inner(d)) return LMH_ESHAPE;
+        if (b && (!is_float(b->dtype) || lmh_nelem(b) != inner(a))) return LMH_ESHAPE;
+        return LMH_OK;
+    case LMH_OP_ADD:
+    case LMH_OP_MUL:
+        if (!b || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !is_float(b->dtype)) break;
+        if (lmh_nelem(a) != lmh_nelem(d)) return LMH_ESHAPE;
+        if (lmh_nelem(b) != lmh_nelem(a) && lmh_nelem(b) != inner(a) && lmh_nelem(b) != 1)
+            return LMH_ESHAPE;
+        if (lmh_nelem(b) == 0) return LMH_ESHAPE;
+        return LMH_OK;
+    case LMH_OP_SCALE:
+    case LMH_OP_SOFTCAP:
+        if (a->dtype != LMH_F32 || d->dtype != LMH_F32) break;
+        if (op->code == LMH_OP_SOFTCAP && !(op->p.f[0] > 0)) return LMH_EINVAL;
+        return lmh_nelem(a) == lmh_nelem(d) ? LMH_OK : LMH_ESHAPE;
+    case LMH_OP_SWIGLU:
+    case LMH_OP_GEGLU:
+        if (a->dtype != LMH_F32 || d->dtype != LMH_F32 || (b && b->dtype != LMH_F32)) break;
+        if (!b) /* fused [rows, 2d] -> [rows, d] */
+            return inner(a) == 2 * inner(d) && lmh_nelem(a) == 2 * lmh_nelem(d) ? LMH_OK
+                                                                                : LMH_ESHAPE;
+        return lmh_nelem(a) == lmh_nelem(d) && lmh_nelem(b) == lmh_nelem(d) ? LMH_OK : LMH_ESHAPE;
+    case LMH_OP_TRANSPOSE:
+        if (a->dtype != LMH_F32 || d->dtype != LMH_F32) break;
+        if (a->ndim != 3 || d->ndim != 3 || d->ne[0] != a->ne[1] || d->ne[1] != a->ne[0] ||
+            d->ne[2] != a->ne[2])
+            return LMH_ESHAPE;
+        return LMH_OK;
+    case LMH_OP_ROPE:
+        if (!b || !c || a->dtype != LMH_F32 || d->dtype != LMH_F32 || b->dtype != LMH_I32 ||
+            c->dtype != LMH_F32)
+            break;
+        if (a->ndim != 3 || lmh_nelem(a) != lmh_nelem(d) || lmh_nelem(b) != a->ne[0])
+            return LMH_ESHAPE;
+        if (op->p.i[0] <= 0 || op->p.i[0] % 2 || op->p.i[0] > a->ne[2] || op->p.i[0] > 1024 ||
+            lmh_nelem(c) < op->p.i[0] / 2 ||
+            (op->p.i[1] != LMH_ROPE_HALF && op->p.i[1] != LMH_ROPE_INTERLEAVED))
+            return LMH_EINVAL;
+        return LMH_OK;
+    case LMH_OP_COPY:
+        if (!is_float(a->dtype) || !is_float(d->dtype)) break;
+        if (a->dtype != LMH_F32 && d->dtype != LMH_F32 && a->dtype != d->dtype) break;
+        return lmh_nelem(a) == lmh_nelem(d) ? LMH_OK : LMH_ESHAPE;
+    case LMH_OP_ATTENTION: {
+        const lmh_tensor *K = b, *V = c, *pos = op->src[3];
+        if (!K || !V || !pos || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !is_float(K->dtype) ||
+            !is_float(V->dtype) || pos->dtype != LMH_I32)
+            break;
+        if (a->ndim != 3 || K->ndim != 3 || V->ndim != 3 || d->ndim != 3) return LMH_ESHAPE;
+        if (K->ne[1] <= 0 || a->ne[1] % K->ne[1] || V->ne[1] != K->ne[1] || K->ne[2] != a->ne[2] ||
+            d->ne[0] != a->ne[0] || d->ne[1] != a->ne[1] || d->ne[2] != V->ne[2] ||
+            lmh_nelem(pos) != a->ne[0] || V->ne[0] < K->ne[0])
+            return LMH_ESHAPE;
+        if (op->p.i[0] < 0 || op->p.i[0] > K->ne[0] || op->p.i[2] < 0 || op->p.i[3] < 0 ||
+            (op->p.i[3] > 0 && (op->p.i[3] > K->ne[0] || op->p.i[4] < op->p.i[0])))
+            return LMH_EINVAL;
+        return LMH_OK;
+    }
+    case LMH_OP_MOE_ROUTE:
+        if (!b || a->dtype != LMH_F32 || d->dtype != LMH_F32 || b->dtype != LMH_I32) break;
+        if (a->ndim != 2 || d->ndim != 2 || b->ndim != 2 || d->ne[0] != a->ne[0] ||
+            d->ne[1] != op->p.i[0] || b->ne[0] != a->ne[0] || b->ne[1] != op->p.i[0])
+            return LMH_ESHAPE;
+        return op->p.i[0] >= 1 && op->p.i[0] <= a->ne[1] ? LMH_OK : LMH_EINVAL;
+    case LMH_OP_MOE_MATMUL:
+        if (!b || !c || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !is_float(b->dtype) ||
+            c->dtype != LMH_I32)
+            break;
+        if (b->ndim != 3 || c->ndim != 2 || d->ndim != 3 || d->ne[0] != c->ne[0] ||
+            d->ne[1] != c->ne[1] || d->ne[2] != b->ne[1] || inner(a) != b->ne[2] ||
+            !((a->ndim == 2 && a->ne[0] == c->ne[0]) ||
+              (a->ndim == 3 && a->ne[0] == c->ne[0] && a->ne[1] == c->ne[1])))
+            return LMH_ESHAPE;
+        return LMH_OK;
+    case LMH_OP_SIGMOID_GATE:
+        if (!b || a->dtype != LMH_F32 || b->dtype != LMH_F32 || d->dtype != LMH_F32) break;
+        if (lmh_nelem(a) != lmh_nelem(d) || lmh_nelem(b) * inner(a) != lmh_nelem(a))
+            return LMH_ESHAPE;
+        return LMH_OK;
+    case LMH_OP_MOE_COMBINE:
+        if (!b || a->dtype != LMH_F32 || b->dtype != LMH_F32 || d->dtype != LMH_F32) break;
+        if (a->ndim != 3 || b->ndim != 2 || d->ndim != 2 || b->ne[0] != a->ne[0] ||
+            b->ne[1] != a->ne[1] || d->ne[0] != a->ne[0] || d->ne[1] != a->ne[2])
+            return LMH_ESHAPE;
+        return LMH_OK;
+    default:
+        break;
+    }
+    return LMH_EUNSUPPORTED;
+}
+
+/* Attention's queries per workgroup at most: accumulators (BQ * DPT <= 32 a thread) and
+ * shared memory (q block, scores, reductions) bound it; 0 when nothing fits. */
+static uint32_t attn_bq_max(const lmh_backend *b, int64_t d, int64_t dv) {
+    uint32_t dpt = cdiv((uint64_t)dv, ATTN_WG), bq = 16;
+    if (dpt == 0) dpt = 1;
+    while (bq && (bq * dpt > 32 ||
+                  4u * (bq * (uint32_t)d + bq * ATTN_WG + ATTN_WG + 4 * bq) > b->max_shared))
+        bq /= 2;
+    return bq;
+}
+
+int vk_check_op(lmh_backend *b, const lmh_op *op) {
+    int rc = check_semantics(op);
+    if (rc != LMH_OK) return rc;
+    /* the shaders index in 32 bits and bind every operand whole */
+    const lmh_tensor *all[5] = {op->dst, op->src[0], op->src[1], op->src[2], op->src[3]};
+    for (int i = 0; i < 5; i++)
+        if (all[i] && (lmh_nelem(all[i]) >= ((int64_t)1 << 31) || !vk_bindable(b, all[i])))
+            return LMH_EUNSUPPORTED;
+    const lmh_tensor *a = op->src[0], *w = op->src[1];
+    switch (op->code) {
+    case LMH_OP_ATTENTION:
+        if (a->ne[2] > 1024 || op->src[2]->ne[2] > 8 * ATTN_WG ||
+            !attn_bq_max(b, a->ne[2], op->src[2]->ne[2]))
+            return LMH_EUNSUPPORTED;
+        break;
+    case LMH_OP_MOE_ROUTE:
+        if (op->p.i[0] > ROUTE_MAXK) return LMH_EUNSUPPORTED;
+        break;
+    case LMH_OP_MOE_MATMUL:
+        if (w->ne[0] > MOE_MAX_EXPERTS || 16 * ((w->ne[0] + 63) / 64 * 64) > b->max_shared ||
+            cdiv((uint64_t)w->ne[1], MATVEC_NR) > 65535)
+            return LMH_EUNSUPPORTED;
+        break;
+    case LMH_OP_MATMUL:
+        if (cdiv((uint64_t)(lmh_nelem(a) / inner(a)), 64) > 65535) return LMH_EUNSUPPORTED;
+        break;
+    default:
+        break;
+    }
+    return LMH_OK;
+}
+
+/* ---- recording -------------------------------------------------------------------- */
+
+static void grid(vk_dispatch *d, uint64_t groups) {
+    if (!groups) groups = 1;
+    uint32_t gx = groups < 65535 ? (uint32_t)groups : 65535;
+    d->groups[0] = gx;
+    d->groups[1] = cdiv(groups, gx);
+    d->groups[2] = 1;
+}
+
+static void count_read(lmh_backend *b, const lmh_tensor *w, uint64_t bytes) {
+    if (VT(w)->a->weight) b->weight_read += bytes;
+}
+
+/* 16-byte loads are possible when the data and every row start on 16 bytes */
+static int vec_ok(const lmh_tensor *t, int64_t row_elems) {
+    return VT(t)->off % 16 == 0 && (row_elems * (int64_t)lmh_dtype_size(t->dtype)) % 16 == 0;
+}
+
+static int op_get_rows(lmh_backend *b, const lmh_op *op) {
+    const lmh_tensor *tab = op->src[0], *ids = op->src[1];
+    int64_t d = inner(tab), n = lmh_nelem(ids);
+    vk_dispatch x = {.shader = VK_SH_GET_ROWS, .spec = {256, dtc(tab->dtype)}, .writes = 1};
+    x.bind[0] = VT(op->dst);
+    x.bind[1] = VT(tab);
+    x.bind[2] = VT(ids);
+    x.pc[5] = (uint32_t)(n * d);
+    x.pc[6] = (uint32_t)d;
+    x.pc[7] = (uint32_t)(lmh_nelem(tab) / (d ? d : 1));
+    grid(&x, cdiv((uint64_t)(n * d), 256));
+    count_read(b, tab, (uint64_t)n * (uint64_t)d * lmh_dtype_size(tab->dtype));
+    return vk_record(b, &x);
+}
+
+static int op_matmul(lmh_backend *b, const lmh_op *op) {
+    const lmh_tensor *xt = op->src[0], *W = op->src[1], *bias = op->src[2];
+    int64_t in = inner(xt), rows = lmh_nelem(xt) / in, out = W->ne[0];
+    vk_dispatch x = {.writes = 1};
+    x.bind[0] = VT(op->dst);
+    x.bind[1] = VT(xt);
+    x.bind[2] = VT(W);
+    x.bind[3] = bias ? VT(bias) : NULL;
+    x.pc[5] = (uint32_t)in;
+    x.pc[6] = (uint32_t)out;
+    x.pc[7] = (uint32_t)rows;
+    x.pc[8] = bias != NULL;
+    x.pc[9] = bias ? dtc(bias->dtype) : 0;
+    if (rows <= MATVEC_MAXR) {
+        int vec = vec_ok(W, in) && vec_ok(xt, in);
+        x.shader = VK_SH_MATVEC;
+        x.spec[0] = MATVEC_WG;
+        x.spec[1] = MATVEC_NR;
+        x.spec[2] = dtc(W->dtype);
+        x.spec[3] = (uint32_t)vec;
+        grid(&x, cdiv((uint64_t)out, MATVEC_NR));
+    } else {
+        x.shader = VK_SH_MATMUL;
+        x.spec[0] = 256;
+        x.spec[2] = dtc(W->dtype);
+        x.groups[0] = cdiv((uint64_t)out, 64);
+        x.groups[1] = cdiv((uint64_t)rows, 64);
+        x.groups[2] = 1;
+    }
+    count_read(b, W, (uint64_t)lmh_nelem(W) * lmh_dtype_size(W->dtype));
+    if (bias) count_read(b, bias, (uint64_t)out * lmh_dtype_size(bias->dtype));
+    return vk_record(b, &x);
+}
+
+static int op_rms_norm(lmh_backend *b, const lmh_op *op) {
+    const lmh_tensor *a = op->src[0], *w = op->src[1];
+    int64_t d = inner(a), rows = lmh_nelem(a) / d;
+    vk_dispatch x = {.shader = VK_SH_RMS_NORM, .spec = {128}, .writes = 1};
+    x.bind[0] = VT(op->dst);
+    x.bind[1] = VT(a);
+    x.bind[2] = w ? VT(w) : NULL;
+    x.pc[5] = (uint32_t)d;
+    x.pc[6] = (uint32_t)rows;
+    x.pc[7] = w != NULL;
+    x.pc[8] = w ? dtc(w->dtype) : 0;
+    x.pc[9] = fbits(op->p.f[0]);
+    x.pc[10] = fbits(op->p.f[1]);
+    grid(&x, (uint64_t)rows);
+    return vk_record(b, &x);
+}
+
+static int op_eltwise(lmh_backend *b, const lmh_op *op) {
+    const lmh_tensor *a = op->src[0], *s1 = op->src[1];
+    int64_t n = lmh_nelem(op->dst);
+    uint32_t kind = op->code == LMH_OP_ADD       ? ELT_ADD
+                    : op->code == LMH_OP_MUL     ? ELT_MUL
+                    : op->code == LMH_OP_SCALE   ? ELT_SCALE
+                    : op->code == LMH_OP_SWIGLU  ? ELT_SWIGLU
+                    : op->code == LMH_OP_GEGLU   ? ELT_GEGLU
+                    : op->code == LMH_OP_SOFTCAP ? ELT_SOFTCAP
+                                                 : ELT_SIGMOID_GATE;
+    int uses_b = kind == ELT_ADD || kind == ELT_MUL || kind == ELT_SIGMOID_GATE ||
+                 ((kind == ELT_SWIGLU || kind == ELT_GEGLU) && s1);
+    vk_dispatch x = {.shader = VK_SH_ELTWISE, .spec = {256, kind}, .writes = 1};
+    x.bind[0] = VT(op->dst);
+    x.bind[1] = VT(a);
+    x.bind[2] = uses_b ? VT(s1) : NULL;
+    x.pc[5] = (uint32_t)n;
+    x.pc[6] = uses_b ? (uint32_t)lmh_nelem(s1) : 1;
+    x.pc[7] = uses_b ? dtc(s1->dtype) : 0;
+    x.pc[8] = (uint32_t)inner(op->dst);
+    x.pc[9] = (kind == ELT_SWIGLU || kind == ELT_GEGLU) && !s1;
+    x.pc[10] = fbits(op->p.f[0]);
+    grid(&x, cdiv((uint64_t)n, 256));
+    return vk_record(b, &x);
+}
+
+static int op_rope(lmh_backend *b, const lmh_op *op) {
+    const lmh_tensor *a = op->src[0];
+    int64_t n = a->ne[0], heads = a->ne[1], hd = a->ne[2];
+    int32_t rot = op->p.i[0];
+    int inplace = VT(a)->a == VT(op->dst)->a && VT(a)->off == VT(op->dst)->off;
+    int64_t per = rot / 2 + (inplace ? 0 : hd - rot);
+    vk_dispatch x = {.shader = VK_SH_ROPE, .spec = {256}, .writes = 1};
+    x.bind[0] = VT(op->dst);
+    x.bind[1] = VT(a);
+    x.bind[2] = VT(op->src[1]);
+    x.bind[3] = VT(op->src[2]);
+    x.pc[5] = (uint32_t)(n * heads * per);
+    x.pc[6] = (uint32_t)per;
+    x.pc[7] = (uint32_t)heads;
+    x.pc[8] = (uint32_t)hd;
+    x.pc[9] = (uint32_t)rot;
+    x.pc[10] = (uint32_t)op->p.i[1];
+    x.pc[11] = fbits(op->p.f[0]);
+    grid(&x, cdiv((uint64_t)(n * heads * per), 256));
+    return vk_record(b, &x);
+}
+
+static int op_copy(lmh_backend *b, const lmh_op *op) {
+    int64_t n = lmh_nelem(op->dst);
+    vk_dispatch x = {.shader = VK_SH_COPY,
+                     .spec = {256, dtc(op->src[0]->dtype), dtc(op->dst->dtype)},
+                     .writes = 1};
+    x.bind[0] = VT(op->dst);
+    x.bind[1] = VT(op->src[0]);
+    x.pc[5] = (uint32_t)n;
+    /* a 16-bit dst is written a word per thread: n / 2 + 1 words, + 1 when it starts odd */
+    uint64_t threads = op->dst->dtype == LMH_F32 ? (uint64_t)n : (uint64_t)n / 2 + 2;
+    grid(&x, cdiv(threads, 256));
+    return vk_record(b, &x);
+}
+
+static int op_transpose(lmh_backend *b, const lmh_op *op) {
+    const lmh_tensor *a = op->src[0];
+    int64_t n = lmh_nelem(a);
+    vk_dispatch x = {.shader = VK_SH_TRANSPOSE, .spec = {256}, .writes = 1};
+    x.bind[0] = VT(op->dst);
+    x.bind[1] = VT(a);
+    x.pc[5] = (uint32_t)n;
+    x.pc[6] = (uint32_t)a->ne[0];
+    x.pc[7] = (uint32_t)a->ne[1];
+    x.pc[8] = (uint32_t)a->ne[2];
+    grid(&x, cdiv((uint64_t)n, 256));
+    return vk_record(b, &x);
+}
+
+static int op_attention(lmh_backend *b, const lmh_op *op) {
+    const lmh_tensor *q = op->src[0], *K = op->src[1], *V = op->src[2];
+    int64_t n = q->ne[0], heads = q->ne[1], d = q->ne[2], kvh = K->ne[1], dv = V->ne[2];
+    int64_t group = heads / kvh, nq = n * group;
+    int32_t n_kv = op->p.i[0];
+    uint32_t dpt = cdiv((uint64_t)dv, ATTN_WG), bq = attn_bq_max(b, d, dv);
+    if (!dpt) dpt = 1;
+    while (bq > 1 && bq / 2 >= nq) bq /= 2;
+    uint32_t qblocks = cdiv((uint64_t)nq, bq);
+    /* split the keys when the queries alone give the device too few workgroups */
+    uint32_t tiles = cdiv((uint64_t)n_kv, ATTN_WG), nsplit = 1, chunk_tiles = tiles ? tiles : 1;
+    uint64_t wgs = (uint64_t)qblocks * (uint64_t)kvh;
+    if (tiles > 1 && wgs < b->attn_target_wgs) {
+        nsplit = cdiv(b->attn_target_wgs, wgs);
+        if (nsplit > tiles) nsplit = tiles;
+        chunk_tiles = cdiv(tiles, nsplit);
+        nsplit = cdiv(tiles, chunk_tiles);
+    }
+    uint32_t kch = K->dtype == LMH_F32 ? 4 : 8;
+    int kvec = d % kch == 0 && VT(K)->off % 16 == 0;
+    vk_dispatch x = {
+        .shader = VK_SH_ATTENTION,
+        .spec = {ATTN_WG, dtc(K->dtype), dtc(V->dtype), bq, (uint32_t)d, dpt, (uint32_t)kvec}};
+    x.bind[0] = VT(op->dst);
+    x.bind[1] = VT(q);
+    x.bind[2] = VT(K);
+    x.bind[3] = VT(V);
+    x.bind[4] = VT(op->src[3]);
+    vk_tensor *part = NULL;
+    if (nsplit > 1) {
+        part = vk_scratch(b, (VkDeviceSize)(n * heads) * nsplit * (VkDeviceSize)(dv + 2) * 4);
+        if (!part) return LMH_ENOMEM;
+        x.bind[5] = part;
+        x.writes = 1u << 5;
+    } else {
+        x.writes = 1;
+    }
+    x.pc[5] = (uint32_t)nq;
+    x.pc[6] = (uint32_t)heads;
+    x.pc[7] = (uint32_t)kvh;
+    x.pc[8] = (uint32_t)group;
+    x.pc[9] = (uint32_t)dv;
+    x.pc[10] = (uint32_t)n_kv;
+    x.pc[11] = (uint32_t)op->p.i[1];
+    x.pc[12] = (uint32_t)op->p.i[2];
+    x.pc[13] = (uint32_t)op->p.i[3];
+    x.pc[14] = (uint32_t)op->p.i[4];
+    x.pc[15] = chunk_tiles * ATTN_WG;
+    x.pc[16] = nsplit;
+    x.pc[17] = fbits(op->p.f[0]);
+    x.pc[18] = fbits(op->p.f[1]);
+    x.groups[0] = qblocks;
+    x.groups[1] = (uint32_t)kvh;
+    x.groups[2] = nsplit;
+    int rc = vk_record(b, &x);
+    if (rc == LMH_OK && part) {
+        vk_dispatch c = {.shader = VK_SH_ATTN_COMBINE, .spec = {128}, .writes = 1};
+        c.bind[0] = VT(op->dst);
+        c.bind[5] = part;
+        c.pc[5] = (uint32_t)(n * heads);
+        c.pc[6] = (uint32_t)dv;
+        c.pc[7] = nsplit;
+        grid(&c, (uint64_t)(n * heads));
+        rc = vk_record(b, &c);
+    }
+    vk_tensor_release(b, part);
+    return rc;
+}
+
+static int op_moe_route(lmh_backend *b, const lmh_op *op) {
+    const lmh_tensor *a = op->src[0];
+    vk_dispatch x = {.shader = VK_SH_MOE_ROUTE, .spec = {64}, .writes = 1 | 1u << 2};
+    x.bind[0] = VT(op->dst);
+    x.bind[1] = VT(a);
+    x.bind[2] = VT(op->src[1]);
+    x.pc[5] = (uint32_t)a->ne[0];
+    x.pc[6] = (uint32_t)a->ne[1];
+    x.pc[7] = (uint32_t)op->p.i[0];
+    x.pc[8] = op->p.i[1] != 0;
+    grid(&x, cdiv((uint64_t)a->ne[0], 64));
+    return vk_record(b, &x);
+}
+
+/* Groups the (row, slot) pairs by expert on the device (moe_sort.comp), then runs one
+ * indirect dispatch over the work items it made: matrix-vector for a few rows (each
+ * expert's weights read once per item of up to 4 rows), tiled otherwise. */
+static int op_moe_matmul(lmh_backend *b, const lmh_op *op) {
+    const lmh_tensor *xt = op->src[0], *W = op->src[1], *ids = op->src[2];
+    int64_t n = ids->ne[0], k = ids->ne[1], E = W->ne[0], out = W->ne[1], in = W->ne[2];
+    int64_t pairs = n * k;
+    int mv = n <= MATVEC_MAXR;
+    uint32_t item_rows = mv ? MATVEC_MAXR : 64;
+    uint32_t list_at = 4, items_at = 4 + (uint32_t)pairs;
+    vk_tensor *s = vk_scratch(b, (VkDeviceSize)(4 + 4 * pairs) * 4);
+    if (!s) return LMH_ENOMEM;
+    const vk_tensor *stats = NULL;
+    uint64_t per_expert =
+        VT(W)->a->weight ? (uint64_t)out * (uint64_t)in * lmh_dtype_size(W->dtype) : 0;
+    int slot = vk_moe_slot(b, per_expert, &stats);
+    if (slot < 0) {
+        vk_tensor_release(b, s);
+        return LMH_ENOMEM;
+    }
+    vk_dispatch so = {.shader = VK_SH_MOE_SORT,
+                      .spec = {256, (uint32_t)((E + 63) / 64 * 64)},
+                      .writes = 1 | 1u << 5 | 1u << 6,
+                      .groups = {1, 1, 1}};
+    so.bind[0] = VT(op->dst);
+    so.bind[3] = VT(ids);
+    so.bind[5] = s;
+    so.bind[6] = stats;
+    so.pc[5] = (uint32_t)pairs;
+    so.pc[6] = (uint32_t)E;
+    so.pc[7] = item_rows;
+    so.pc[8] = mv ? cdiv((uint64_t)out, MATVEC_NR) : cdiv((uint64_t)out, 64);
+    so.pc[9] = list_at;
+    so.pc[10] = items_at;
+    so.pc[11] = (uint32_t)slot;
+    so.pc[12] = (uint32_t)out;
+    int rc = vk_record(b, &so);
+    if (rc == LMH_OK) {
+        vk_dispatch x = {.writes = 1, .indirect = s};
+        x.bind[0] = VT(op->dst);
+        x.bind[1] = VT(xt);
+        x.bind[2] = VT(W);
+        x.bind[5] = s;
+        x.pc[5] = (uint32_t)in;
+        x.pc[6] = (uint32_t)out;
+        x.pc[10] = (uint32_t)k;
+        x.pc[11] = xt->ndim == 3;
+        x.pc[12] = list_at;
+        x.pc[13] = items_at;
+        if (mv) {
+            x.shader = VK_SH_MATVEC_MOE;
+            x.spec[0] = MATVEC_WG;
+            x.spec[1] = MATVEC_NR;
+            x.spec[2] = dtc(W->dtype);
+            x.spec[3] = (uint32_t)(vec_ok(W, in) && vec_ok(xt, in));
+        } else {
+            x.shader = VK_SH_MATMUL_MOE;
+            x.spec[0] = 256;
+            x.spec[2] = dtc(W->dtype);
+        }
+        rc = vk_record(b, &x);
+    }
+    vk_tensor_release(b, s);
+    return rc;
+}
+
+static int op_moe_combine(lmh_backend *b, const lmh_op *op) {
+    const lmh_tensor *y = op->src[0];
+    int64_t n = y->ne[0], k = y->ne[1], d = y->ne[2];
+    vk_dispatch x = {.shader = VK_SH_MOE_COMBINE, .spec = {256}, .writes = 1};
+    x.bind[0] = VT(op->dst);
+    x.bind[1] = VT(y);
+    x.bind[2] = VT(op->src[1]);
+    x.pc[5] = (uint32_t)(n * d);
+    x.pc[6] = (uint32_t)d;
+    x.pc[7] = (uint32_t)k;
+    grid(&x, cdiv((uint64_t)(n * d), 256));
+    return vk_record(b, &x);
+}
+
+int vk_enqueue_op(lmh_backend *b, const lmh_op *op) {
+    if (lmh_nelem(op->dst) == 0) return LMH_OK; /* nothing to write */
+    switch (op->code) {
+    case LMH_OP_GET_ROWS:
+        return op_get_rows(b, op);
+    case LMH_OP_MATMUL:
+        return op_matmul(b, op);
+    case LMH_OP_RMS_NORM:
+        return op_rms_norm(b, op);
+    case LMH_OP_ADD:
+    case LMH_OP_MUL:
+    case LMH_OP_SCALE:
+    case LMH_OP_SWIGLU:
+    case LMH_OP_GEGLU:
+    case LMH_OP_SOFTCAP:
+    case LMH_OP_SIGMOID_GATE:
+        return op_eltwise(b, op);
+    case LMH_OP_ROPE:
+        return op_rope(b, op);
+    case LMH_OP_COPY:
+        return op_copy(b, op);
+    case LMH_OP_TRANSPOSE:
+        return op_transpose(b, op);
+    case LMH_OP_ATTENTION:
+        return op_attention(b, op);
+    case LMH_OP_MOE_ROUTE:
+        return op_moe_route(b, op);
+    case LMH_OP_MOE_MATMUL:
+        return op_moe_matmul(b, op);
+    case LMH_OP_MOE_COMBINE:
+        return op_moe_combine(b, op);
+    default:
+        return LMH_EUNSUPPORTED;
+    }
+}

@@ -1,0 +1,38 @@
+/* The SPIR-V of every shader, compiled from the shaders/ directory at build time by
+ * glslangValidator into C arrays (spv_*.h in the build directory). */
+#include "vk_backend.h"
+
+#include "spv_attention.h"
+#include "spv_attn_combine.h"
+#include "spv_copy.h"
+#include "spv_eltwise.h"
+#include "spv_get_rows.h"
+#include "spv_matmul.h"
+#include "spv_matmul_moe.h"
+#include "spv_matvec.h"
+#include "spv_matvec_moe.h"
+#include "spv_matvec_moe_sg.h"
+#include "spv_matvec_sg.h"
+#include "spv_moe_combine.h"
+#include "spv_moe_route.h"
+#include "spv_moe_sort.h"
+#include "spv_rms_norm.h"
+#include "spv_rms_norm_sg.h"
+#include "spv_rope.h"
+#include "spv_transpose.h"
+
+#define SH(n)                                                                                      \
+    { spv_##n, NULL, sizeof spv_##n, 0, #n }
+#define SH_SG(n)                                                                                   \
+    { spv_##n, spv_##n##_sg, sizeof spv_##n, sizeof spv_##n##_sg, #n }
+
+const vk_spirv vk_shaders[VK_SH_COUNT] = {
+    [VK_SH_ELTWISE] = SH(eltwise),          [VK_SH_COPY] = SH(copy),
+    [VK_SH_GET_ROWS] = SH(get_rows),        [VK_SH_TRANSPOSE] = SH(transpose),
+    [VK_SH_RMS_NORM] = SH_SG(rms_norm),     [VK_SH_ROPE] = SH(rope),
+    [VK_SH_MATVEC] = SH_SG(matvec),         [VK_SH_MATMUL] = SH(matmul),
+    [VK_SH_MATVEC_MOE] = SH_SG(matvec_moe), [VK_SH_MATMUL_MOE] = SH(matmul_moe),
+    [VK_SH_ATTENTION] = SH(attention),      [VK_SH_ATTN_COMBINE] = SH(attn_combine),
+    [VK_SH_MOE_ROUTE] = SH(moe_route),      [VK_SH_MOE_SORT] = SH(moe_sort),
+    [VK_SH_MOE_COMBINE] = SH(moe_combine),
+};

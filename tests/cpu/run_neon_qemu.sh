@@ -1,0 +1,46 @@
+#!/bin/sh
+# Cross-compiles the CPU kernel tests for aarch64 and runs them under qemu user-mode
+# emulation, so the NEON table is checked on x86-64 hosts (CI installs
+# gcc-aarch64-linux-gnu and qemu-user). test_kernels checks every table the target has
+# (neon and portable) against the reference and against each other.
+# Exit status: 0 when all pass, 1 on a failure, 77 (meson's "skipped") without tools.
+set -eu
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+src="$root/backends/cpu"
+CC=${AARCH64_CC:-aarch64-linux-gnu-gcc}
+QEMU=${QEMU_AARCH64:-}
+if [ -z "$QEMU" ]; then
+    for q in qemu-aarch64 qemu-aarch64-static; do
+        if command -v "$q" >/dev/null 2>&1; then QEMU=$q; break; fi
+    done
+fi
+if ! command -v "$CC" >/dev/null 2>&1 || [ -z "$QEMU" ]; then
+    echo "run_neon_qemu.sh: needs $CC and qemu-aarch64 (gcc-aarch64-linux-gnu, qemu-user)" >&2
+    exit 77
+fi
+
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT INT TERM
+
+flags="-std=c11 -D_GNU_SOURCE -Wall -Wextra -O2 -static -I$src"
+kernels="$src/kernels_portable.c $src/kernels_select.c $src/kernels_neon.c"
+# shellcheck disable=SC2086 # word splitting of the flag and file lists is wanted
+$CC $flags -o "$out/test_kernels" "$here/test_kernels.c" $kernels -lm -lpthread
+# shellcheck disable=SC2086
+$CC $flags -o "$out/test_threadpool" "$here/test_threadpool.c" "$src/threadpool.c" -lpthread
+
+status=0
+log="$out/test_kernels.log"
+if "$QEMU" "$out/test_kernels" >"$log" 2>&1; then :; else status=1; fi
+cat "$log"
+# The run must really have had the NEON table next to the portable one.
+if ! grep -q '^tables: portable neon' "$log"; then
+    echo "run_neon_qemu.sh: the neon table was not tested" >&2
+    status=1
+fi
+if "$QEMU" "$out/test_threadpool"; then :; else status=1; fi
+
+if [ "$status" -eq 0 ]; then echo "NEON under qemu: pass"; else echo "NEON under qemu: FAIL"; fi
+exit "$status"

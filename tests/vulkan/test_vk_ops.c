@@ -1,0 +1,609 @@
+/* Every op on the Vulkan backend against the CPU backend, on random inputs.
+ *
+ * usage: test_vk_ops CPU_PLUGIN VULKAN_PLUGIN
+ * Loads both plugins through their entry symbols, runs each op with the same operands on
+ * both (odd sizes, one row and many, every weight dtype, unaligned views, attention with
+ * windows, rings, soft-cap and GQA, split keys, MoE) and compares. It does so twice: with
+ * the device's subgroup reductions and push descriptors, and with the shared-memory
+ * reductions and descriptor pools (LMHOST_VK_NO_SUBGROUP=1, LMHOST_VK_NO_PUSH_DESCRIPTOR=1).
+ *
+ * Tolerance: float results agree within 1e-4 x the largest |value| of the CPU result
+ * (both accumulate in f32, in different orders; 1e-4 leaves room for sums of a few
+ * thousand terms while catching any indexing error, which is O(1)). Conversions to f16
+ * and bf16 must match bit for bit (both round to nearest even), and so must MoE
+ * routing's expert ids and what ops leave untouched.
+ * Exit 0 pass, 1 fail, 77 skip (no Vulkan device). */
+#include "lmhost/lmhost.h"
+
+#include <dlfcn.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct be {
+    const lmh_backend_api *api;
+    lmh_backend *b;
+} be;
+
+static be g_be[2]; /* 0: cpu, 1: vulkan */
+static int g_fail, g_checks;
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+
+static int g_verbose;
+
+static void host_log(int level, const char *fmt, ...) {
+    if (level > (g_verbose ? LMH_LOG_DEBUG : LMH_LOG_WARN)) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "log: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+}
+
+static const lmh_host_api g_host = {
+    .size = sizeof(lmh_host_api), .abi_minor = LMH_ABI_MINOR, .log = host_log};
+
+static float frand(float lo, float hi) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return lo + (hi - lo) * (float)((g_rng >> 11) * (1.0 / 9007199254740992.0));
+}
+
+static uint16_t to_f16(float f) { /* round to nearest even */
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000, ax = x & 0x7fffffff;
+    if (ax >= 0x47800000) return (uint16_t)(sign | (ax > 0x7f800000 ? 0x7e00 : 0x7c00));
+    if (ax < 0x38800000) {
+        float r;
+        memcpy(&r, &ax, 4);
+        r += 0.5f;
+        uint32_t u;
+        memcpy(&u, &r, 4);
+        return (uint16_t)(sign | (u - 0x3f000000));
+    }
+    ax += 0xc8000fffu + ((ax >> 13) & 1);
+    return (uint16_t)(sign | (ax >> 13));
+}
+
+static uint16_t to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 0x40);
+    return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+
+/* ---- tensors on both backends ------------------------------------------------------- */
+
+typedef struct tt {
+    lmh_tensor *t[2];
+} tt;
+
+#define MAXT 64
+static tt g_pool[MAXT];
+static int g_npool;
+
+static tt *mk_raw(lmh_dtype dt, int ndim, const int64_t *ne, const void *data, uint32_t flags) {
+    tt *x = &g_pool[g_npool++];
+    size_t bytes = lmh_dtype_size(dt);
+    for (int i = 0; i < ndim; i++) bytes *= (size_t)ne[i];
+    for (int k = 0; k < 2; k++) {
+        x->t[k] = g_be[k].api->tensor_new(g_be[k].b, dt, ndim, ne, flags);
+        if (!x->t[k]) {
+            fprintf(stderr, "FAIL: tensor_new on backend %d\n", k);
+            exit(1);
+        }
+        if (data && g_be[k].api->upload(g_be[k].b, x->t[k], 0, data, bytes) != LMH_OK) {
+            fprintf(stderr, "FAIL: upload on backend %d\n", k);
+            exit(1);
+        }
+    }
+    return x;
+}
+
+/* Random values in [lo, hi) stored as dtype dt (f32, f16, bf16). */
+static tt *mk(lmh_dtype dt, int ndim, int64_t n0, int64_t n1, int64_t n2, float lo, float hi,
+              uint32_t flags) {
+    int64_t ne[3] = {n0, n1, n2}, n = 1;
+    for (int i = 0; i < ndim; i++) n *= ne[i];
+    void *buf = malloc((size_t)(n ? n : 1) * 4);
+    for (int64_t i = 0; i < n; i++) {
+        float v = frand(lo, hi);
+        if (dt == LMH_F32)
+            ((float *)buf)[i] = v;
+        else
+            ((uint16_t *)buf)[i] = dt == LMH_F16 ? to_f16(v) : to_bf16(v);
+    }
+    tt *x = mk_raw(dt, ndim, ne, buf, flags);
+    free(buf);
+    return x;
+}
+
+static tt *mk_i32(int ndim, int64_t n0, int64_t n1, const int32_t *v) {
+    int64_t ne[2] = {n0, n1};
+    return mk_raw(LMH_I32, ndim, ne, v, 0);
+}
+
+static tt *view(tt *base, int64_t off_elems, lmh_dtype dt, int ndim, int64_t n0, int64_t n1,
+                int64_t n2) {
+    tt *x = &g_pool[g_npool++];
+    int64_t ne[3] = {n0, n1, n2};
+    for (int k = 0; k < 2; k++)
+        x->t[k] = g_be[k].api->tensor_view(g_be[k].b, base->t[k],
+                                           (size_t)off_elems * lmh_dtype_size(dt), dt, ndim, ne);
+    return x;
+}
+
+static void free_all(void) {
+    for (int i = g_npool - 1; i >= 0; i--)
+        for (int k = 0; k < 2; k++) g_be[k].api->tensor_free(g_be[k].b, g_pool[i].t[k]);
+    g_npool = 0;
+}
+
+static int run(const char *what, lmh_op_code code, tt *dst, tt *s0, tt *s1, tt *s2, tt *s3,
+               const float *f, const int32_t *iv) {
+    for (int k = 0; k < 2; k++) {
+        lmh_op op = {.code = code, .dst = dst->t[k]};
+        tt *src[4] = {s0, s1, s2, s3};
+        for (int i = 0; i < 4; i++) op.src[i] = src[i] ? src[i]->t[k] : NULL;
+        for (int i = 0; i < 8; i++) {
+            op.p.f[i] = f ? f[i] : 0;
+            op.p.i[i] = iv ? iv[i] : 0;
+        }
+        if (!g_be[k].api->supports(g_be[k].b, &op)) {
+            fprintf(stderr, "FAIL %s: backend %s does not support it\n", what,
+                    k ? "vulkan" : "cpu");
+            g_fail++;
+            return -1;
+        }
+        int rc = g_be[k].api->enqueue(g_be[k].b, &op);
+        if (rc != LMH_OK) {
+            fprintf(stderr, "FAIL %s: enqueue on %s: %d\n", what, k ? "vulkan" : "cpu", rc);
+            g_fail++;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void *fetch(tt *x, int k, size_t *bytes) {
+    const lmh_tensor *t = x->t[k];
+    *bytes = lmh_dtype_size(t->dtype) * (size_t)lmh_nelem(t);
+    void *p = malloc(*bytes ? *bytes : 1);
+    if (g_be[k].api->download(g_be[k].b, t, 0, p, *bytes) != LMH_OK) {
+        fprintf(stderr, "FAIL: download on backend %d\n", k);
+        exit(1);
+    }
+    return p;
+}
+
+/* f32 results within tol x max |cpu|; other dtypes bit for bit. */
+static void check(const char *what, tt *x, double tol) {
+    size_t n0, n1;
+    void *a = fetch(x, 0, &n0), *b = fetch(x, 1, &n1);
+    g_checks++;
+    if (x->t[0]->dtype != LMH_F32) {
+        if (memcmp(a, b, n0)) {
+            size_t es = lmh_dtype_size(x->t[0]->dtype), i = 0;
+            while (!memcmp((char *)a + i * es, (char *)b + i * es, es)) i++;
+            fprintf(stderr, "FAIL %s: element %zu differs (bitwise)\n", what, i);
+            g_fail++;
+        }
+    } else {
+        const float *p = a, *q = b;
+        size_t n = n0 / 4, worst = 0;
+        double mx = 0, md = 0;
+        for (size_t i = 0; i < n; i++)
+            if (isfinite(p[i])) mx = fmax(mx, fabs(p[i]));
+        for (size_t i = 0; i < n; i++) {
+            double d = p[i] == q[i] ? 0 : fabs((double)p[i] - q[i]); /* equal infinities too */
+            if (!(d <= md)) {
+                md = isnan(d) ? INFINITY : d;
+                worst = i;
+            }
+        }
+        if (!(md <= tol * (mx > 1e-30 ? mx : 1e-30))) {
+            fprintf(stderr, "FAIL %s: max |d| %.3g at %zu (cpu %g, vulkan %g), max |cpu| %.3g\n",
+                    what, md, worst, p[worst], q[worst], mx);
+            g_fail++;
+        }
+    }
+    free(a);
+    free(b);
+}
+
+#define TOL 1e-4
+static const lmh_dtype fdt[3] = {LMH_F32, LMH_F16, LMH_BF16};
+
+/* ---- the ops ------------------------------------------------------------------------ */
+
+static void t_get_rows(void) {
+    for (int w = 0; w < 3; w++) {
+        for (int di = 0; di < 2; di++) {
+            int64_t V = 37, d = di ? 64 : 13;
+            tt *tab = mk(fdt[w], 2, V, d, 0, -2, 2, LMH_TENSOR_WEIGHT);
+            int32_t ids[7] = {0, 36, 5, -1, 37, 5, 17};
+            tt *id = mk_i32(1, 7, 0, ids), *dst = mk(LMH_F32, 2, 7, d, 0, 9, 9, 0);
+            char what[64];
+            snprintf(what, sizeof what, "get_rows %s d=%lld", lmh_dtype_name(fdt[w]), (long long)d);
+            if (!run(what, LMH_OP_GET_ROWS, dst, tab, id, NULL, NULL, NULL, NULL))
+                check(what, dst, 0);
+            free_all();
+        }
+    }
+}
+
+static void t_matmul(void) {
+    static const int64_t shapes[][3] = {{1, 64, 48},   {1, 37, 19},  {3, 128, 200}, {4, 72, 33},
+                                        {2, 24, 9},    {5, 64, 130}, {70, 96, 65},  {130, 37, 129},
+                                        {1, 256, 513}, {9, 8, 1}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int w = 0; w < 3; w++)
+            for (int bias = 0; bias < 4; bias++) {
+                if (bias && s % 3 != (size_t)bias - 1 && bias != 1) continue;
+                int64_t rows = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
+                tt *x = mk(LMH_F32, 2, rows, in, 0, -1, 1, 0);
+                tt *W = mk(fdt[w], 2, out, in, 0, -0.5f, 0.5f, LMH_TENSOR_WEIGHT);
+                tt *bt = bias ? mk(fdt[bias - 1], 1, out, 0, 0, -1, 1, LMH_TENSOR_WEIGHT) : NULL;
+                tt *y = mk(LMH_F32, 2, rows, out, 0, 0, 0, 0);
+                char what[96];
+                snprintf(what, sizeof what, "matmul %lldx%lld -> %lld %s bias %d", (long long)rows,
+                         (long long)in, (long long)out, lmh_dtype_name(fdt[w]), bias);
+                if (!run(what, LMH_OP_MATMUL, y, x, W, bt, NULL, NULL, NULL)) check(what, y, TOL);
+                free_all();
+            }
+    /* an input view that starts off the binding alignment */
+    for (int r = 1; r <= 6; r += 5) {
+        tt *xb = mk(LMH_F32, 1, r * 64 + 3, 0, 0, -1, 1, 0);
+        tt *x = view(xb, 3, LMH_F32, 2, r, 64, 0);
+        tt *W = mk(LMH_BF16, 2, 40, 64, 0, -1, 1, LMH_TENSOR_WEIGHT);
+        tt *yb = mk(LMH_F32, 1, r * 40 + 1, 0, 0, 7, 7, 0);
+        tt *y = view(yb, 1, LMH_F32, 2, r, 40, 0);
+        if (!run("matmul unaligned views", LMH_OP_MATMUL, y, x, W, NULL, NULL, NULL, NULL))
+            check("matmul unaligned views (and the element before)", yb, TOL);
+        free_all();
+    }
+}
+
+static void t_norm(void) {
+    static const int64_t dims[] = {64, 37, 1000};
+    for (int di = 0; di < 3; di++)
+        for (int w = 0; w < 4; w++)
+            for (int off = 0; off < 2; off++) {
+                int64_t d = dims[di];
+                tt *x = mk(LMH_F32, 2, 5, d, 0, -3, 3, 0);
+                tt *wt = w ? mk(fdt[w - 1], 1, d, 0, 0, -1, 1, LMH_TENSOR_WEIGHT) : NULL;
+                tt *y = mk(LMH_F32, 2, 5, d, 0, 0, 0, 0);
+                float f[8] = {1e-6f, (float)off};
+                char what[64];
+                snprintf(what, sizeof what, "rms_norm d=%lld w=%d off=%d", (long long)d, w, off);
+                if (!run(what, LMH_OP_RMS_NORM, y, x, wt, NULL, NULL, f, NULL)) check(what, y, TOL);
+                if (!run("rms_norm in place", LMH_OP_RMS_NORM, x, x, wt, NULL, NULL, f, NULL))
+                    check("rms_norm in place", x, TOL);
+                free_all();
+            }
+}
+
+static void t_eltwise(void) {
+    int64_t rows = 7, d = 33;
+    for (int w = 0; w < 3; w++)
+        for (int bc = 0; bc < 3; bc++)
+            for (int code = LMH_OP_ADD; code <= LMH_OP_MUL; code++) {
+                tt *a = mk(LMH_F32, 2, rows, d, 0, -2, 2, 0);
+                tt *b = bc == 0   ? mk(fdt[w], 2, rows, d, 0, -2, 2, 0)
+                        : bc == 1 ? mk(fdt[w], 1, d, 0, 0, -2, 2, 0)
+                                  : mk(fdt[w], 1, 1, 0, 0, -2, 2, 0);
+                tt *y = mk(LMH_F32, 2, rows, d, 0, 0, 0, 0);
+                char what[64];
+                snprintf(what, sizeof what, "%s %s broadcast %d", lmh_op_name(code),
+                         lmh_dtype_name(fdt[w]), bc);
+                if (!run(what, code, y, a, b, NULL, NULL, NULL, NULL)) check(what, y, TOL);
+                if (!run(what, code, a, a, b, NULL, NULL, NULL, NULL)) check(what, a, TOL);
+                free_all();
+            }
+    float f[8] = {0.37f};
+    tt *a = mk(LMH_F32, 2, 1000, 77, 0, -40, 40, 0), *b = mk(LMH_F32, 2, 1000, 77, 0, -4, 4, 0);
+    tt *y = mk(LMH_F32, 2, 1000, 77, 0, 0, 0, 0);
+    if (!run("scale", LMH_OP_SCALE, y, a, NULL, NULL, NULL, f, NULL)) check("scale", y, 1e-6);
+    f[0] = 30;
+    if (!run("softcap", LMH_OP_SOFTCAP, y, a, NULL, NULL, NULL, f, NULL)) check("softcap", y, TOL);
+    if (!run("swiglu", LMH_OP_SWIGLU, y, a, b, NULL, NULL, NULL, NULL)) check("swiglu", y, TOL);
+    if (!run("geglu", LMH_OP_GEGLU, y, a, b, NULL, NULL, NULL, NULL)) check("geglu", y, TOL);
+    tt *g = mk(LMH_F32, 1, 1000, 0, 0, -6, 6, 0);
+    if (!run("sigmoid_gate", LMH_OP_SIGMOID_GATE, y, a, g, NULL, NULL, NULL, NULL))
+        check("sigmoid_gate", y, TOL);
+    tt *h = mk(LMH_F32, 2, 1000, 38, 0, 0, 0, 0);
+    if (!run("swiglu fused", LMH_OP_SWIGLU, h, view(a, 0, LMH_F32, 2, 1000, 76, 0), NULL, NULL,
+             NULL, NULL, NULL))
+        check("swiglu fused", h, TOL);
+    if (!run("geglu fused", LMH_OP_GEGLU, h, view(b, 0, LMH_F32, 2, 1000, 76, 0), NULL, NULL, NULL,
+             NULL, NULL))
+        check("geglu fused", h, TOL);
+    tt *t3 = mk(LMH_F32, 3, 5, 7, 9, -1, 1, 0), *t3d = mk(LMH_F32, 3, 7, 5, 9, 0, 0, 0);
+    if (!run("transpose", LMH_OP_TRANSPOSE, t3d, t3, NULL, NULL, NULL, NULL, NULL))
+        check("transpose", t3d, 0);
+    free_all();
+}
+
+static void t_rope(void) {
+    static const int32_t cfg[][3] = {{64, 64, 0}, {64, 64, 1}, {64, 32, 0}, {80, 40, 1}, {6, 2, 0}};
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++)
+        for (int inplace = 0; inplace < 2; inplace++) {
+            int64_t n = 6, heads = 3, hd = cfg[c][0];
+            int32_t rot = cfg[c][1];
+            tt *x = mk(LMH_F32, 3, n, heads, hd, -2, 2, 0);
+            int32_t pos[6] = {0, 1, 7, 100, 4095, 30000};
+            tt *p = mk_i32(1, n, 0, pos);
+            float inv[512];
+            for (int i = 0; i < rot / 2; i++) inv[i] = powf(10000.0f, -2.0f * i / rot);
+            int64_t ne = rot / 2;
+            tt *iv = mk_raw(LMH_F32, 1, &ne, inv, 0);
+            tt *y = inplace ? x : mk(LMH_F32, 3, n, heads, hd, 0, 0, 0);
+            float f[8] = {c == 3 ? 1.2f : 1.0f};
+            int32_t i8[8] = {rot, cfg[c][2]};
+            char what[64];
+            snprintf(what, sizeof what, "rope hd=%lld rot=%d style=%d%s", (long long)hd, rot,
+                     cfg[c][2], inplace ? " in place" : "");
+            if (!run(what, LMH_OP_ROPE, y, x, p, iv, NULL, f, i8)) check(what, y, TOL);
+            free_all();
+        }
+}
+
+static void t_copy(void) {
+    for (int s = 0; s < 3; s++)
+        for (int d = 0; d < 3; d++) {
+            if (s && d && s != d) continue;
+            for (int off = 0; off < 2; off++) {
+                int64_t n = 101;
+                tt *src = mk(fdt[s], 1, n + 2, 0, 0, -70000, 70000, 0);
+                tt *dst = mk(fdt[d], 1, n + 4, 0, 0, -1, 1, 0);
+                char what[64];
+                snprintf(what, sizeof what, "copy %s -> %s at +%d", lmh_dtype_name(fdt[s]),
+                         lmh_dtype_name(fdt[d]), off);
+                /* odd counts and offsets: 16-bit words shared with untouched neighbours */
+                if (!run(what, LMH_OP_COPY, view(dst, off, fdt[d], 1, n, 0, 0),
+                         view(src, 1, fdt[s], 1, n, 0, 0), NULL, NULL, NULL, NULL, NULL))
+                    check(what, dst, 0);
+                free_all();
+            }
+        }
+    /* small values (f16 subnormals) and adjacent copies with no op between them */
+    tt *src = mk(LMH_F32, 1, 64, 0, 0, -1e-5f, 1e-5f, 0), *dst = mk(LMH_F16, 1, 64, 0, 0, 0, 0, 0);
+    for (int i = 0; i < 8; i++)
+        run("copy adjacent", LMH_OP_COPY, view(dst, i * 8, LMH_F16, 1, 8, 0, 0),
+            view(src, i * 8, LMH_F32, 1, 8, 0, 0), NULL, NULL, NULL, NULL, NULL);
+    check("copy f32 -> f16 subnormals, adjacent views", dst, 0);
+    free_all();
+}
+
+typedef struct attn_cfg {
+    int n, heads, kvh, d, dv, cap, n_kv, kv0, window, ring, total;
+    float scale, softcap;
+    lmh_dtype kdt;
+    const char *name;
+} attn_cfg;
+
+static void t_attention(void) {
+    static const attn_cfg cfgs[] = {
+        {9, 4, 2, 64, 64, 9, 9, 0, 0, 0, 0, 0.125f, 0, LMH_F32, "prefill causal"},
+        {1, 4, 2, 64, 64, 300, 300, 0, 0, 0, 0, 0.125f, 0, LMH_F16, "decode split-K"},
+        {1, 8, 2, 64, 64, 1000, 700, 0, 0, 0, 0, 0.125f, 0, LMH_BF16, "decode split-K, GQA 4"},
+        {12, 2, 1, 32, 32, 12, 12, 0, 5, 0, 0, 0.2f, 0, LMH_F32, "prefill window 5"},
+        {3, 2, 2, 32, 32, 40, 40, 0, 7, 0, 0, 0.2f, 0, LMH_F16, "decode window"},
+        {2, 4, 2, 64, 64, 8, 8, 0, 8, 8, 20, 0.125f, 0, LMH_F32, "ring"},
+        {3, 4, 1, 64, 64, 10, 10, 0, 10, 10, 13, 0.125f, 0, LMH_F16, "ring, more keys"},
+        {5, 4, 2, 256, 256, 30, 25, 0, 0, 0, 0, 0.0625f, 50, LMH_BF16, "soft-cap head 256"},
+        {4, 6, 3, 64, 32, 20, 20, 3, 0, 0, 0, 0.125f, 0, LMH_F32, "dv != d, kv0 = 3"},
+        {3, 2, 1, 20, 20, 17, 17, 0, 0, 0, 0, 0.3f, 0, LMH_F16, "head dim 20 (unvectorised)"},
+        {2, 2, 1, 64, 64, 4, 0, 0, 0, 0, 0, 0.125f, 0, LMH_F32, "no keys"},
+        {70, 2, 1, 64, 64, 70, 70, 0, 0, 0, 0, 0.125f, 30, LMH_F32, "prefill 70 rows"},
+        {1, 16, 8, 128, 128, 600, 600, 0, 0, 0, 0, 0.088f, 0, LMH_F16, "decode d 128, 8 kv heads"},
+        {2, 4, 4, 512, 512, 40, 40, 0, 0, 0, 0, 0.044f, 0, LMH_BF16, "head dim 512"},
+    };
+    for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
+        const attn_cfg *a = &cfgs[c];
+        tt *q = mk(LMH_F32, 3, a->n, a->heads, a->d, -1, 1, 0);
+        tt *K = mk(a->kdt, 3, a->cap, a->kvh, a->d, -1, 1, 0);
+        tt *V = mk(a->kdt, 3, a->cap, a->kvh, a->dv, -1, 1, 0);
+        int32_t pos[128];
+        int last = a->ring ? a->total - 1 : a->kv0 + a->n_kv - 1;
+        for (int i = 0; i < a->n; i++) pos[i] = last - (a->n - 1 - i);
+        tt *p = mk_i32(1, a->n, 0, pos);
+        tt *y = mk(LMH_F32, 3, a->n, a->heads, a->dv, 5, 5, 0);
+        float f[8] = {a->scale, a->softcap};
+        int32_t iv[8] = {a->n_kv, a->kv0, a->window, a->ring, a->total};
+        char what[96];
+        snprintf(what, sizeof what, "attention %s (%s)", a->name, lmh_dtype_name(a->kdt));
+        if (!run(what, LMH_OP_ATTENTION, y, q, K, V, p, f, iv)) check(what, y, TOL);
+        free_all();
+    }
+    /* K/V as views at an odd row offset: unaligned bindings */
+    tt *Kb = mk(LMH_F16, 3, 21, 1, 24, -1, 1, 0), *Vb = mk(LMH_F16, 3, 21, 1, 24, -1, 1, 0);
+    tt *q = mk(LMH_F32, 3, 2, 2, 24, -1, 1, 0), *y = mk(LMH_F32, 3, 2, 2, 24, 0, 0, 0);
+    int32_t pos[2] = {18, 19};
+    tt *p = mk_i32(1, 2, 0, pos);
+    float f[8] = {0.2f};
+    int32_t iv[8] = {20, 0};
+    if (!run("attention K/V views", LMH_OP_ATTENTION, y, q, view(Kb, 24, LMH_F16, 3, 20, 1, 24),
+             view(Vb, 24, LMH_F16, 3, 20, 1, 24), p, f, iv))
+        check("attention K/V views", y, TOL);
+    free_all();
+}
+
+static void t_moe(void) {
+    for (int renorm = 0; renorm < 2; renorm++) {
+        static const int cfg[][3] = {{5, 8, 2}, {3, 60, 4}, {40, 16, 8}};
+        for (int c = 0; c < 3; c++) {
+            int n = cfg[c][0], E = cfg[c][1], k = cfg[c][2];
+            tt *lg = mk(LMH_F32, 2, n, E, 0, -3, 3, 0);
+            tt *w = mk(LMH_F32, 2, n, k, 0, 0, 0, 0), *ids = mk_i32(2, n, k, NULL);
+            int32_t iv[8] = {k, renorm};
+            char what[64];
+            snprintf(what, sizeof what, "moe_route n=%d E=%d k=%d renorm=%d", n, E, k, renorm);
+            if (!run(what, LMH_OP_MOE_ROUTE, w, lg, ids, NULL, NULL, NULL, iv)) {
+                check(what, w, 1e-5);
+                check(what, ids, 0);
+            }
+            free_all();
+        }
+    }
+    static const int mm[][5] = {/* n, k, E, in, out */
+                                {1, 2, 8, 64, 48}, {1, 4, 6, 37, 21},  {3, 2, 4, 64, 40},
+                                {9, 2, 4, 64, 70}, {33, 3, 5, 48, 33}, {70, 2, 8, 40, 130}};
+    for (size_t c = 0; c < sizeof mm / sizeof mm[0]; c++)
+        for (int w = 0; w < 3; w++)
+            for (int per_slot = 0; per_slot < 2; per_slot++) {
+                int n = mm[c][0], k = mm[c][1], E = mm[c][2], in = mm[c][3], out = mm[c][4];
+                tt *x = per_slot ? mk(LMH_F32, 3, n, k, in, -1, 1, 0)
+                                 : mk(LMH_F32, 2, n, in, 0, -1, 1, 0);
+                tt *W = mk(fdt[w], 3, E, out, in, -0.5f, 0.5f, LMH_TENSOR_WEIGHT);
+                int32_t ids[512];
+                for (int i = 0; i < n * k; i++) ids[i] = (int32_t)(frand(0, 1) * E) % E;
+                if (c == 2) ids[1] = -1, ids[4] = E; /* out of range: rows of zeros */
+                tt *id = mk_i32(2, n, k, ids);
+                tt *y = mk(LMH_F32, 3, n, k, out, 3, 3, 0);
+                char what[96];
+                snprintf(what, sizeof what, "moe_matmul n=%d k=%d E=%d %dx%d %s%s", n, k, E, in,
+                         out, lmh_dtype_name(fdt[w]), per_slot ? " per slot" : "");
+                if (!run(what, LMH_OP_MOE_MATMUL, y, x, W, id, NULL, NULL, NULL))
+                    check(what, y, TOL);
+                free_all();
+            }
+    tt *y = mk(LMH_F32, 3, 6, 3, 50, -1, 1, 0), *wt = mk(LMH_F32, 2, 6, 3, 0, 0, 1, 0);
+    tt *o = mk(LMH_F32, 2, 6, 50, 0, 0, 0, 0);
+    if (!run("moe_combine", LMH_OP_MOE_COMBINE, o, y, wt, NULL, NULL, NULL, NULL))
+        check("moe_combine", o, TOL);
+    free_all();
+}
+
+/* Memory behaviour: a freed tensor's memory is not reused before the ops that read it
+ * ran; uploads larger than a staging buffer; weight bytes read counted as on the CPU. */
+static void t_memory(void) {
+    for (int i = 0; i < 20; i++) {
+        tt *a = mk(LMH_F32, 1, 5000, 0, 0, -1, 1, 0), *y = mk(LMH_F32, 1, 5000, 0, 0, 0, 0, 0);
+        float f[8] = {2};
+        run("scale before free", LMH_OP_SCALE, y, a, NULL, NULL, NULL, f, NULL);
+        for (int k = 0; k < 2; k++) {
+            g_be[k].api->tensor_free(g_be[k].b, a->t[k]);
+            a->t[k] = NULL;
+        }
+        mk(LMH_F32, 1, 5000, 0, 0, 100, 200, 0); /* may take the freed memory */
+        check("freed input still read", y, 1e-7);
+        free_all();
+    }
+    size_t n = (size_t)9 << 20; /* 36 MiB: several staging buffers */
+    int64_t ne = (int64_t)n;
+    float *big = malloc(n * 4), *back = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) big[i] = (float)i;
+    lmh_tensor *t = g_be[1].api->tensor_new(g_be[1].b, LMH_F32, 1, &ne, 0);
+    g_checks++;
+    if (!t || g_be[1].api->upload(g_be[1].b, t, 0, big, n * 4) ||
+        g_be[1].api->download(g_be[1].b, t, 0, back, n * 4) || memcmp(big, back, n * 4)) {
+        fprintf(stderr, "FAIL: 36 MiB upload/download round trip\n");
+        g_fail++;
+    }
+    if (t) g_be[1].api->tensor_free(g_be[1].b, t);
+    free(big);
+    free(back);
+
+    lmh_backend_mem m0[2], m1[2];
+    for (int k = 0; k < 2; k++) g_be[k].api->memory(g_be[k].b, &m0[k]);
+    tt *x = mk(LMH_F32, 2, 2, 64, 0, -1, 1, 0),
+       *W = mk(LMH_BF16, 2, 48, 64, 0, -1, 1, LMH_TENSOR_WEIGHT);
+    tt *y = mk(LMH_F32, 2, 2, 48, 0, 0, 0, 0);
+    run("matmul count", LMH_OP_MATMUL, y, x, W, NULL, NULL, NULL, NULL);
+    tt *xe = mk(LMH_F32, 2, 3, 64, 0, -1, 1, 0);
+    tt *We = mk(LMH_F16, 3, 6, 40, 64, -1, 1, LMH_TENSOR_WEIGHT);
+    int32_t ids[6] = {1, 4, 4, 2, 1, 5};
+    tt *id = mk_i32(2, 3, 2, ids), *ye = mk(LMH_F32, 3, 3, 2, 40, 0, 0, 0);
+    run("moe count", LMH_OP_MOE_MATMUL, ye, xe, We, id, NULL, NULL, NULL);
+    for (int k = 0; k < 2; k++) {
+        g_be[k].api->sync(g_be[k].b);
+        g_be[k].api->memory(g_be[k].b, &m1[k]);
+    }
+    uint64_t r0 = m1[0].weight_bytes_read - m0[0].weight_bytes_read;
+    uint64_t r1 = m1[1].weight_bytes_read - m0[1].weight_bytes_read;
+    g_checks++;
+    if (r0 != r1 || r1 != 48 * 64 * 2 + 4 * 40 * 64 * 2) {
+        fprintf(stderr, "FAIL: weight bytes read: cpu %llu, vulkan %llu\n", (unsigned long long)r0,
+                (unsigned long long)r1);
+        g_fail++;
+    }
+    if (m1[1].weights - m0[1].weights != m1[0].weights - m0[0].weights) {
+        fprintf(stderr, "FAIL: weight bytes held differ\n");
+        g_fail++;
+    }
+    free_all();
+}
+
+static const lmh_backend_api *load(const char *path) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        fprintf(stderr, "cannot load %s: %s\n", path, dlerror());
+        exit(1);
+    }
+    lmh_plugin_entry_fn entry = (lmh_plugin_entry_fn)(uintptr_t)dlsym(h, LMH_PLUGIN_ENTRY_NAME);
+    const lmh_plugin_info *info = entry ? entry() : NULL;
+    if (!info || info->abi_major != LMH_ABI_MAJOR || info->kind != LMH_KIND_BACKEND) {
+        fprintf(stderr, "%s: not a backend plugin of this ABI\n", path);
+        exit(1);
+    }
+    char err[256] = "";
+    if (info->init && info->init(&g_host, err, sizeof err)) {
+        fprintf(stderr, "%s: init failed: %s\n", path, err);
+        exit(1);
+    }
+    return info->api;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: test_vk_ops CPU_PLUGIN VULKAN_PLUGIN\n");
+        return 2;
+    }
+    g_verbose = getenv("LMHOST_LOG") && atoi(getenv("LMHOST_LOG")) >= 3;
+    g_be[0].api = load(argv[1]);
+    g_be[1].api = load(argv[2]);
+    lmh_backend_opts o = {.size = sizeof o, .threads = 2};
+    char err[512] = "";
+    if (g_be[0].api->create(&g_host, &o, &g_be[0].b, err, sizeof err)) {
+        fprintf(stderr, "cpu backend: %s\n", err);
+        return 1;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) {
+            setenv("LMHOST_VK_NO_SUBGROUP", "1", 1);
+            setenv("LMHOST_VK_NO_PUSH_DESCRIPTOR", "1", 1);
+        }
+        if (g_be[1].api->create(&g_host, &o, &g_be[1].b, err, sizeof err)) {
+            printf("SKIP: no Vulkan device: %s\n", err);
+            return 77;
+        }
+        printf("%s\n", g_be[1].api->describe(g_be[1].b));
+        int f0 = g_fail;
+        static const struct {
+            const char *name;
+            void (*fn)(void);
+        } parts[] = {{"get_rows", t_get_rows},   {"matmul", t_matmul}, {"rms_norm", t_norm},
+                     {"elementwise", t_eltwise}, {"rope", t_rope},     {"copy", t_copy},
+                     {"attention", t_attention}, {"moe", t_moe},       {"memory", t_memory}};
+        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            parts[i].fn();
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            printf("  %-12s %6.2f s\n", parts[i].name,
+                   (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
+        }
+        printf("  %d failures\n", g_fail - f0);
+        g_be[1].api->destroy(g_be[1].b);
+    }
+    g_be[0].api->destroy(g_be[0].b);
+    printf("%d checks, %d failed\n", g_checks, g_fail);
+    return g_fail ? 1 : 0;
+}
