@@ -28,9 +28,9 @@ count_meson() {
     failed=$((failed + fail))
 }
 
-run_suite() { # name builddir [meson setup args...]
-    local name=$1 dir=$2
-    shift 2
+run_suite() { # name builddir "meson test args" [meson setup args...]
+    local name=$1 dir=$2 targs=$3
+    shift 3
     echo "=== $name ==="
     if [ ! -f "$dir/build.ninja" ]; then
         meson setup "$dir" "$@" >"/tmp/lmhost-setup-$name.log" 2>&1 || {
@@ -46,17 +46,25 @@ run_suite() { # name builddir [meson setup args...]
         failed=$((failed + 1))
         return
     fi
-    meson test -C "$dir" --print-errorlogs --num-processes "$(nproc)" 2>&1 |
+    # shellcheck disable=SC2086 # targs is a list of arguments
+    meson test -C "$dir" --print-errorlogs --num-processes "$(nproc)" $targs 2>&1 |
         tee "/tmp/lmhost-test-$name.log" | grep -E '^ *[0-9]+/[0-9]+ |^(Ok|Fail|Skipped|Timeout):'
     count_meson "/tmp/lmhost-test-$name.log"
 }
 
-run_suite release build
+run_suite release build ""
 if [ "${SKIP_ASAN:-0}" != 1 ]; then
-    # Sanitizers see every parser and plugin; the leak checker too.
+    # Sanitizers see every parser and plugin; the leak checker too. Left out: the Vulkan
+    # suites (Mesa's LLVM-based lavapipe leaks at exit, in its own code) and the HTTPS test
+    # (libevent's OpenSSL bufferevents under ASan's slowdown: see the README's known issues);
+    # the release run above covers them.
+    export LSAN_OPTIONS=suppressions=$root/tests/lsan.supp
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-        run_suite asan build-asan -Db_sanitize=address,undefined -Db_lundef=false \
-        -Dbuildtype=debugoptimized
+        run_suite asan build-asan "--no-suite vulkan --no-suite conformance+vulkan --no-suite server" \
+        -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debugoptimized
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+        run_suite asan-server build-asan \
+        "server-http server-auth server-errors server-concurrency server-shutdown server-swap"
 fi
 
 one() { # name command...: a test outside meson

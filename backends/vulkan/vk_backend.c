@@ -247,6 +247,15 @@ static vk_alloc *mem_alloc(lmh_backend *b, VkDeviceSize bytes, int weight) {
             b->blocks[i]->size * 2 > bs)
             bs = b->blocks[i]->size * 2;
     if (bs > BLOCK_MAX) bs = BLOCK_MAX;
+    if (bs > b->max_alloc) bs = b->max_alloc;
+    if (size > b->max_alloc) {
+        vk_log(b, LMH_LOG_ERROR,
+               "a tensor of %.1f MiB exceeds the largest allocation %s allows (%.1f MiB)",
+               (double)bytes / (double)MIB, b->props.deviceName,
+               (double)b->max_alloc / (double)MIB);
+        free(a);
+        return NULL;
+    }
     int dedicated = size > bs;
     if (dedicated) bs = size;
     vk_block *k = NULL;
@@ -1131,11 +1140,14 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
     b->pd = all[chosen];
     vkGetPhysicalDeviceProperties(b->pd, &b->props);
     vkGetPhysicalDeviceMemoryProperties(b->pd, &b->mem);
+    VkPhysicalDeviceMaintenance3Properties m3 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
     VkPhysicalDeviceSubgroupProperties sg = {
-        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES, .pNext = &m3};
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
                                       .pNext = &sg};
     vkGetPhysicalDeviceProperties2(b->pd, &p2);
+    b->max_alloc = m3.maxMemoryAllocationSize ? m3.maxMemoryAllocationSize : BLOCK_MAX;
     const char *nosg = getenv("LMHOST_VK_NO_SUBGROUP");
     b->subgroup_size = sg.subgroupSize;
     b->subgroup_arith = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&

@@ -123,6 +123,7 @@ struct lmh_backend {
     uint32_t subgroup_size;
     VkDeviceSize align;       /* offset alignment of storage buffer bindings (>= 16) */
     VkDeviceSize max_range;   /* maxStorageBufferRange */
+    VkDeviceSize max_alloc;   /* maxMemoryAllocationSize */
     uint32_t max_shared;      /* maxComputeSharedMemorySize */
     uint32_t attn_target_wgs; /* workgroups to aim for when splitting attention keys */
     char desc[400];

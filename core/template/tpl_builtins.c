@@ -1053,6 +1053,50 @@ static tlist *sorted_by(tctx *c, const node *at, tlist *items, val attr, int low
 
 /* ---- filters --------------------------------------------------------------------------- */
 
+/* Jinja's map, select, unique, batch, slice and items filters are generators: they run when
+ * iterated, so an error they meet surfaces then, or never when the result is only tested for
+ * truth. The items are computed now; an error stops that and waits in the generator. */
+typedef void (*fill_fn)(tctx *c, const node *at, val self, const targs *a, tlist *out);
+
+typedef struct {
+    jmp_buf *jb;
+    int depth;
+    const node *pos;
+    tstr *out;
+    tframe *frame;
+} saved_state;
+
+static int run_fill(tctx *c, const node *at, val self, const targs *a, fill_fn fill, tlist *out,
+                    jmp_buf *jb) {
+    if (setjmp(*jb)) return 1;
+    fill(c, at, self, a, out);
+    return 0;
+}
+
+static val lazy(tctx *c, const node *at, val self, const targs *a, fill_fn fill) {
+    tlist *out = tpl_list_new(c, at, 0);
+    out->tuple = L_GEN;
+    saved_state st = {c->jb, c->depth, c->pos, c->out, c->frame};
+    jmp_buf jb;
+    c->jb = &jb;
+    int failed = run_fill(c, at, self, a, fill, out, &jb);
+    c->jb = st.jb;
+    if (failed) {
+        c->depth = st.depth;
+        c->pos = st.pos;
+        c->out = st.out;
+        c->frame = st.frame;
+        /* running out of steps or memory is not the generator's to keep */
+        if (c->err_code != TPL_ERR_RUNTIME || !c->err) longjmp(*c->jb, 1);
+        out->lazy_err = VSTR(tpl_cstr_val(c, at, c->err));
+        free(c->err);
+        c->err = NULL;
+        c->err_code = 0;
+    }
+    return v_obj(V_LIST, out);
+}
+
+
 BUILTIN(f_abs) {
     tpl_bind(c, at, "abs", a, "", NULL, 0);
     if (self.t == V_UNDEF) tpl_fail_undef(c, at, self);
@@ -1077,13 +1121,11 @@ BUILTIN(f_attr) {
     return tpl_getattr(c, at, self, name);
 }
 
-BUILTIN(f_batch) {
+static void fill_batch(tctx *c, const node *at, val self, const targs *a, tlist *out) {
     val x[2];
     tpl_bind(c, at, "batch", a, "linecount,fill_with=", x, 2);
     int64_t n = need_int(c, at, x[0], "linecount");
     tlist *items = tpl_iterate(c, at, self);
-    tlist *out = tpl_list_new(c, at, 0);
-    out->tuple = L_GEN;
     tlist *cur = tpl_list_new(c, at, 4);
     /* jinja's loop as it is: a linecount below 1 gives an empty first batch, then one */
     for (size_t i = 0; i < items->n; i++) {
@@ -1101,8 +1143,8 @@ BUILTIN(f_batch) {
         tpl_release(c, v_obj(V_LIST, cur));
     }
     tpl_release(c, v_obj(V_LIST, items));
-    return v_obj(V_LIST, out);
 }
+BUILTIN(f_batch) { return lazy(c, at, self, a, fill_batch); }
 
 BUILTIN(f_capitalize) {
     tpl_bind(c, at, "capitalize", a, "", NULL, 0);
@@ -1191,6 +1233,7 @@ BUILTIN(f_first) {
     tpl_bind(c, at, "first", a, "", NULL, 0);
     if (self.t == V_LIST) {
         tlist *l = VLIST(self);
+        if (!l->n && l->lazy_err) tpl_fail_lazy(c, l);
         if (!l->n) return tpl_undef_msg(c, "No first item, sequence was empty.");
         val r = vref(l->v[0]);
         if (IS_ITER(l)) tpl_iter_consume(c, l, 1); /* next(iter(gen)) */
@@ -1255,6 +1298,7 @@ BUILTIN(f_float) {
     val x[1];
     tpl_bind(c, at, "float", a, "default=", x, 1);
     double d;
+    if (self.t == V_UNDEF) tpl_fail_undef(c, at, self); /* float(Undefined) raises */
     if (self.t == V_FLOAT) return self;
     if (is_int(self)) return v_float((double)self.u.i);
     if (self.t == V_STR && parse_float(VSTR(self), &d)) return v_float(d);
@@ -1304,6 +1348,7 @@ BUILTIN(f_int) {
     val x[2];
     tpl_bind(c, at, "int", a, "default=,base=", x, 2);
     int64_t base = given(x[1]) ? need_int(c, at, x[1], "base") : 10;
+    if (self.t == V_UNDEF) tpl_fail_undef(c, at, self); /* int(Undefined) raises */
     if (is_int(self)) return v_int(self.u.i);
     double d = 0;
     int okf = 0;
@@ -1376,15 +1421,16 @@ BUILTIN(f_indent) {
     return out;
 }
 
-BUILTIN(f_items) {
+static void fill_items(tctx *c, const node *at, val self, const targs *a, tlist *out) {
     tpl_bind(c, at, "items", a, "", NULL, 0);
-    if (self.t == V_UNDEF) return v_obj(V_LIST, tpl_list_new(c, at, 0));
+    if (self.t == V_UNDEF) return;
     if (self.t != V_DICT)
         tpl_fail(c, at, TPL_ERR_RUNTIME, "Can only get item pairs from a mapping.");
     tlist *r = dict_items(c, at, VDICT(self));
-    r->tuple = L_GEN;
-    return v_obj(V_LIST, r);
+    for (size_t i = 0; i < r->n; i++) tpl_list_push(c, at, out, vref(r->v[i]));
+    tpl_release(c, v_obj(V_LIST, r));
 }
+BUILTIN(f_items) { return lazy(c, at, self, a, fill_items); }
 
 static tlist *map_attr_list(tctx *c, const node *at, tlist *items, val attr) {
     tlist *r = tpl_list_new(c, at, items->n);
@@ -1456,11 +1502,8 @@ static val kwarg(const targs *a, const char *name) {
     return (val){.t = V_UNDEF, .safe = 1};
 }
 
-BUILTIN(f_map) {
-    tlist *out = tpl_list_new(c, at, 0);
-    out->tuple = L_GEN;
-    val r = v_obj(V_LIST, out);
-    if (!tpl_truthy(self)) return r;
+static void fill_map(tctx *c, const node *at, val self, const targs *a, tlist *out) {
+    if (!tpl_truthy(self)) return;
     tlist *items = tpl_iterate(c, at, self);
     if (a->n == 0 && given(kwarg(a, "attribute"))) {
         for (size_t i = 0; i < a->nkw; i++) {
@@ -1479,8 +1522,8 @@ BUILTIN(f_map) {
             tpl_list_push(c, at, out, tpl_call_filter(c, at, name->s, items->v[i], &rest));
     }
     tpl_release(c, v_obj(V_LIST, items));
-    return r;
 }
+BUILTIN(f_map) { return lazy(c, at, self, a, fill_map); }
 
 static val minmax(tctx *c, const node *at, val self, const targs *a, int want_max) {
     val x[2];
@@ -1515,17 +1558,14 @@ BUILTIN(f_min) { return minmax(c, at, self, a, 0); }
 BUILTIN(f_pprint) {
     tpl_bind(c, at, "pprint", a, "", NULL, 0);
     tstr *s = tpl_str_new(c, at, 32);
-    tpl_repr(c, at, s, self, 0);
+    tpl_repr_sorted(c, at, s, self, 0); /* pprint sorts dict keys */
     return v_obj(V_STR, s);
 }
 
 /* select / reject / selectattr / rejectattr */
-static val select_reject(tctx *c, const node *at, val self, const targs *a, int keep_if,
-                         int by_attr) {
-    tlist *out = tpl_list_new(c, at, 0);
-    out->tuple = L_GEN;
-    val r = v_obj(V_LIST, out);
-    if (!tpl_truthy(self)) return r;
+static void select_reject(tctx *c, const node *at, val self, const targs *a, int keep_if,
+                          int by_attr, tlist *out) {
+    if (!tpl_truthy(self)) return;
     size_t off = 0;
     val attr = v_undef();
     if (by_attr) {
@@ -1544,12 +1584,23 @@ static val select_reject(tctx *c, const node *at, val self, const targs *a, int 
         if (t == keep_if) tpl_list_push(c, at, out, vref(items->v[i]));
     }
     tpl_release(c, v_obj(V_LIST, items));
-    return r;
 }
-BUILTIN(f_select) { return select_reject(c, at, self, a, 1, 0); }
-BUILTIN(f_reject) { return select_reject(c, at, self, a, 0, 0); }
-BUILTIN(f_selectattr) { return select_reject(c, at, self, a, 1, 1); }
-BUILTIN(f_rejectattr) { return select_reject(c, at, self, a, 0, 1); }
+static void fill_select(tctx *c, const node *at, val self, const targs *a, tlist *out) {
+    select_reject(c, at, self, a, 1, 0, out);
+}
+static void fill_reject(tctx *c, const node *at, val self, const targs *a, tlist *out) {
+    select_reject(c, at, self, a, 0, 0, out);
+}
+static void fill_selectattr(tctx *c, const node *at, val self, const targs *a, tlist *out) {
+    select_reject(c, at, self, a, 1, 1, out);
+}
+static void fill_rejectattr(tctx *c, const node *at, val self, const targs *a, tlist *out) {
+    select_reject(c, at, self, a, 0, 1, out);
+}
+BUILTIN(f_select) { return lazy(c, at, self, a, fill_select); }
+BUILTIN(f_reject) { return lazy(c, at, self, a, fill_reject); }
+BUILTIN(f_selectattr) { return lazy(c, at, self, a, fill_selectattr); }
+BUILTIN(f_rejectattr) { return lazy(c, at, self, a, fill_rejectattr); }
 
 BUILTIN(f_replace) {
     val x[3];
@@ -1628,7 +1679,7 @@ BUILTIN(f_round) {
     return v_float((method[0] == 'c' ? ceil(v) : floor(v)) / p);
 }
 
-BUILTIN(f_slice) {
+static void fill_slice(tctx *c, const node *at, val self, const targs *a, tlist *out) {
     val x[2];
     tpl_bind(c, at, "slice", a, "slices,fill_with=", x, 2);
     int64_t slices = need_int(c, at, x[0], "slices");
@@ -1636,8 +1687,6 @@ BUILTIN(f_slice) {
     if (slices > 100000) tpl_fail(c, at, TPL_ERR_LIMIT, "too many slices");
     tlist *seq = tpl_iterate(c, at, self);
     int64_t len = (int64_t)seq->n, per = len / slices, extra = len % slices, offset = 0;
-    tlist *out = tpl_list_new(c, at, (size_t)slices);
-    out->tuple = L_GEN;
     for (int64_t k = 0; k < slices; k++) {
         int64_t start = offset + k * per;
         if (k < extra) offset++;
@@ -1648,8 +1697,8 @@ BUILTIN(f_slice) {
         tpl_list_push(c, at, out, v_obj(V_LIST, t));
     }
     tpl_release(c, v_obj(V_LIST, seq));
-    return v_obj(V_LIST, out);
 }
+BUILTIN(f_slice) { return lazy(c, at, self, a, fill_slice); }
 
 BUILTIN(f_sort) {
     val x[3];
@@ -1775,13 +1824,11 @@ BUILTIN(f_truncate) {
     return v_obj(V_STR, r);
 }
 
-BUILTIN(f_unique) {
+static void fill_unique(tctx *c, const node *at, val self, const targs *a, tlist *out) {
     val x[2];
     tpl_bind(c, at, "unique", a, "case_sensitive=,attribute=", x, 2);
     int lower = !(given(x[0]) && tpl_truthy(x[0]));
     tlist *items = tpl_iterate(c, at, self);
-    tlist *out = tpl_list_new(c, at, items->n);
-    out->tuple = L_GEN;
     tdict *seen = tpl_dict_new(c, at);
     for (size_t i = 0; i < items->n; i++) {
         val k = attr_get(c, at, items->v[i], x[1], v_undef(), lower);
@@ -1796,8 +1843,8 @@ BUILTIN(f_unique) {
     }
     tpl_release(c, v_obj(V_DICT, seen));
     tpl_release(c, v_obj(V_LIST, items));
-    return v_obj(V_LIST, out);
 }
+BUILTIN(f_unique) { return lazy(c, at, self, a, fill_unique); }
 
 BUILTIN(f_wordcount) {
     tpl_bind(c, at, "wordcount", a, "", NULL, 0);

@@ -436,7 +436,10 @@ static int contains(tctx *c, const node *at, val item, val seq) {
                 if (IS_ITER(l)) tpl_iter_consume(c, l, i + 1); /* `in` advances a generator */
                 return 1;
             }
-        if (IS_ITER(l)) tpl_iter_consume(c, l, l->n);
+        if (IS_ITER(l)) {
+            if (l->lazy_err) tpl_fail_lazy(c, l);
+            tpl_iter_consume(c, l, l->n);
+        }
         return 0;
     }
     case V_DICT: return tpl_dict_find(c, at, VDICT(seq), item) != NULL;

@@ -48,7 +48,8 @@ val tpl_percent_format(tctx *c, const node *at, tstr *fmt, val args) {
     tdict *map = args.t == V_DICT ? VDICT(args) : NULL;
     /* Python takes any non-tuple with __getitem__ (a list, an Undefined) for a mapping: then
      * leftover arguments are no error */
-    int maplike = map || (args.t == V_LIST && !tuple) || args.t == V_UNDEF;
+    int maplike = map || args.t == V_UNDEF ||
+                  (args.t == V_LIST && IS_PLAIN(VLIST(args)) && !tuple);
     size_t argi = 0, nargs = tuple ? tuple->n : 1;
     int used_map = 0;
     tstr *out = tpl_str_new(c, at, fmt->len + 16);

@@ -69,6 +69,7 @@ typedef struct tlist {
     uint8_t tuple;
     val *v;
     int64_t rstart, rstop, rstep; /* L_RANGE: its arguments, for repr */
+    struct tstr *lazy_err;        /* L_GEN: the error its computation met, raised on use */
 } tlist;
 #define IS_TUPLE(l) ((l)->tuple == L_TUPLE || (l)->tuple == L_GROUP)
 #define IS_VIEW(l)  ((l)->tuple >= L_KEYS && (l)->tuple <= L_ITEMS)
@@ -262,6 +263,8 @@ typedef struct tctx {
 _Noreturn void tpl_fail(tctx *c, const node *at, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 _Noreturn void tpl_fail_undef(tctx *c, const node *at, val u);
+/* raises a generator's deferred error (already "LINE:COL: message") */
+_Noreturn void tpl_fail_lazy(tctx *c, tlist *gen);
 _Noreturn void tpl_over_budget(tctx *c, const node *at);
 /* Work is charged where it happens (each node, object, list item, string append, compared
  * value), so that every loop of a template, whatever it does, runs out of steps. */
@@ -337,6 +340,8 @@ int tpl_compare(tctx *c, const node *at, val a, val b, const char *opname);
 /* str(v) appended to s (Python's str(): repr inside containers) */
 void tpl_to_str(tctx *c, const node *at, tstr *s, val v);
 void tpl_repr(tctx *c, const node *at, tstr *s, val v, int depth);
+/* repr with dict keys in sorted order, as pprint writes them (no line wrapping) */
+void tpl_repr_sorted(tctx *c, const node *at, tstr *s, val v, int depth);
 val tpl_str_of(tctx *c, const node *at, val v); /* str(v) as a new value (v itself if a str) */
 void tpl_float_repr(double f, char *buf, size_t n);
 uint64_t tpl_hash(tctx *c, const node *at, val k);

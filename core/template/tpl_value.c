@@ -66,6 +66,13 @@ static const char *object_type_repr(val v) {
     }
 }
 
+void tpl_fail_lazy(tctx *c, tlist *gen) {
+    free(c->err);
+    c->err = strdup(gen->lazy_err->s);
+    c->err_code = TPL_ERR_RUNTIME;
+    longjmp(*c->jb, 1);
+}
+
 void tpl_fail_undef(tctx *c, const node *at, val u) {
     tundef *d = u.t == V_UNDEF ? (tundef *)u.u.o : NULL;
     if (!d) tpl_fail(c, at, TPL_ERR_RUNTIME, "undefined value used");
@@ -168,6 +175,7 @@ static void release_children(tctx *c, hobj *o) {
     case O_LIST: {
         tlist *l = (tlist *)o;
         for (size_t i = 0; i < l->n; i++) tpl_release(c, l->v[i]);
+        if (l->lazy_err) release_obj(c, &l->lazy_err->h);
         break;
     }
     case O_DICT: {
@@ -834,7 +842,32 @@ static void repr_str(tctx *c, const node *at, tstr *s, const char *p, size_t n) 
     tpl_str_addc(c, at, s, q);
 }
 
+static void repr_any(tctx *c, const node *at, tstr *s, val v, int depth, int sorted);
+
 void tpl_repr(tctx *c, const node *at, tstr *s, val v, int depth) {
+    repr_any(c, at, s, v, depth, 0);
+}
+
+void tpl_repr_sorted(tctx *c, const node *at, tstr *s, val v, int depth) {
+    repr_any(c, at, s, v, depth, 1);
+}
+
+/* indices of a dict's entries ordered by key (insertion order among equal keys) */
+static void sort_entries(tctx *c, const node *at, const tdict *d, size_t *idx, size_t *tmp,
+                         size_t n) {
+    if (n < 2) return;
+    size_t h = n / 2;
+    sort_entries(c, at, d, idx, tmp, h);
+    sort_entries(c, at, d, idx + h, tmp, n - h);
+    size_t i = 0, j = h, k = 0;
+    while (i < h && j < n)
+        tmp[k++] = tpl_compare(c, at, d->e[idx[j]].k, d->e[idx[i]].k, "<") < 0 ? idx[j++] : idx[i++];
+    while (i < h) tmp[k++] = idx[i++];
+    while (j < n) tmp[k++] = idx[j++];
+    memcpy(idx, tmp, n * sizeof *idx);
+}
+
+static void repr_any(tctx *c, const node *at, tstr *s, val v, int depth, int sorted) {
     if (depth > MAX_NEST) tpl_fail(c, at, TPL_ERR_LIMIT, "values nested too deeply");
     tpl_step(c, at, 1);
     switch (v.t) {
@@ -867,7 +900,7 @@ void tpl_repr(tctx *c, const node *at, tstr *s, val v, int depth) {
         }
         for (size_t i = 0; i < l->n; i++) {
             if (i) tpl_str_add(c, at, s, ", ", 2);
-            tpl_repr(c, at, s, l->v[i], depth + 1);
+            repr_any(c, at, s, l->v[i], depth + 1, sorted);
         }
         if (IS_TUPLE(l) && l->n == 1) tpl_str_addc(c, at, s, ',');
         if (IS_VIEW(l))
@@ -881,11 +914,25 @@ void tpl_repr(tctx *c, const node *at, tstr *s, val v, int depth) {
         tdict *d = VDICT(v);
         if (v.t == V_NS) tpl_str_add(c, at, s, "<Namespace ", 11);
         tpl_str_addc(c, at, s, '{');
-        for (size_t i = 0; i < d->n; i++) {
-            if (i) tpl_str_add(c, at, s, ", ", 2);
-            tpl_repr(c, at, s, d->e[i].k, depth + 1);
+        tlist *order = NULL, *tmp = NULL;
+        size_t *idx = NULL;
+        if (sorted && d->n > 1) { /* raw index arrays in lists' storage */
+            order = tpl_list_new(c, at, d->n);
+            tmp = tpl_list_new(c, at, d->n);
+            idx = (size_t *)(void *)order->v;
+            for (size_t i = 0; i < d->n; i++) idx[i] = i;
+            sort_entries(c, at, d, idx, (size_t *)(void *)tmp->v, d->n);
+        }
+        for (size_t k = 0; k < d->n; k++) {
+            size_t i = idx ? idx[k] : k;
+            if (k) tpl_str_add(c, at, s, ", ", 2);
+            repr_any(c, at, s, d->e[i].k, depth + 1, sorted);
             tpl_str_add(c, at, s, ": ", 2);
-            tpl_repr(c, at, s, d->e[i].v, depth + 1);
+            repr_any(c, at, s, d->e[i].v, depth + 1, sorted);
+        }
+        if (order) {
+            tpl_release(c, v_obj(V_LIST, order));
+            tpl_release(c, v_obj(V_LIST, tmp));
         }
         tpl_str_addc(c, at, s, '}');
         if (v.t == V_NS) tpl_str_addc(c, at, s, '>');
@@ -952,7 +999,8 @@ tlist *tpl_iterate(tctx *c, const node *at, val v) {
             vref(v);
             return l;
         }
-        /* a generator gives its items once */
+        /* a generator gives its items once, then the error it met if it met one */
+        if (l->lazy_err) tpl_fail_lazy(c, l);
         tlist *r = tpl_list_new(c, at, l->n);
         for (size_t i = 0; i < l->n; i++) tpl_list_push(c, at, r, vref(l->v[i]));
         tpl_iter_consume(c, l, l->n);

@@ -73,7 +73,7 @@ function stop(p) {
 }
 
 function client(url, opts = {}) {
-  return new OpenAI({ baseURL: url + '/v1', apiKey: opts.key ?? 'none', maxRetries: 0, timeout: 60000, ...opts.extra });
+  return new OpenAI({ baseURL: url + '/v1', apiKey: opts.key ?? 'none', maxRetries: 0, timeout: 300000, ...opts.extra });
 }
 
 const chatBody = (c, extra = {}) => ({
@@ -170,8 +170,13 @@ async function scenarioHttps() {
   try {
     check(p.url.startsWith('https://'), 'server says https');
     // Node's fetch trusts extra CAs only from the environment at start: a child runs the client.
-    const out = execFileSync(process.execPath, [fileURLToPath(import.meta.url), lmhost, 'https-client', p.url],
-      { encoding: 'utf8', env: { ...process.env, NODE_EXTRA_CA_CERTS: cert } });
+    let out;
+    try {
+      out = execFileSync(process.execPath, [fileURLToPath(import.meta.url), lmhost, 'https-client', p.url],
+        { encoding: 'utf8', env: { ...process.env, NODE_EXTRA_CA_CERTS: cert } });
+    } catch (e) {
+      out = `${e.stdout ?? ''}${e.stderr ?? ''}`;
+    }
     process.stdout.write(out);
     check(/all checks passed/.test(out), 'openai client over https');
     const r = JSON.parse(curl(['--cacert', cert, '-H', 'Authorization: Bearer sekrit', '-H', 'Content-Type: application/json',
