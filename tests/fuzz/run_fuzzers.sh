@@ -13,6 +13,7 @@ TARGETS=(
     "config|tests/fuzz/fuzz_config.c core/model_dir.c core/safetensors.c core/util.c|json-c|"
     "request|tests/fuzz/fuzz_request.c core/server/api.c core/sampler.c core/log.c|json-c|-Icore/server"
     "tokenizer|tests/fuzz/fuzz_tokenizer.c core/tokenizer/tok_util.c core/tokenizer/tok_unidata.c core/tokenizer/tok_load.c core/tokenizer/tok_encode.c core/tokenizer/tok_decode.c|json-c libpcre2-8 libutf8proc|-Icore/tokenizer"
+    "template|tests/fuzz/fuzz_template.c core/template/chat_template.c core/template/tpl_builtins.c core/template/tpl_eval.c core/template/tpl_format.c core/template/tpl_json.c core/template/tpl_parse.c core/template/tpl_unicode.c core/template/tpl_value.c|json-c libutf8proc|-Icore/template -lm"
 )
 
 seconds=${1:-30}
