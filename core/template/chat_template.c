@@ -44,8 +44,8 @@ typedef struct {
 } tvar;
 
 /* the render proper; 0, or 1 after an error (longjmp) */
-static int render_body(tctx *c, const tpl_template *t, const tvar *vars, size_t nvars,
-                       char **out, size_t *out_len) {
+static int render_body(tctx *c, const tpl_template *t, const tvar *vars, size_t nvars, char **out,
+                       size_t *out_len) {
     if (setjmp(*c->jb)) return 1;
     c->root = tpl_frame_new(c, NULL);
     c->frame = c->root;
@@ -54,9 +54,15 @@ static int render_body(tctx *c, const tpl_template *t, const tvar *vars, size_t 
         const tvar *v = &vars[i];
         val x;
         switch (v->kind) {
-        case VK_JSON: x = tpl_from_json(c, NULL, v->json, 0); break;
-        case VK_STR: x = tpl_cstr_val(c, NULL, v->str); break;
-        case VK_BOOL: x = v_bool(v->b); break;
+        case VK_JSON:
+            x = tpl_from_json(c, NULL, v->json, 0);
+            break;
+        case VK_STR:
+            x = tpl_cstr_val(c, NULL, v->str);
+            break;
+        case VK_BOOL:
+            x = v_bool(v->b);
+            break;
         case VK_STRLIST: {
             tlist *l = tpl_list_new(c, NULL, v->nstrs);
             x = v_obj(V_LIST, l);
@@ -64,7 +70,9 @@ static int render_body(tctx *c, const tpl_template *t, const tvar *vars, size_t 
                 tpl_list_push(c, NULL, l, tpl_cstr_val(c, NULL, v->strs[k]));
             break;
         }
-        default: x = v_none(); break;
+        default:
+            x = v_none();
+            break;
         }
         tpl_frame_set(c, c->root, VSTR(tpl_cstr_val(c, NULL, v->name)), x);
     }
@@ -77,8 +85,8 @@ static int render_body(tctx *c, const tpl_template *t, const tvar *vars, size_t 
     return 0;
 }
 
-static int render_vars(const tpl_template *t, const tvar *vars, size_t nvars,
-                       const tpl_limits *lim, char **out, size_t *out_len, char **err) {
+static int render_vars(const tpl_template *t, const tvar *vars, size_t nvars, const tpl_limits *lim,
+                       char **out, size_t *out_len, char **err) {
     if (out) *out = NULL;
     if (out_len) *out_len = 0;
     if (err) *err = NULL;
@@ -164,14 +172,21 @@ struct tpl_chat {
     size_t nadditional;
 };
 
-void tpl_chat_free(tpl_chat *chat) {
-    if (!chat) return;
+static void drop_templates(tpl_chat *chat) {
     for (size_t i = 0; i < chat->n; i++) {
         free(chat->names[i]);
         tpl_free(chat->tpls[i]);
     }
     free(chat->names);
     free(chat->tpls);
+    chat->names = NULL;
+    chat->tpls = NULL;
+    chat->n = 0;
+}
+
+void tpl_chat_free(tpl_chat *chat) {
+    if (!chat) return;
+    drop_templates(chat);
     for (size_t i = 0; i < NSPECIAL; i++) free(chat->special[i]);
     for (size_t i = 0; i < chat->nadditional; i++) free(chat->additional[i]);
     free(chat->additional);
@@ -351,7 +366,8 @@ tpl_chat *tpl_chat_load(const char *dir, char **err) {
         if (!cfg || je != json_tokener_success) {
             json_object_put(cfg);
             e = fmt_err("%s: invalid JSON (%s)", path,
-                        je == json_tokener_continue ? "unexpected end" : json_tokener_error_desc(je));
+                        je == json_tokener_continue ? "unexpected end"
+                                                    : json_tokener_error_desc(je));
             goto fail;
         }
         int rc = json_object_is_type(cfg, json_type_object) ? load_config(chat, cfg, path, &e) : 0;
@@ -361,10 +377,14 @@ tpl_chat *tpl_chat_load(const char *dir, char **err) {
         e = fmt_err("%s: %s", path, strerror(errno));
         goto fail;
     }
-    /* chat_template.jinja overrides the config's template, as in transformers */
+    /* template files (chat_template.jinja, additional_chat_templates/NAME.jinja) replace the
+     * config's templates altogether, as in transformers */
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
     text = read_file(path, &len);
+    int from_files = 0;
     if (text) {
+        drop_templates(chat);
+        from_files = 1;
         int rc = add_template(chat, "default", text, len, path, &e);
         free(text);
         if (rc) goto fail;
@@ -382,6 +402,8 @@ tpl_chat *tpl_chat_load(const char *dir, char **err) {
             snprintf(p2, sizeof p2, "%s/%s", path, de->d_name);
             text = read_file(p2, &len);
             if (!text) continue;
+            if (!from_files) drop_templates(chat);
+            from_files = 1;
             int rc = add_template(chat, name, text, len, p2, &e);
             free(text);
             if (rc) {
@@ -446,8 +468,10 @@ int tpl_chat_render_ex(const tpl_chat *chat, json_object *messages, json_object 
         if (chat->special[i])
             v[n++] = (tvar){.name = special_names[i], .kind = VK_STR, .str = chat->special[i]};
     if (chat->additional)
-        v[n++] = (tvar){.name = "additional_special_tokens", .kind = VK_STRLIST,
-                        .strs = chat->additional, .nstrs = chat->nadditional};
+        v[n++] = (tvar){.name = "additional_special_tokens",
+                        .kind = VK_STRLIST,
+                        .strs = chat->additional,
+                        .nstrs = chat->nadditional};
     if (extra) {
         json_object_object_foreach(extra, key, val) {
             if (!strcmp(key, "messages") || !strcmp(key, "tools") || !strcmp(key, "documents") ||
@@ -462,8 +486,8 @@ int tpl_chat_render_ex(const tpl_chat *chat, json_object *messages, json_object 
     v[n++] = (tvar){.name = "messages", .kind = messages ? VK_JSON : VK_NONE, .json = messages};
     v[n++] = (tvar){.name = "tools", .kind = tools ? VK_JSON : VK_NONE, .json = tools};
     v[n++] = (tvar){.name = "documents", .kind = VK_NONE};
-    v[n++] = (tvar){.name = "add_generation_prompt", .kind = VK_BOOL,
-                    .b = add_generation_prompt != 0};
+    v[n++] =
+        (tvar){.name = "add_generation_prompt", .kind = VK_BOOL, .b = add_generation_prompt != 0};
     int rc = render_vars(t, v, n, limits, out, out_len, err);
     free(v);
     return rc;
@@ -471,8 +495,8 @@ int tpl_chat_render_ex(const tpl_chat *chat, json_object *messages, json_object 
 
 int tpl_chat_render(const tpl_chat *chat, json_object *messages, json_object *tools,
                     int add_generation_prompt, json_object *extra, char **out, char **err) {
-    return tpl_chat_render_ex(chat, messages, tools, add_generation_prompt, extra, NULL, out,
-                              NULL, err);
+    return tpl_chat_render_ex(chat, messages, tools, add_generation_prompt, extra, NULL, out, NULL,
+                              err);
 }
 
 int tpl_render_chat(const char *model_dir, json_object *messages, json_object *tools,

@@ -68,8 +68,8 @@ int tpl_chat_render(const tpl_chat *chat, json_object *messages, json_object *to
                     int add_generation_prompt, json_object *extra_vars, char **out, char **err);
 /* As tpl_chat_render with limits (NULL: defaults) and the output's length. */
 int tpl_chat_render_ex(const tpl_chat *chat, json_object *messages, json_object *tools,
-                       int add_generation_prompt, json_object *extra_vars,
-                       const tpl_limits *limits, char **out, size_t *out_len, char **err);
+                       int add_generation_prompt, json_object *extra_vars, const tpl_limits *limits,
+                       char **out, size_t *out_len, char **err);
 
 /* Convenience: tpl_chat_load + tpl_chat_render + tpl_chat_free. */
 int tpl_render_chat(const char *model_dir, json_object *messages, json_object *tools_or_NULL,

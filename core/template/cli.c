@@ -11,15 +11,14 @@
 #include <json-c/json.h>
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: lmhost template --model DIR --messages-file F.json [--tools-file F.json]\n"
-            "                       [--no-generation-prompt] [--var NAME=JSON]...\n"
-            "                       [--template-file F.jinja]\n"
-            "  prints the chat template of DIR (tokenizer_config.json or chat_template.jinja)\n"
-            "  rendered for the messages in F.json (a list, or an object with \"messages\"),\n"
-            "  exactly, with nothing added; --var sets a template variable to a JSON value\n"
-            "  (--var enable_thinking=false, --var 'date_string=\"26 Jul 2024\"');\n"
-            "  --template-file renders that template instead of the model's; '-' reads stdin\n");
+    fprintf(f, "usage: lmhost template --model DIR --messages-file F.json [--tools-file F.json]\n"
+               "                       [--no-generation-prompt] [--var NAME=JSON]...\n"
+               "                       [--template-file F.jinja]\n"
+               "  prints the chat template of DIR (tokenizer_config.json or chat_template.jinja)\n"
+               "  rendered for the messages in F.json (a list, or an object with \"messages\"),\n"
+               "  exactly, with nothing added; --var sets a template variable to a JSON value\n"
+               "  (--var enable_thinking=false, --var 'date_string=\"26 Jul 2024\"');\n"
+               "  --template-file renders that template instead of the model's; '-' reads stdin\n");
 }
 
 static char *slurp(const char *path, size_t *len) {
@@ -56,16 +55,18 @@ static char *slurp(const char *path, size_t *len) {
     return b;
 }
 
-/* parses a whole JSON document; prints the error */
+/* parses a whole JSON document (text[len] must be NUL); prints the error */
 static json_object *parse_json(const char *cmd, const char *what, const char *text, size_t len) {
     json_tokener *tk = json_tokener_new_ex(JSON_TOKENER_DEFAULT_DEPTH * 8);
     if (!tk) {
         fprintf(stderr, "lmhost %s: out of memory\n", cmd);
         return NULL;
     }
-    json_object *o = len <= 0x7fffffff ? json_tokener_parse_ex(tk, text, (int)len) : NULL;
+    /* the terminating NUL goes in too: it ends a bare number or literal ("false") */
+    json_object *o = len < 0x7fffffff ? json_tokener_parse_ex(tk, text, (int)len + 1) : NULL;
     enum json_tokener_error e = json_tokener_get_error(tk);
     size_t end = json_tokener_get_parse_end(tk);
+    if (end > len) end = len;
     json_tokener_free(tk);
     if (e != json_tokener_success) {
         json_object_put(o);
@@ -73,8 +74,8 @@ static json_object *parse_json(const char *cmd, const char *what, const char *te
                 e == json_tokener_continue ? "unexpected end" : json_tokener_error_desc(e));
         return NULL;
     }
-    while (end < len && (text[end] == ' ' || text[end] == '\n' || text[end] == '\r' ||
-                         text[end] == '\t'))
+    while (end < len &&
+           (text[end] == ' ' || text[end] == '\n' || text[end] == '\r' || text[end] == '\t'))
         end++;
     if (end < len) {
         json_object_put(o);
@@ -162,7 +163,10 @@ int cli_template(int argc, char **argv) {
         snprintf(what, sizeof what, "the value of --var %s (quote strings: %s='\"text\"')", name,
                  name);
         json_object *jv = parse_json(cmd, what, eq + 1, strlen(eq + 1));
-        if (!jv) goto done;
+        if (!jv) {
+            rc = 2;
+            goto done;
+        }
         json_object_object_add(vars, name, jv);
     }
     if (!model || !messages_file) {
@@ -194,8 +198,7 @@ int cli_template(int argc, char **argv) {
         size_t len;
         char *src = slurp(template_file, &len);
         if (!src) {
-            fprintf(stderr, "lmhost %s: cannot read %s: %s\n", cmd, template_file,
-                    strerror(errno));
+            fprintf(stderr, "lmhost %s: cannot read %s: %s\n", cmd, template_file, strerror(errno));
             goto done;
         }
         json_object *cfg = json_object_new_object();

@@ -12,12 +12,16 @@
 #include <time.h>
 
 #define BUILTIN(name) static val name(tctx *c, const node *at, val self, const targs *a)
-#define UNUSED_ARGS (void)self, (void)a
+#define UNUSED_ARGS   (void)self, (void)a
 
 val tpl_str_format(tctx *c, const node *at, tstr *fmt, const targs *a);
 
-static int is_int(val v) { return v.t == V_INT || v.t == V_BOOL; }
-static int is_num(val v) { return v.t == V_INT || v.t == V_BOOL || v.t == V_FLOAT; }
+static int is_int(val v) {
+    return v.t == V_INT || v.t == V_BOOL;
+}
+static int is_num(val v) {
+    return v.t == V_INT || v.t == V_BOOL || v.t == V_FLOAT;
+}
 
 static tstr *need_str(tctx *c, const node *at, val v, const char *what) {
     if (v.t == V_UNDEF) tpl_fail_undef(c, at, v);
@@ -78,8 +82,7 @@ static val do_strip(tctx *c, const node *at, tstr *s, val chars, int which) {
     cps set = {0};
     int ws = chars.t == V_NONE || !given(chars);
     if (!ws) {
-        if (chars.t != V_STR)
-            tpl_fail(c, at, TPL_ERR_RUNTIME, "strip arg must be None or str");
+        if (chars.t != V_STR) tpl_fail(c, at, TPL_ERR_RUNTIME, "strip arg must be None or str");
         set = decode(c, at, VSTR(chars));
     }
     size_t a = 0, b = s->len;
@@ -332,7 +335,8 @@ static val str_split(tctx *c, const node *at, tstr *s, val sepv, int64_t maxspli
                 if (i == d.n) break;
                 if ((int64_t)nparts == maxsplit) {
                     size_t e = d.n;
-                    tpl_list_push(c, at, out, tpl_str_val(c, at, s->s + d.off[i], d.off[e] - d.off[i]));
+                    tpl_list_push(c, at, out,
+                                  tpl_str_val(c, at, s->s + d.off[i], d.off[e] - d.off[i]));
                     break;
                 }
                 size_t j = i;
@@ -365,7 +369,8 @@ static val str_split(tctx *c, const node *at, tstr *s, val sepv, int64_t maxspli
             const char *p = s->s, *e = s->s + s->len;
             int64_t k = 0;
             for (;;) {
-                const char *f = k < maxsplit ? find_bytes(p, (size_t)(e - p), sep->s, sep->len) : NULL;
+                const char *f =
+                    k < maxsplit ? find_bytes(p, (size_t)(e - p), sep->s, sep->len) : NULL;
                 if (!f) {
                     tpl_list_push(c, at, out, tpl_str_val(c, at, p, (size_t)(e - p)));
                     break;
@@ -378,12 +383,14 @@ static val str_split(tctx *c, const node *at, tstr *s, val sepv, int64_t maxspli
             const char *b = s->s, *e = s->s + s->len;
             int64_t k = 0;
             for (;;) {
-                const char *f = k < maxsplit ? rfind_bytes(c, at, b, (size_t)(e - b), sep->s, sep->len) : NULL;
+                const char *f =
+                    k < maxsplit ? rfind_bytes(c, at, b, (size_t)(e - b), sep->s, sep->len) : NULL;
                 if (!f) {
                     tpl_list_push(c, at, out, tpl_str_val(c, at, b, (size_t)(e - b)));
                     break;
                 }
-                tpl_list_push(c, at, out, tpl_str_val(c, at, f + sep->len, (size_t)(e - f - sep->len)));
+                tpl_list_push(c, at, out,
+                              tpl_str_val(c, at, f + sep->len, (size_t)(e - f - sep->len)));
                 e = f;
                 k++;
             }
@@ -427,7 +434,8 @@ static val pad_str(tctx *c, const node *at, tstr *s, int64_t width, val fillv, c
     if (given(fillv)) {
         tstr *f = need_str(c, at, fillv, "fill character");
         if (tpl_str_ncp(f) != 1)
-            tpl_fail(c, at, TPL_ERR_RUNTIME, "The fill character must be exactly one character long");
+            tpl_fail(c, at, TPL_ERR_RUNTIME,
+                     "The fill character must be exactly one character long");
         size_t i = 0;
         fill = tpl_utf8_next(f->s, f->len, &i);
     }
@@ -610,10 +618,18 @@ BUILTIN(m_endswith) {
     sub_range(c, at, s, x[1], x[2], &lo, &hi);
     return v_bool(prefix_match(c, at, s, x[0], lo, hi, 1));
 }
-BUILTIN(m_find) { return str_find(c, at, VSTR(self), a, 0, 0); }
-BUILTIN(m_rfind) { return str_find(c, at, VSTR(self), a, 1, 0); }
-BUILTIN(m_index) { return str_find(c, at, VSTR(self), a, 0, 1); }
-BUILTIN(m_rindex) { return str_find(c, at, VSTR(self), a, 1, 1); }
+BUILTIN(m_find) {
+    return str_find(c, at, VSTR(self), a, 0, 0);
+}
+BUILTIN(m_rfind) {
+    return str_find(c, at, VSTR(self), a, 1, 0);
+}
+BUILTIN(m_index) {
+    return str_find(c, at, VSTR(self), a, 0, 1);
+}
+BUILTIN(m_rindex) {
+    return str_find(c, at, VSTR(self), a, 1, 1);
+}
 BUILTIN(m_count) {
     STR_SELF;
     val x[3];
@@ -638,7 +654,9 @@ BUILTIN(m_join) {
     tpl_release(c, v_obj(V_LIST, items));
     return r;
 }
-BUILTIN(m_format) { return tpl_str_format(c, at, VSTR(self), a); }
+BUILTIN(m_format) {
+    return tpl_str_format(c, at, VSTR(self), a);
+}
 BUILTIN(m_center) {
     val x[2];
     tpl_bind(c, at, "center", a, "width,fillchar=", x, 2);
@@ -696,8 +714,12 @@ static val partition(tctx *c, const node *at, tstr *s, const targs *a, int rev) 
     }
     return v_obj(V_LIST, r);
 }
-BUILTIN(m_partition) { return partition(c, at, VSTR(self), a, 0); }
-BUILTIN(m_rpartition) { return partition(c, at, VSTR(self), a, 1); }
+BUILTIN(m_partition) {
+    return partition(c, at, VSTR(self), a, 0);
+}
+BUILTIN(m_rpartition) {
+    return partition(c, at, VSTR(self), a, 1);
+}
 BUILTIN(m_removeprefix) {
     STR_SELF;
     val x[1];
@@ -716,10 +738,10 @@ BUILTIN(m_removesuffix) {
         return tpl_str_val(c, at, s->s, s->len - p->len);
     return vref(self);
 }
-#define STR_PRED(fname, pred)                                                                 \
-    BUILTIN(fname) {                                                                          \
-        tpl_bind(c, at, &#fname[2], a, "", NULL, 0);                                          \
-        return str_all(c, at, VSTR(self), pred);                                                     \
+#define STR_PRED(fname, pred)                                                                      \
+    BUILTIN(fname) {                                                                               \
+        tpl_bind(c, at, &#fname[2], a, "", NULL, 0);                                               \
+        return str_all(c, at, VSTR(self), pred);                                                   \
     }
 STR_PRED(m_isalpha, tpl_is_alpha)
 STR_PRED(m_isalnum, tpl_is_alnum)
@@ -864,24 +886,50 @@ typedef struct {
 } mdef;
 
 static const mdef str_methods[] = {
-    {"capitalize", m_capitalize}, {"casefold", m_lower},     {"center", m_center},
-    {"count", m_count},           {"endswith", m_endswith},  {"find", m_find},
-    {"format", m_format},         {"index", m_index},        {"isalnum", m_isalnum},
-    {"isalpha", m_isalpha},       {"isdecimal", m_isdecimal}, {"isdigit", m_isdigit},
-    {"islower", m_islower},       {"isnumeric", m_isnumeric}, {"isspace", m_isspace},
-    {"istitle", m_istitle},       {"isupper", m_isupper},    {"join", m_join},
-    {"ljust", m_ljust},           {"lower", m_lower},        {"lstrip", m_lstrip},
-    {"partition", m_partition},   {"removeprefix", m_removeprefix},
-    {"removesuffix", m_removesuffix}, {"replace", m_replace}, {"rfind", m_rfind},
-    {"rindex", m_rindex},         {"rjust", m_rjust},        {"rpartition", m_rpartition},
-    {"rsplit", m_rsplit},         {"rstrip", m_rstrip},      {"split", m_split},
-    {"splitlines", m_splitlines}, {"startswith", m_startswith}, {"strip", m_strip},
-    {"swapcase", m_swapcase},     {"title", m_title},        {"upper", m_upper},
-    {"zfill", m_zfill},           {NULL, NULL},
+    {"capitalize", m_capitalize},
+    {"casefold", m_lower},
+    {"center", m_center},
+    {"count", m_count},
+    {"endswith", m_endswith},
+    {"find", m_find},
+    {"format", m_format},
+    {"index", m_index},
+    {"isalnum", m_isalnum},
+    {"isalpha", m_isalpha},
+    {"isdecimal", m_isdecimal},
+    {"isdigit", m_isdigit},
+    {"islower", m_islower},
+    {"isnumeric", m_isnumeric},
+    {"isspace", m_isspace},
+    {"istitle", m_istitle},
+    {"isupper", m_isupper},
+    {"join", m_join},
+    {"ljust", m_ljust},
+    {"lower", m_lower},
+    {"lstrip", m_lstrip},
+    {"partition", m_partition},
+    {"removeprefix", m_removeprefix},
+    {"removesuffix", m_removesuffix},
+    {"replace", m_replace},
+    {"rfind", m_rfind},
+    {"rindex", m_rindex},
+    {"rjust", m_rjust},
+    {"rpartition", m_rpartition},
+    {"rsplit", m_rsplit},
+    {"rstrip", m_rstrip},
+    {"split", m_split},
+    {"splitlines", m_splitlines},
+    {"startswith", m_startswith},
+    {"strip", m_strip},
+    {"swapcase", m_swapcase},
+    {"title", m_title},
+    {"upper", m_upper},
+    {"zfill", m_zfill},
+    {NULL, NULL},
 };
 static const mdef dict_methods[] = {
-    {"copy", m_dict_copy}, {"get", m_get}, {"items", m_items}, {"keys", m_keys},
-    {"values", m_values},  {NULL, NULL},
+    {"copy", m_dict_copy}, {"get", m_get},       {"items", m_items},
+    {"keys", m_keys},      {"values", m_values}, {NULL, NULL},
 };
 static const mdef list_methods[] = {
     {"copy", m_list_copy}, {"count", m_list_count}, {"index", m_list_index}, {NULL, NULL}};
@@ -894,17 +942,18 @@ static const mdef cycler_methods[] = {
     {"next", m_cycler_next}, {"reset", m_cycler_reset}, {NULL, NULL}};
 
 /* what ImmutableSandboxedEnvironment refuses: methods that change a list or dict */
-static const char *const unsafe_list[] = {"append", "clear", "extend", "insert", "pop",
-                                          "remove", "reverse", "sort", NULL};
-static const char *const unsafe_dict[] = {"clear", "pop", "popitem", "setdefault", "update",
-                                          NULL};
+static const char *const unsafe_list[] = {"append", "clear",   "extend", "insert", "pop",
+                                          "remove", "reverse", "sort",   NULL};
+static const char *const unsafe_dict[] = {"clear", "pop", "popitem", "setdefault", "update", NULL};
 
 builtin_fn tpl_find_method(val v, const char *name, int *unsafe) {
     const mdef *t = NULL;
     const char *const *bad = NULL;
     *unsafe = 0;
     switch (v.t) {
-    case V_STR: t = str_methods; break;
+    case V_STR:
+        t = str_methods;
+        break;
     case V_DICT:
         t = dict_methods;
         bad = unsafe_dict;
@@ -914,12 +963,17 @@ builtin_fn tpl_find_method(val v, const char *name, int *unsafe) {
         t = VLIST(v)->tuple == L_LIST ? list_methods : tuple_methods;
         if (VLIST(v)->tuple == L_LIST) bad = unsafe_list;
         break;
-    case V_FLOAT: t = float_methods; break;
-    case V_LOOP: t = loop_methods; break;
+    case V_FLOAT:
+        t = float_methods;
+        break;
+    case V_LOOP:
+        t = loop_methods;
+        break;
     case V_FUNC:
         if (VFUNC(v)->kind == F_CYCLER) t = cycler_methods;
         break;
-    default: break;
+    default:
+        break;
     }
     if (name[0] == '_') {
         *unsafe = 1; /* the sandbox hides every _private and __dunder__ attribute */
@@ -1096,7 +1150,6 @@ static val lazy(tctx *c, const node *at, val self, const targs *a, fill_fn fill)
     return v_obj(V_LIST, out);
 }
 
-
 BUILTIN(f_abs) {
     tpl_bind(c, at, "abs", a, "", NULL, 0);
     if (self.t == V_UNDEF) tpl_fail_undef(c, at, self);
@@ -1144,7 +1197,9 @@ static void fill_batch(tctx *c, const node *at, val self, const targs *a, tlist 
     }
     tpl_release(c, v_obj(V_LIST, items));
 }
-BUILTIN(f_batch) { return lazy(c, at, self, a, fill_batch); }
+BUILTIN(f_batch) {
+    return lazy(c, at, self, a, fill_batch);
+}
 
 BUILTIN(f_capitalize) {
     tpl_bind(c, at, "capitalize", a, "", NULL, 0);
@@ -1199,12 +1254,23 @@ static val html_escape(tctx *c, const node *at, val v, int force) {
     for (size_t i = 0; i < in->len; i++) {
         char ch = in->s[i];
         switch (ch) {
-        case '&': tpl_str_add(c, at, r, "&amp;", 5); break;
-        case '<': tpl_str_add(c, at, r, "&lt;", 4); break;
-        case '>': tpl_str_add(c, at, r, "&gt;", 4); break;
-        case '"': tpl_str_add(c, at, r, "&#34;", 5); break;
-        case '\'': tpl_str_add(c, at, r, "&#39;", 5); break;
-        default: tpl_str_addc(c, at, r, ch);
+        case '&':
+            tpl_str_add(c, at, r, "&amp;", 5);
+            break;
+        case '<':
+            tpl_str_add(c, at, r, "&lt;", 4);
+            break;
+        case '>':
+            tpl_str_add(c, at, r, "&gt;", 4);
+            break;
+        case '"':
+            tpl_str_add(c, at, r, "&#34;", 5);
+            break;
+        case '\'':
+            tpl_str_add(c, at, r, "&#39;", 5);
+            break;
+        default:
+            tpl_str_addc(c, at, r, ch);
         }
     }
     tpl_release(c, s);
@@ -1332,7 +1398,9 @@ static int parse_int(tstr *s, int64_t base, int64_t *out) {
             prev_us = 1;
             continue;
         }
-        int d = ch >= '0' && ch <= '9' ? ch - '0' : (ch | 0x20) >= 'a' && (ch | 0x20) <= 'z' ? (ch | 0x20) - 'a' + 10 : 99;
+        int d = ch >= '0' && ch <= '9'                     ? ch - '0'
+                : (ch | 0x20) >= 'a' && (ch | 0x20) <= 'z' ? (ch | 0x20) - 'a' + 10
+                                                           : 99;
         if (d >= base) return 0;
         if (v > (UINT64_MAX - (uint64_t)d) / (uint64_t)base) return -1;
         v = v * (uint64_t)base + (uint64_t)d;
@@ -1430,7 +1498,9 @@ static void fill_items(tctx *c, const node *at, val self, const targs *a, tlist 
     for (size_t i = 0; i < r->n; i++) tpl_list_push(c, at, out, vref(r->v[i]));
     tpl_release(c, v_obj(V_LIST, r));
 }
-BUILTIN(f_items) { return lazy(c, at, self, a, fill_items); }
+BUILTIN(f_items) {
+    return lazy(c, at, self, a, fill_items);
+}
 
 static tlist *map_attr_list(tctx *c, const node *at, tlist *items, val attr) {
     tlist *r = tpl_list_new(c, at, items->n);
@@ -1523,7 +1593,9 @@ static void fill_map(tctx *c, const node *at, val self, const targs *a, tlist *o
     }
     tpl_release(c, v_obj(V_LIST, items));
 }
-BUILTIN(f_map) { return lazy(c, at, self, a, fill_map); }
+BUILTIN(f_map) {
+    return lazy(c, at, self, a, fill_map);
+}
 
 static val minmax(tctx *c, const node *at, val self, const targs *a, int want_max) {
     val x[2];
@@ -1552,8 +1624,12 @@ static val minmax(tctx *c, const node *at, val self, const targs *a, int want_ma
     tpl_release(c, v_obj(V_LIST, items));
     return r;
 }
-BUILTIN(f_max) { return minmax(c, at, self, a, 1); }
-BUILTIN(f_min) { return minmax(c, at, self, a, 0); }
+BUILTIN(f_max) {
+    return minmax(c, at, self, a, 1);
+}
+BUILTIN(f_min) {
+    return minmax(c, at, self, a, 0);
+}
 
 BUILTIN(f_pprint) {
     tpl_bind(c, at, "pprint", a, "", NULL, 0);
@@ -1597,10 +1673,18 @@ static void fill_selectattr(tctx *c, const node *at, val self, const targs *a, t
 static void fill_rejectattr(tctx *c, const node *at, val self, const targs *a, tlist *out) {
     select_reject(c, at, self, a, 0, 1, out);
 }
-BUILTIN(f_select) { return lazy(c, at, self, a, fill_select); }
-BUILTIN(f_reject) { return lazy(c, at, self, a, fill_reject); }
-BUILTIN(f_selectattr) { return lazy(c, at, self, a, fill_selectattr); }
-BUILTIN(f_rejectattr) { return lazy(c, at, self, a, fill_rejectattr); }
+BUILTIN(f_select) {
+    return lazy(c, at, self, a, fill_select);
+}
+BUILTIN(f_reject) {
+    return lazy(c, at, self, a, fill_reject);
+}
+BUILTIN(f_selectattr) {
+    return lazy(c, at, self, a, fill_selectattr);
+}
+BUILTIN(f_rejectattr) {
+    return lazy(c, at, self, a, fill_rejectattr);
+}
 
 BUILTIN(f_replace) {
     val x[3];
@@ -1698,7 +1782,9 @@ static void fill_slice(tctx *c, const node *at, val self, const targs *a, tlist 
     }
     tpl_release(c, v_obj(V_LIST, seq));
 }
-BUILTIN(f_slice) { return lazy(c, at, self, a, fill_slice); }
+BUILTIN(f_slice) {
+    return lazy(c, at, self, a, fill_slice);
+}
 
 BUILTIN(f_sort) {
     val x[3];
@@ -1794,7 +1880,9 @@ BUILTIN(f_truncate) {
     int64_t leeway = given(x[3]) && x[3].t != V_NONE ? need_int(c, at, x[3], "leeway") : 5;
     tstr *end = VSTR(endv);
     int64_t endn = tpl_str_ncp(end);
-    if (length < endn) tpl_fail(c, at, TPL_ERR_RUNTIME, "expected length >= %" PRId64 ", got %" PRId64, endn, length);
+    if (length < endn)
+        tpl_fail(c, at, TPL_ERR_RUNTIME, "expected length >= %" PRId64 ", got %" PRId64, endn,
+                 length);
     if (leeway < 0) tpl_fail(c, at, TPL_ERR_RUNTIME, "expected leeway >= 0, got %" PRId64, leeway);
     if (self.t != V_STR) { /* jinja takes len() of the value as it is */
         if (tpl_length(c, at, self) <= length + leeway) {
@@ -1844,7 +1932,9 @@ static void fill_unique(tctx *c, const node *at, val self, const targs *a, tlist
     tpl_release(c, v_obj(V_DICT, seen));
     tpl_release(c, v_obj(V_LIST, items));
 }
-BUILTIN(f_unique) { return lazy(c, at, self, a, fill_unique); }
+BUILTIN(f_unique) {
+    return lazy(c, at, self, a, fill_unique);
+}
 
 BUILTIN(f_wordcount) {
     tpl_bind(c, at, "wordcount", a, "", NULL, 0);
@@ -1866,7 +1956,8 @@ BUILTIN(f_format) {
     val sv = tpl_str_of(c, at, self);
     val args;
     if (a->n && a->nkw)
-        tpl_fail(c, at, TPL_ERR_RUNTIME, "can't handle positional and keyword arguments at the same time");
+        tpl_fail(c, at, TPL_ERR_RUNTIME,
+                 "can't handle positional and keyword arguments at the same time");
     if (a->nkw) {
         tdict *d = tpl_dict_new(c, at);
         for (size_t i = 0; i < a->nkw; i++) tpl_dict_set(c, at, d, vref(a->kwn[i]), vref(a->kw[i]));
@@ -1966,12 +2057,14 @@ static const builtin filters[] = {
 
 /* ---- tests ----------------------------------------------------------------------------- */
 
-static val tv(int b) { return v_bool(b); }
+static val tv(int b) {
+    return v_bool(b);
+}
 
-#define TEST0(fname, expr)                                                                    \
-    BUILTIN(fname) {                                                                          \
-        tpl_bind(c, at, &#fname[2], a, "", NULL, 0);                                          \
-        return tv(expr);                                                                      \
+#define TEST0(fname, expr)                                                                         \
+    BUILTIN(fname) {                                                                               \
+        tpl_bind(c, at, &#fname[2], a, "", NULL, 0);                                               \
+        return tv(expr);                                                                           \
     }
 TEST0(t_defined, self.t != V_UNDEF)
 TEST0(t_undefined, self.t == V_UNDEF)
@@ -1984,12 +2077,13 @@ TEST0(t_float, self.t == V_FLOAT)
 TEST0(t_number, is_num(self))
 TEST0(t_string, self.t == V_STR)
 TEST0(t_mapping, self.t == V_DICT)
-TEST0(t_sequence, self.t == V_STR || (self.t == V_LIST && IS_PLAIN(VLIST(self))) || self.t == V_DICT)
+TEST0(t_sequence,
+      self.t == V_STR || (self.t == V_LIST && IS_PLAIN(VLIST(self))) || self.t == V_DICT)
 /* an Undefined is iterable (empty) and callable (raising), as in jinja2 */
 TEST0(t_iterable, self.t == V_STR || self.t == V_LIST || self.t == V_DICT || self.t == V_UNDEF ||
                       self.t == V_LOOP)
-TEST0(t_callable, (self.t == V_FUNC && VFUNC(self)->kind != F_CYCLER) || self.t == V_UNDEF ||
-                      self.t == V_LOOP)
+TEST0(t_callable,
+      (self.t == V_FUNC && VFUNC(self)->kind != F_CYCLER) || self.t == V_UNDEF || self.t == V_LOOP)
 TEST0(t_escaped, self.t == V_STR && self.safe)
 
 static val str_test(tctx *c, const node *at, val self, const targs *a, int upper) {
@@ -2000,8 +2094,12 @@ static val str_test(tctx *c, const node *at, val self, const targs *a, int upper
     tpl_release(c, s);
     return tv(r);
 }
-BUILTIN(t_lower) { return str_test(c, at, self, a, 0); }
-BUILTIN(t_upper) { return str_test(c, at, self, a, 1); }
+BUILTIN(t_lower) {
+    return str_test(c, at, self, a, 0);
+}
+BUILTIN(t_upper) {
+    return str_test(c, at, self, a, 1);
+}
 
 static val mod_test(tctx *c, const node *at, val self, val by, int64_t want) {
     val m = tpl_arith(c, at, OP_MOD, self, by);
@@ -2023,12 +2121,12 @@ BUILTIN(t_divisibleby) {
     return mod_test(c, at, self, x[0], 0);
 }
 
-#define TEST_CMP(fname, op)                                                                   \
-    BUILTIN(fname) {                                                                          \
-        val x[1];                                                                             \
-        tpl_bind(c, at, &#fname[2], a, "other", x, 1);                                        \
-        int r = tpl_compare(c, at, self, x[0], #op);                                          \
-        return tv(r != 2 && r op 0);                                                          \
+#define TEST_CMP(fname, op)                                                                        \
+    BUILTIN(fname) {                                                                               \
+        val x[1];                                                                                  \
+        tpl_bind(c, at, &#fname[2], a, "other", x, 1);                                             \
+        int r = tpl_compare(c, at, self, x[0], #op);                                               \
+        return tv(r != 2 && r op 0);                                                               \
     }
 TEST_CMP(t_gt, >)
 TEST_CMP(t_ge, >=)
@@ -2049,18 +2147,20 @@ BUILTIN(t_in) {
     val x[1];
     tpl_bind(c, at, "in", a, "seq", x, 1);
     switch (x[0].t) {
-    case V_UNDEF: return tv(0);
+    case V_UNDEF:
+        return tv(0);
     case V_STR:
         if (self.t != V_STR)
-            tpl_fail(c, at, TPL_ERR_RUNTIME, "'in <string>' requires string as left operand, not %s",
-                     tpl_type_name(self));
+            tpl_fail(c, at, TPL_ERR_RUNTIME,
+                     "'in <string>' requires string as left operand, not %s", tpl_type_name(self));
         return tv(!VSTR(self)->len ||
                   memmem(VSTR(x[0])->s, VSTR(x[0])->len, VSTR(self)->s, VSTR(self)->len) != NULL);
     case V_LIST:
         for (size_t i = 0; i < VLIST(x[0])->n; i++)
             if (tpl_equal(c, at, VLIST(x[0])->v[i], self)) return tv(1);
         return tv(0);
-    case V_DICT: return tv(tpl_dict_find(c, at, VDICT(x[0]), self) != NULL);
+    case V_DICT:
+        return tv(tpl_dict_find(c, at, VDICT(x[0]), self) != NULL);
     default:
         tpl_fail(c, at, TPL_ERR_RUNTIME, "argument of type '%s' is not iterable",
                  tpl_type_name(x[0]));
@@ -2073,11 +2173,16 @@ BUILTIN(t_sameas) {
     if (self.t != o.t) return tv(0);
     switch (self.t) {
     case V_NONE:
-    case V_UNDEF: return tv(self.u.o == o.u.o || self.t == V_NONE);
-    case V_BOOL: return tv(self.u.i == o.u.i);
-    case V_INT: return tv(self.u.i == o.u.i && self.u.i >= -5 && self.u.i <= 256);
-    case V_FLOAT: return tv(0);
-    default: return tv(self.u.o == o.u.o);
+    case V_UNDEF:
+        return tv(self.u.o == o.u.o || self.t == V_NONE);
+    case V_BOOL:
+        return tv(self.u.i == o.u.i);
+    case V_INT:
+        return tv(self.u.i == o.u.i && self.u.i >= -5 && self.u.i <= 256);
+    case V_FLOAT:
+        return tv(0);
+    default:
+        return tv(self.u.o == o.u.o);
     }
 }
 BUILTIN(t_filter) {
@@ -2158,7 +2263,8 @@ BUILTIN(g_range) {
     if (step == 0) tpl_fail(c, at, TPL_ERR_RUNTIME, "range() arg 3 must not be zero");
     /* count without overflow */
     long double span = step > 0 ? (long double)stop - start : (long double)start - stop;
-    long double cnt = span <= 0 ? 0 : ceill(span / (step > 0 ? (long double)step : -(long double)step));
+    long double cnt =
+        span <= 0 ? 0 : ceill(span / (step > 0 ? (long double)step : -(long double)step));
     if (cnt > MAX_RANGE)
         tpl_fail(c, at, TPL_ERR_LIMIT,
                  "Range too big. The sandbox blocks ranges larger than MAX_RANGE (%d).", MAX_RANGE);
@@ -2188,9 +2294,10 @@ static void dict_fill(tctx *c, const node *at, tdict *d, const targs *a, const c
             for (size_t i = 0; i < items->n; i++) {
                 tlist *pair = tpl_iterate(c, at, items->v[i]);
                 if (pair->n != 2)
-                    tpl_fail(c, at, TPL_ERR_RUNTIME,
-                             "dictionary update sequence element #%zu has length %zu; 2 is required",
-                             i, pair->n);
+                    tpl_fail(
+                        c, at, TPL_ERR_RUNTIME,
+                        "dictionary update sequence element #%zu has length %zu; 2 is required", i,
+                        pair->n);
                 tpl_dict_set(c, at, d, vref(pair->v[0]), vref(pair->v[1]));
                 tpl_release(c, v_obj(V_LIST, pair));
             }
@@ -2214,7 +2321,8 @@ BUILTIN(g_namespace) {
     val r = v_obj(V_NS, d);
     dict_fill(c, at, d, a, "namespace");
     for (size_t i = 0; i < d->n; i++)
-        if (d->e[i].k.t != V_STR) tpl_fail(c, at, TPL_ERR_RUNTIME, "namespace keys must be strings");
+        if (d->e[i].k.t != V_STR)
+            tpl_fail(c, at, TPL_ERR_RUNTIME, "namespace keys must be strings");
     return r;
 }
 
@@ -2291,9 +2399,15 @@ static const builtin *find(const builtin *t, const char *name) {
     return NULL;
 }
 
-const builtin *tpl_find_filter(const char *name) { return find(filters, name); }
-const builtin *tpl_find_test(const char *name) { return find(tests, name); }
-const builtin *tpl_find_global(const char *name) { return find(globals, name); }
+const builtin *tpl_find_filter(const char *name) {
+    return find(filters, name);
+}
+const builtin *tpl_find_test(const char *name) {
+    return find(tests, name);
+}
+const builtin *tpl_find_global(const char *name) {
+    return find(globals, name);
+}
 
 val tpl_call_filter(tctx *c, const node *at, const char *name, val self, const targs *a) {
     const builtin *b = find(filters, name);

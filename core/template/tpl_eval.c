@@ -13,11 +13,11 @@
 
 enum { EX_OK = 0, EX_BREAK, EX_CONTINUE };
 
-#define IMMORTAL(id, text)                                                                    \
-    static tstr id = {.h = {.rc = -1, .kind = O_STR},                                       \
-                      .len = sizeof text - 1,                                                \
-                      .cap = sizeof text - 1,                                                \
-                      .ncp = sizeof text - 1,                                                \
+#define IMMORTAL(id, text)                                                                         \
+    static tstr id = {.h = {.rc = -1, .kind = O_STR},                                              \
+                      .len = sizeof text - 1,                                                      \
+                      .cap = sizeof text - 1,                                                      \
+                      .ncp = sizeof text - 1,                                                      \
                       .s = (char *)text}
 IMMORTAL(s_loop, "loop");
 IMMORTAL(s_varargs, "varargs");
@@ -70,6 +70,13 @@ val tpl_getattr(tctx *c, const node *at, val obj, tstr *name) {
         dent *e = tpl_dict_find_str(VDICT(obj), name->s, name->len);
         return e ? vref(e->v) : tpl_undef_attr(c, obj, v_obj(V_STR, name));
     }
+    if (obj.t == V_INT || obj.t == V_BOOL || obj.t == V_FLOAT) { /* number attributes */
+        int fl = obj.t == V_FLOAT;
+        if (!strcmp(name->s, "real")) return fl ? obj : v_int(obj.u.i);
+        if (!strcmp(name->s, "imag")) return fl ? v_float(0.0) : v_int(0);
+        if (!fl && !strcmp(name->s, "numerator")) return v_int(obj.u.i);
+        if (!fl && !strcmp(name->s, "denominator")) return v_int(1);
+    }
     if (obj.t == V_FUNC && VFUNC(obj)->kind == F_MACRO && !strcmp(name->s, "name"))
         return tpl_cstr_val(c, at, VFUNC(obj)->name);
     if (obj.t == V_LIST && VLIST(obj)->tuple == L_GROUP &&
@@ -116,7 +123,8 @@ static size_t cp_offset(tctx *c, const node *at, tstr *s, int64_t idx) {
 val tpl_getitem(tctx *c, const node *at, val obj, val key) {
     int64_t i;
     switch (obj.t) {
-    case V_UNDEF: tpl_fail_undef(c, at, obj);
+    case V_UNDEF:
+        tpl_fail_undef(c, at, obj);
     case V_DICT: {
         if (key.t == V_LIST && !IS_TUPLE(VLIST(key))) break; /* unhashable: no such item */
         if (key.t == V_DICT || key.t == V_NS) break;
@@ -146,7 +154,8 @@ val tpl_getitem(tctx *c, const node *at, val obj, val key) {
             return tpl_undef_attr(c, obj, key);
         }
         break;
-    default: break;
+    default:
+        break;
     }
     if (key.t == V_STR) {
         if (obj.t == V_DICT) {
@@ -179,7 +188,9 @@ static int64_t adjust(int64_t x, int64_t len, int64_t step, int is_start, int gi
     return x;
 }
 
-static int bound_ok(val v) { return v.t == V_NONE || v.t == V_INT || v.t == V_BOOL; }
+static int bound_ok(val v) {
+    return v.t == V_NONE || v.t == V_INT || v.t == V_BOOL;
+}
 
 static val do_slice(tctx *c, const node *at, val obj, val vstart, val vstop, val vstep) {
     if (obj.t == V_UNDEF) tpl_fail_undef(c, at, obj);
@@ -213,8 +224,7 @@ static val do_slice(tctx *c, const node *at, val obj, val vstart, val vstop, val
         if (len == (int64_t)s->len) {
             for (int64_t i = a; step > 0 ? i < b : i > b; i += step) {
                 tpl_str_addc(c, at, r, s->s[i]);
-                if ((step > 0 && i > INT64_MAX - step) || (step < 0 && i < INT64_MIN - step))
-                    break;
+                if ((step > 0 && i > INT64_MAX - step) || (step < 0 && i < INT64_MIN - step)) break;
             }
         } else {
             /* offsets of every code point, then pick */
@@ -237,8 +247,7 @@ static val do_slice(tctx *c, const node *at, val obj, val vstart, val vstop, val
                              c->max_output);
                 }
                 tpl_str_add(c, at, tmp, s->s + off[x], need);
-                if ((step > 0 && x > INT64_MAX - step) || (step < 0 && x < INT64_MIN - step))
-                    break;
+                if ((step > 0 && x > INT64_MAX - step) || (step < 0 && x < INT64_MIN - step)) break;
             }
             free(off);
         }
@@ -250,8 +259,12 @@ static val do_slice(tctx *c, const node *at, val obj, val vstart, val vstop, val
 
 /* ---- operators ------------------------------------------------------------------------- */
 
-static int is_num(val v) { return v.t == V_BOOL || v.t == V_INT || v.t == V_FLOAT; }
-static double as_f(val v) { return v.t == V_FLOAT ? v.u.f : (double)v.u.i; }
+static int is_num(val v) {
+    return v.t == V_BOOL || v.t == V_INT || v.t == V_FLOAT;
+}
+static double as_f(val v) {
+    return v.t == V_FLOAT ? v.u.f : (double)v.u.i;
+}
 
 static const char *op_sym(int op) {
     static const char *const s[] = {"", "+", "-", "*", "/", "//", "%", "**"};
@@ -271,8 +284,7 @@ static val repeat(tctx *c, const node *at, val seq, int64_t times) {
     if (seq.t == V_STR) {
         tstr *s = VSTR(seq);
         if (s->len && (uint64_t)times > c->max_output / s->len)
-            tpl_fail(c, at, TPL_ERR_LIMIT, "output size limit exceeded (%zu bytes)",
-                     c->max_output);
+            tpl_fail(c, at, TPL_ERR_LIMIT, "output size limit exceeded (%zu bytes)", c->max_output);
         tstr *r = tpl_str_new(c, at, s->len * (size_t)times);
         for (int64_t i = 0; i < times; i++) tpl_str_add(c, at, r, s->s, s->len);
         tpl_step(c, at, r->len / 16);
@@ -409,8 +421,10 @@ val tpl_arith(tctx *c, const node *at, int op, val a, val b) {
         return v_obj(V_LIST, r);
     }
     if (op == OP_MUL) {
-        int sa = a.t == V_STR || (a.t == V_LIST && IS_PLAIN(VLIST(a)) && VLIST(a)->tuple != L_RANGE);
-        int sb = b.t == V_STR || (b.t == V_LIST && IS_PLAIN(VLIST(b)) && VLIST(b)->tuple != L_RANGE);
+        int sa =
+            a.t == V_STR || (a.t == V_LIST && IS_PLAIN(VLIST(a)) && VLIST(a)->tuple != L_RANGE);
+        int sb =
+            b.t == V_STR || (b.t == V_LIST && IS_PLAIN(VLIST(b)) && VLIST(b)->tuple != L_RANGE);
         if (sa && (b.t == V_INT || b.t == V_BOOL)) return repeat(c, at, a, b.u.i);
         if (sb && (a.t == V_INT || a.t == V_BOOL)) return repeat(c, at, b, a.u.i);
     }
@@ -420,12 +434,13 @@ val tpl_arith(tctx *c, const node *at, int op, val a, val b) {
 
 static int contains(tctx *c, const node *at, val item, val seq) {
     switch (seq.t) {
-    case V_UNDEF: return 0;
+    case V_UNDEF:
+        return 0;
     case V_STR:
         if (item.t == V_UNDEF) tpl_fail_undef(c, at, item);
         if (item.t != V_STR)
-            tpl_fail(c, at, TPL_ERR_RUNTIME, "'in <string>' requires string as left operand, not %s",
-                     tpl_type_name(item));
+            tpl_fail(c, at, TPL_ERR_RUNTIME,
+                     "'in <string>' requires string as left operand, not %s", tpl_type_name(item));
         tpl_step(c, at, VSTR(seq)->len / 64);
         return VSTR(item)->len == 0 ||
                memmem(VSTR(seq)->s, VSTR(seq)->len, VSTR(item)->s, VSTR(item)->len) != NULL;
@@ -442,7 +457,8 @@ static int contains(tctx *c, const node *at, val item, val seq) {
         }
         return 0;
     }
-    case V_DICT: return tpl_dict_find(c, at, VDICT(seq), item) != NULL;
+    case V_DICT:
+        return tpl_dict_find(c, at, VDICT(seq), item) != NULL;
     default:
         tpl_fail(c, at, TPL_ERR_RUNTIME, "argument of type '%s' is not iterable",
                  tpl_type_name(seq));
@@ -451,20 +467,29 @@ static int contains(tctx *c, const node *at, val item, val seq) {
 
 static int compare_op(tctx *c, const node *at, int op, val a, val b) {
     switch (op) {
-    case CMP_EQ: return tpl_equal(c, at, a, b);
-    case CMP_NE: return !tpl_equal(c, at, a, b);
-    case CMP_IN: return contains(c, at, a, b);
-    case CMP_NOTIN: return !contains(c, at, a, b);
-    default: break;
+    case CMP_EQ:
+        return tpl_equal(c, at, a, b);
+    case CMP_NE:
+        return !tpl_equal(c, at, a, b);
+    case CMP_IN:
+        return contains(c, at, a, b);
+    case CMP_NOTIN:
+        return !contains(c, at, a, b);
+    default:
+        break;
     }
     static const char *const names[] = {"", "", "", "<", "<=", ">", ">="};
     int r = tpl_compare(c, at, a, b, names[op]);
     if (r == 2) return 0; /* NaN */
     switch (op) {
-    case CMP_LT: return r < 0;
-    case CMP_LE: return r <= 0;
-    case CMP_GT: return r > 0;
-    default: return r >= 0;
+    case CMP_LT:
+        return r < 0;
+    case CMP_LE:
+        return r <= 0;
+    case CMP_GT:
+        return r > 0;
+    default:
+        return r >= 0;
     }
 }
 
@@ -509,8 +534,8 @@ static void eval_args(tctx *c, const node *n, argbuf *ab) {
             tpl_list_push(c, n, names, vref(d->e[i].k));
         }
     }
-    ab->a = (targs){.n = npos, .pos = vals->v, .nkw = names->n, .kwn = names->v,
-                    .kw = vals->v + npos};
+    ab->a =
+        (targs){.n = npos, .pos = vals->v, .nkw = names->n, .kwn = names->v, .kw = vals->v + npos};
     ab->hold[0] = v_obj(V_LIST, vals);
     ab->hold[1] = v_obj(V_LIST, names);
     ab->hold[2] = star;
@@ -530,9 +555,12 @@ val tpl_call(tctx *c, const node *at, val fn, const targs *a) {
         tpl_fail(c, at, TPL_ERR_RUNTIME, "'%s' object is not callable", tpl_type_name(fn));
     tfunc *f = VFUNC(fn);
     switch (f->kind) {
-    case F_BUILTIN: return f->fn(c, at, v_undef(), a);
-    case F_METHOD: return f->fn(c, at, f->self, a);
-    case F_MACRO: return call_macro(c, at, f, a);
+    case F_BUILTIN:
+        return f->fn(c, at, v_undef(), a);
+    case F_METHOD:
+        return f->fn(c, at, f->self, a);
+    case F_MACRO:
+        return call_macro(c, at, f, a);
     case F_JOINER:
         if (a->n || a->nkw) tpl_fail(c, at, TPL_ERR_RUNTIME, "joiner() takes no arguments");
         if (!f->state) {
@@ -565,8 +593,7 @@ static void assign(tctx *c, tframe *fr, const node *target, val v) {
         if (items->n < target->n)
             tpl_fail(c, target, TPL_ERR_RUNTIME,
                      "not enough values to unpack (expected %zu, got %zu)", target->n, items->n);
-        tpl_fail(c, target, TPL_ERR_RUNTIME, "too many values to unpack (expected %zu)",
-                 target->n);
+        tpl_fail(c, target, TPL_ERR_RUNTIME, "too many values to unpack (expected %zu)", target->n);
     }
     for (size_t i = 0; i < target->n; i++) assign(c, fr, target->list[i], items->v[i]);
     tpl_release(c, v_obj(V_LIST, items));
@@ -619,8 +646,12 @@ val tpl_eval(tctx *c, const node *n) {
     c->pos = n;
     val r;
     switch (n->kind) {
-    case E_CONST: r = vref(n->cval); break;
-    case E_NAME: r = lookup_name(c, n->name); break;
+    case E_CONST:
+        r = vref(n->cval);
+        break;
+    case E_NAME:
+        r = lookup_name(c, n->name);
+        break;
     case E_GETATTR: {
         val obj = tpl_eval(c, n->a);
         r = tpl_getattr(c, n, obj, n->name);
@@ -656,7 +687,9 @@ val tpl_eval(tctx *c, const node *n) {
         tpl_release(c, fn);
         break;
     }
-    case E_FILTER: r = apply_filter(c, n, v_undef()); break;
+    case E_FILTER:
+        r = apply_filter(c, n, v_undef());
+        break;
     case E_TEST: {
         if (!n->fn) tpl_fail(c, n, TPL_ERR_RUNTIME, "No test named '%s'.", n->name->s);
         val v = eval_lenient(c, n->a);
@@ -697,7 +730,8 @@ val tpl_eval(tctx *c, const node *n) {
         else if (v.t == V_FLOAT)
             r = v_float(-v.u.f);
         else if (v.u.i == INT64_MIN)
-            tpl_fail(c, n, TPL_ERR_RUNTIME, "integer overflow (results beyond 64 bits are not supported)");
+            tpl_fail(c, n, TPL_ERR_RUNTIME,
+                     "integer overflow (results beyond 64 bits are not supported)");
         else
             r = v_int(-v.u.i);
         break;
@@ -763,7 +797,8 @@ val tpl_eval(tctx *c, const node *n) {
         }
         break;
     }
-    default: tpl_fail(c, n, TPL_ERR_RUNTIME, "internal error: not an expression");
+    default:
+        tpl_fail(c, n, TPL_ERR_RUNTIME, "internal error: not an expression");
     }
     c->pos = saved_pos;
     c->depth--;
@@ -956,7 +991,9 @@ int tpl_exec(tctx *c, const node *n) {
     case S_LIST:
         for (size_t i = 0; i < n->n && r == EX_OK; i++) r = tpl_exec(c, n->list[i]);
         break;
-    case S_DATA: tpl_str_add(c, n, c->out, VSTR(n->cval)->s, VSTR(n->cval)->len); break;
+    case S_DATA:
+        tpl_str_add(c, n, c->out, VSTR(n->cval)->s, VSTR(n->cval)->len);
+        break;
     case S_OUT: {
         val v = tpl_eval(c, n->a);
         tpl_to_str(c, n, c->out, v);
@@ -977,7 +1014,9 @@ int tpl_exec(tctx *c, const node *n) {
             r = tpl_exec(c, n->b);
         break;
     }
-    case S_FOR: r = exec_for(c, n); break;
+    case S_FOR:
+        r = exec_for(c, n);
+        break;
     case S_SET: {
         val v = tpl_eval(c, n->b);
         assign(c, c->frame, n->a, v);
@@ -1050,15 +1089,20 @@ int tpl_exec(tctx *c, const node *n) {
         tpl_release_obj(c, &fr->h);
         break;
     }
-    case S_BREAK: r = EX_BREAK; break;
-    case S_CONTINUE: r = EX_CONTINUE; break;
+    case S_BREAK:
+        r = EX_BREAK;
+        break;
+    case S_CONTINUE:
+        r = EX_CONTINUE;
+        break;
     case S_SCOPE: {
         tframe *fr = tpl_frame_new(c, c->frame);
         r = exec_in(c, n->b, fr);
         tpl_release_obj(c, &fr->h);
         break;
     }
-    default: tpl_fail(c, n, TPL_ERR_RUNTIME, "internal error: not a statement");
+    default:
+        tpl_fail(c, n, TPL_ERR_RUNTIME, "internal error: not a statement");
     }
     c->pos = saved_pos;
     c->depth--;

@@ -39,7 +39,9 @@ static void pad_add(tctx *c, const node *at, tstr *out, const char *p, size_t n,
     for (int64_t i = 0; i < right; i++) tpl_str_add_cp(c, at, out, fill);
 }
 
-static int is_int(val v) { return v.t == V_INT || v.t == V_BOOL; }
+static int is_int(val v) {
+    return v.t == V_INT || v.t == V_BOOL;
+}
 
 /* ---- printf-style ---------------------------------------------------------------------- */
 
@@ -48,17 +50,16 @@ val tpl_percent_format(tctx *c, const node *at, tstr *fmt, val args) {
     tdict *map = args.t == V_DICT ? VDICT(args) : NULL;
     /* Python takes any non-tuple with __getitem__ (a list, an Undefined) for a mapping: then
      * leftover arguments are no error */
-    int maplike = map || args.t == V_UNDEF ||
-                  (args.t == V_LIST && IS_PLAIN(VLIST(args)) && !tuple);
+    int maplike = map || args.t == V_UNDEF || (args.t == V_LIST && IS_PLAIN(VLIST(args)) && !tuple);
     size_t argi = 0, nargs = tuple ? tuple->n : 1;
     int used_map = 0;
     tstr *out = tpl_str_new(c, at, fmt->len + 16);
     const char *s = fmt->s;
     size_t n = fmt->len;
-#define NEXT_ARG()                                                                           \
-    (argi < nargs ? (tuple ? tuple->v[argi++] : (argi++, args))                              \
-                  : (tpl_fail(c, at, TPL_ERR_RUNTIME, "not enough arguments for format string"), \
-                     args))
+#define NEXT_ARG()                                                                                 \
+    (argi < nargs                                                                                  \
+         ? (tuple ? tuple->v[argi++] : (argi++, args))                                             \
+         : (tpl_fail(c, at, TPL_ERR_RUNTIME, "not enough arguments for format string"), args))
     for (size_t i = 0; i < n;) {
         if (s[i] != '%') {
             size_t j = i;
@@ -81,7 +82,9 @@ val tpl_percent_format(tctx *c, const node *at, tstr *fmt, val args) {
             }
             if (j >= n) tpl_fail(c, at, TPL_ERR_RUNTIME, "incomplete format key");
             dent *e = tpl_dict_find(c, at, map, tpl_str_val(c, at, s + i, j - i));
-            if (!e) tpl_fail(c, at, TPL_ERR_RUNTIME, "format key '%.*s' not found", (int)(j - i), s + i);
+            if (!e)
+                tpl_fail(c, at, TPL_ERR_RUNTIME, "format key '%.*s' not found", (int)(j - i),
+                         s + i);
             v = e->v;
             have_v = 1;
             used_map = 1;
@@ -154,7 +157,8 @@ val tpl_percent_format(tctx *c, const node *at, tstr *fmt, val args) {
             size_t len = tmp->len;
             if (prec >= 0) { /* precision counts code points */
                 size_t k = 0;
-                for (int64_t q = 0; q < prec && k < tmp->len; q++) tpl_utf8_next(tmp->s, tmp->len, &k);
+                for (int64_t q = 0; q < prec && k < tmp->len; q++)
+                    tpl_utf8_next(tmp->s, tmp->len, &k);
                 len = k;
             }
             pad_add(c, at, out, tmp->s, len, width, left ? '<' : '>', ' ');
@@ -189,18 +193,29 @@ val tpl_percent_format(tctx *c, const node *at, tstr *fmt, val args) {
                 tpl_fail_undef(c, at, v);
             } else {
                 tpl_fail(c, at, TPL_ERR_RUNTIME, "%%%c format: %s is required, not %s", conv,
-                         conv == 'd' || conv == 'i' || conv == 'u' ? "a real number"
-                                                                   : "an integer",
+                         conv == 'd' || conv == 'i' || conv == 'u' ? "a real number" : "an integer",
                          tpl_type_name(v));
             }
             char cc = conv == 'i' || conv == 'u' ? 'd' : conv;
             unsigned long long ux =
                 x < 0 ? (unsigned long long)0 - (unsigned long long)x : (unsigned long long)x;
             char digits[80];
-            snprintf(digits, sizeof digits, cc == 'd' ? "%llu" : cc == 'o' ? "%llo" : cc == 'x' ? "%llx" : "%llX", ux);
+            snprintf(digits, sizeof digits,
+                     cc == 'd'   ? "%llu"
+                     : cc == 'o' ? "%llo"
+                     : cc == 'x' ? "%llx"
+                                 : "%llX",
+                     ux);
             size_t nd = strlen(digits);
-            const char *prefix = !alt || cc == 'd' ? "" : cc == 'o' ? "0o" : cc == 'x' ? "0x" : "0X";
-            tpl_str_add(c, at, tmp, x < 0 ? "-" : plus ? "+" : space ? " " : "",
+            const char *prefix = !alt || cc == 'd' ? ""
+                                 : cc == 'o'       ? "0o"
+                                 : cc == 'x'       ? "0x"
+                                                   : "0X";
+            tpl_str_add(c, at, tmp,
+                        x < 0   ? "-"
+                        : plus  ? "+"
+                        : space ? " "
+                                : "",
                         x < 0 || plus || space ? 1 : 0);
             tpl_str_add(c, at, tmp, prefix, strlen(prefix));
             for (int64_t q = (int64_t)nd; q < prec; q++) tpl_str_addc(c, at, tmp, '0');
@@ -237,8 +252,9 @@ val tpl_percent_format(tctx *c, const node *at, tstr *fmt, val args) {
             continue;
         }
         default:
-            tpl_fail(c, at, TPL_ERR_RUNTIME, "unsupported format character '%c' (0x%x) at index %zu",
-                     conv, (unsigned char)conv, start + (size_t)(i - start - 1));
+            tpl_fail(c, at, TPL_ERR_RUNTIME,
+                     "unsupported format character '%c' (0x%x) at index %zu", conv,
+                     (unsigned char)conv, start + (size_t)(i - start - 1));
         }
     }
     if (!maplike && argi < nargs && !used_map)
@@ -342,8 +358,8 @@ static void format_value(tctx *c, const node *at, tstr *out, val v, const char *
     }
     char t = f.type;
     const char *sg = f.sign == '+' ? "+" : f.sign == ' ' ? " " : "";
-    if (v.t != V_FLOAT && (!t || t == 'd' || t == 'n' || t == 'x' || t == 'X' || t == 'o' ||
-                           t == 'b' || t == 'c')) {
+    if (v.t != V_FLOAT &&
+        (!t || t == 'd' || t == 'n' || t == 'x' || t == 'X' || t == 'o' || t == 'b' || t == 'c')) {
         int64_t x = v.u.i;
         if (f.prec >= 0)
             tpl_fail(c, at, TPL_ERR_RUNTIME, "Precision not allowed in integer format specifier");
@@ -368,8 +384,16 @@ static void format_value(tctx *c, const node *at, tstr *out, val v, const char *
             while (k) *o++ = bits[--k];
             *o = 0;
         } else if (t == 'x' || t == 'X' || t == 'o') {
-            snprintf(buf, sizeof buf, t == 'o' ? "%s%s%llo" : t == 'x' ? "%s%s%llx" : "%s%s%llX",
-                     sign, f.alt ? (t == 'o' ? "0o" : t == 'x' ? "0x" : "0X") : "", ux);
+            snprintf(buf, sizeof buf,
+                     t == 'o'   ? "%s%s%llo"
+                     : t == 'x' ? "%s%s%llx"
+                                : "%s%s%llX",
+                     sign,
+                     f.alt ? (t == 'o'   ? "0o"
+                              : t == 'x' ? "0x"
+                                         : "0X")
+                           : "",
+                     ux);
         } else {
             snprintf(buf, sizeof buf, "%s%llu", sign, ux);
             if (f.grouping) group_digits(buf, sizeof buf, f.grouping);
@@ -377,8 +401,8 @@ static void format_value(tctx *c, const node *at, tstr *out, val v, const char *
     } else {
         double x = v.t == V_FLOAT ? v.u.f : (double)v.u.i;
         if (t && !strchr("eEfFgGn%", t))
-            tpl_fail(c, at, TPL_ERR_RUNTIME, "Unknown format code '%c' for object of type '%s'",
-                     t, tpl_type_name(v));
+            tpl_fail(c, at, TPL_ERR_RUNTIME, "Unknown format code '%c' for object of type '%s'", t,
+                     tpl_type_name(v));
         int prec = f.prec < 0 ? 6 : (int)(f.prec > 300 ? 300 : f.prec);
         if (!t) {
             if (f.prec < 0) {
@@ -518,7 +542,9 @@ val tpl_str_format(tctx *c, const node *at, tstr *fmt, const targs *a) {
         }
         char conv = 0;
         if (k < fl && f[k] == '!') {
-            if (k + 1 >= fl) tpl_fail(c, at, TPL_ERR_RUNTIME, "end of string while looking for conversion specifier");
+            if (k + 1 >= fl)
+                tpl_fail(c, at, TPL_ERR_RUNTIME,
+                         "end of string while looking for conversion specifier");
             conv = f[k + 1];
             k += 2;
             if (conv != 'r' && conv != 's' && conv != 'a')

@@ -135,8 +135,8 @@ typedef struct tframe {
 /* Why a value is undefined, for the message of the error its use raises. */
 typedef struct tundef {
     hobj h;
-    val name;             /* a str, or the missing index */
-    val obj;              /* the object looked into, V_UNDEF when a variable was missing */
+    val name;  /* a str, or the missing index */
+    val obj;   /* the object looked into, V_UNDEF when a variable was missing */
     tstr *msg; /* custom message (sandbox refusal, first of an empty sequence, ...) */
 } tundef;
 
@@ -196,8 +196,8 @@ typedef struct node {
     uint8_t op;
     uint8_t flags;
     int line, col;
-    val cval;                  /* E_CONST, S_DATA */
-    tstr *name;                /* names: variable, attribute, filter, test, macro */
+    val cval;   /* E_CONST, S_DATA */
+    tstr *name; /* names: variable, attribute, filter, test, macro */
     struct node *a, *b, *c, *d, *e;
     struct node **list; /* positional args, items, keys, conditions, body statements, ... */
     size_t n;
@@ -205,7 +205,7 @@ typedef struct node {
     size_t n2;
     tstr **names; /* keyword names, macro parameters */
     size_t nnames;
-    uint8_t *ops; /* E_CMP operators */
+    uint8_t *ops;             /* E_CMP operators */
     const struct builtin *fn; /* E_FILTER, E_TEST */
 } node;
 
@@ -255,7 +255,7 @@ typedef struct tctx {
     tframe *root;
     tframe *frame;   /* the innermost scope */
     const node *pos; /* the node being evaluated: where budget and memory errors point */
-    int64_t now; /* seconds since the epoch for strftime_now */
+    int64_t now;     /* seconds since the epoch for strftime_now */
     const tpl_template *tpl;
 } tctx;
 
@@ -288,12 +288,24 @@ static inline val vref(val v) {
 #define VUNREF(c, v) tpl_release((c), (v))
 
 /* constructors */
-static inline val v_undef(void) { return (val){.t = V_UNDEF}; }
-static inline val v_none(void) { return (val){.t = V_NONE}; }
-static inline val v_bool(int b) { return (val){.t = V_BOOL, .u.i = b != 0}; }
-static inline val v_int(int64_t i) { return (val){.t = V_INT, .u.i = i}; }
-static inline val v_float(double f) { return (val){.t = V_FLOAT, .u.f = f}; }
-static inline val v_obj(int t, void *o) { return (val){.t = (uint8_t)t, .u.o = (hobj *)o}; }
+static inline val v_undef(void) {
+    return (val){.t = V_UNDEF};
+}
+static inline val v_none(void) {
+    return (val){.t = V_NONE};
+}
+static inline val v_bool(int b) {
+    return (val){.t = V_BOOL, .u.i = b != 0};
+}
+static inline val v_int(int64_t i) {
+    return (val){.t = V_INT, .u.i = i};
+}
+static inline val v_float(double f) {
+    return (val){.t = V_FLOAT, .u.f = f};
+}
+static inline val v_obj(int t, void *o) {
+    return (val){.t = (uint8_t)t, .u.o = (hobj *)o};
+}
 #define VSTR(v)  ((tstr *)(v).u.o)
 #define VLIST(v) ((tlist *)(v).u.o)
 #define VDICT(v) ((tdict *)(v).u.o)
@@ -361,14 +373,16 @@ int tpl_call_test(tctx *c, const node *at, const char *name, val v, const targs 
 /* json */
 val tpl_from_json(tctx *c, const node *at, void *json_obj, int depth);
 void tpl_tojson(tctx *c, const node *at, tstr *s, val v, int ensure_ascii, const char *indent,
-                int has_indent, const char *item_sep, const char *key_sep, int sort_keys,
-                int depth, int level);
+                int has_indent, const char *item_sep, const char *key_sep, int sort_keys, int depth,
+                int level);
 
 /* argument binding for builtins: spec is "name,name2=,..." (a '=' marks an optional one);
  * out[i] is V_UNDEF with safe == 1 (and no object) when not given */
 void tpl_bind(tctx *c, const node *at, const char *fname, const targs *a, const char *spec,
               val *out, size_t nout);
-static inline int given(val v) { return !(v.t == V_UNDEF && v.safe == 1); }
+static inline int given(val v) {
+    return !(v.t == V_UNDEF && v.safe == 1);
+}
 
 /* ---- unicode --------------------------------------------------------------------------- */
 

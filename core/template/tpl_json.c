@@ -17,15 +17,18 @@ val tpl_from_json(tctx *c, const node *at, void *jo, int depth) {
     json_object *o = jo;
     if (depth > MAX_JSON_DEPTH) tpl_fail(c, at, TPL_ERR_INPUT, "input JSON nested too deeply");
     switch (json_object_get_type(o)) {
-    case json_type_null: return v_none();
-    case json_type_boolean: return v_bool(json_object_get_boolean(o));
+    case json_type_null:
+        return v_none();
+    case json_type_boolean:
+        return v_bool(json_object_get_boolean(o));
     case json_type_int: {
         int64_t i = json_object_get_int64(o);
         if (i == INT64_MAX && json_object_get_uint64(o) > (uint64_t)INT64_MAX)
             return v_float((double)json_object_get_uint64(o));
         return v_int(i);
     }
-    case json_type_double: return v_float(json_object_get_double(o));
+    case json_type_double:
+        return v_float(json_object_get_double(o));
     case json_type_string:
         return tpl_str_val(c, at, json_object_get_string(o), (size_t)json_object_get_string_len(o));
     case json_type_array: {
@@ -33,7 +36,8 @@ val tpl_from_json(tctx *c, const node *at, void *jo, int depth) {
         tlist *l = tpl_list_new(c, at, n);
         val r = v_obj(V_LIST, l);
         for (size_t i = 0; i < n; i++)
-            tpl_list_push(c, at, l, tpl_from_json(c, at, json_object_array_get_idx(o, i), depth + 1));
+            tpl_list_push(c, at, l,
+                          tpl_from_json(c, at, json_object_array_get_idx(o, i), depth + 1));
         return r;
     }
     case json_type_object: {
@@ -60,13 +64,27 @@ static void json_str(tctx *c, const node *at, tstr *s, const char *p, size_t n, 
         if (b < 0x80) {
             i++;
             switch (b) {
-            case '"': esc = "\\\""; break;
-            case '\\': esc = "\\\\"; break;
-            case '\n': esc = "\\n"; break;
-            case '\r': esc = "\\r"; break;
-            case '\t': esc = "\\t"; break;
-            case '\b': esc = "\\b"; break;
-            case '\f': esc = "\\f"; break;
+            case '"':
+                esc = "\\\"";
+                break;
+            case '\\':
+                esc = "\\\\";
+                break;
+            case '\n':
+                esc = "\\n";
+                break;
+            case '\r':
+                esc = "\\r";
+                break;
+            case '\t':
+                esc = "\\t";
+                break;
+            case '\b':
+                esc = "\\b";
+                break;
+            case '\f':
+                esc = "\\f";
+                break;
             default:
                 if (b < 0x20) {
                     snprintf(buf, sizeof buf, "\\u%04x", b);
@@ -108,10 +126,18 @@ static void newline_indent(tctx *c, const node *at, tstr *s, const char *indent,
 static int key_text(tctx *c, const node *at, tstr *out, val k) {
     char buf[64];
     switch (k.t) {
-    case V_STR: tpl_str_add(c, at, out, VSTR(k)->s, VSTR(k)->len); return 0;
-    case V_BOOL: tpl_str_add(c, at, out, k.u.i ? "true" : "false", k.u.i ? 4 : 5); return 0;
-    case V_NONE: tpl_str_add(c, at, out, "null", 4); return 0;
-    case V_INT: tpl_str_addf(c, at, out, "%" PRId64, k.u.i); return 0;
+    case V_STR:
+        tpl_str_add(c, at, out, VSTR(k)->s, VSTR(k)->len);
+        return 0;
+    case V_BOOL:
+        tpl_str_add(c, at, out, k.u.i ? "true" : "false", k.u.i ? 4 : 5);
+        return 0;
+    case V_NONE:
+        tpl_str_add(c, at, out, "null", 4);
+        return 0;
+    case V_INT:
+        tpl_str_addf(c, at, out, "%" PRId64, k.u.i);
+        return 0;
     case V_FLOAT:
         if (isnan(k.u.f))
             snprintf(buf, sizeof buf, "NaN");
@@ -121,7 +147,8 @@ static int key_text(tctx *c, const node *at, tstr *out, val k) {
             tpl_float_repr(k.u.f, buf, sizeof buf);
         tpl_str_add(c, at, out, buf, strlen(buf));
         return 0;
-    default: return -1;
+    default:
+        return -1;
     }
 }
 
@@ -140,15 +167,21 @@ static void sort_idx(tctx *c, const node *at, const dent *e, size_t *idx, size_t
 }
 
 void tpl_tojson(tctx *c, const node *at, tstr *s, val v, int ascii, const char *indent,
-                int has_indent, const char *item_sep, const char *key_sep, int sort_keys,
-                int depth, int level) {
+                int has_indent, const char *item_sep, const char *key_sep, int sort_keys, int depth,
+                int level) {
     if (depth > MAX_JSON_DEPTH) tpl_fail(c, at, TPL_ERR_RUNTIME, "Circular reference detected");
     tpl_step(c, at, 1);
     char buf[64];
     switch (v.t) {
-    case V_NONE: tpl_str_add(c, at, s, "null", 4); return;
-    case V_BOOL: tpl_str_add(c, at, s, v.u.i ? "true" : "false", v.u.i ? 4 : 5); return;
-    case V_INT: tpl_str_addf(c, at, s, "%" PRId64, v.u.i); return;
+    case V_NONE:
+        tpl_str_add(c, at, s, "null", 4);
+        return;
+    case V_BOOL:
+        tpl_str_add(c, at, s, v.u.i ? "true" : "false", v.u.i ? 4 : 5);
+        return;
+    case V_INT:
+        tpl_str_addf(c, at, s, "%" PRId64, v.u.i);
+        return;
     case V_FLOAT:
         if (isnan(v.u.f))
             snprintf(buf, sizeof buf, "NaN");
@@ -158,7 +191,9 @@ void tpl_tojson(tctx *c, const node *at, tstr *s, val v, int ascii, const char *
             tpl_float_repr(v.u.f, buf, sizeof buf);
         tpl_str_add(c, at, s, buf, strlen(buf));
         return;
-    case V_STR: json_str(c, at, s, VSTR(v)->s, VSTR(v)->len, ascii); return;
+    case V_STR:
+        json_str(c, at, s, VSTR(v)->s, VSTR(v)->len, ascii);
+        return;
     case V_LIST: {
         tlist *l = VLIST(v);
         if (!IS_PLAIN(l) || l->tuple == L_RANGE)
@@ -209,8 +244,7 @@ void tpl_tojson(tctx *c, const node *at, tstr *s, val v, int ascii, const char *
             kt->len = 0;
             if (key_text(c, at, kt, e->k) < 0)
                 tpl_fail(c, at, TPL_ERR_RUNTIME,
-                         "keys must be str, int, float, bool or None, not %s",
-                         tpl_type_name(e->k));
+                         "keys must be str, int, float, bool or None, not %s", tpl_type_name(e->k));
             json_str(c, at, s, kt->s, kt->len, ascii);
             tpl_str_add(c, at, s, key_sep, strlen(key_sep));
             tpl_tojson(c, at, s, e->v, ascii, indent, has_indent, item_sep, key_sep, sort_keys,

@@ -12,18 +12,52 @@
 
 #define MAX_PARSE_DEPTH 200
 
-enum { T_DATA, T_VAR_BEGIN, T_VAR_END, T_BLOCK_BEGIN, T_BLOCK_END, T_NAME, T_STRING, T_INT,
-       T_FLOAT, T_OP, T_EOF };
+enum {
+    T_DATA,
+    T_VAR_BEGIN,
+    T_VAR_END,
+    T_BLOCK_BEGIN,
+    T_BLOCK_END,
+    T_NAME,
+    T_STRING,
+    T_INT,
+    T_FLOAT,
+    T_OP,
+    T_EOF
+};
 
 enum {
-    P_ADD = 1, P_SUB, P_DIV, P_FLOORDIV, P_MUL, P_MOD, P_POW, P_TILDE, P_LBRACKET, P_RBRACKET,
-    P_LPAREN, P_RPAREN, P_LBRACE, P_RBRACE, P_EQ, P_NE, P_GT, P_GTEQ, P_LT, P_LTEQ, P_ASSIGN,
-    P_DOT, P_COLON, P_PIPE, P_COMMA, P_SEMICOLON,
+    P_ADD = 1,
+    P_SUB,
+    P_DIV,
+    P_FLOORDIV,
+    P_MUL,
+    P_MOD,
+    P_POW,
+    P_TILDE,
+    P_LBRACKET,
+    P_RBRACKET,
+    P_LPAREN,
+    P_RPAREN,
+    P_LBRACE,
+    P_RBRACE,
+    P_EQ,
+    P_NE,
+    P_GT,
+    P_GTEQ,
+    P_LT,
+    P_LTEQ,
+    P_ASSIGN,
+    P_DOT,
+    P_COLON,
+    P_PIPE,
+    P_COMMA,
+    P_SEMICOLON,
 };
 
 static const char *const op_text[] = {
-    "", "+", "-", "/", "//", "*", "%", "**", "~", "[", "]", "(", ")", "{", "}",
-    "==", "!=", ">", ">=", "<", "<=", "=", ".", ":", "|", ",", ";",
+    "",  "+",  "-",  "/", "//", "*", "%",  "**", "~", "[", "]", "(", ")", "{",
+    "}", "==", "!=", ">", ">=", "<", "<=", "=",  ".", ":", "|", ",", ";",
 };
 
 typedef struct {
@@ -158,7 +192,7 @@ static size_t rstrip_ws(const P *p, size_t a, size_t b) {
 }
 
 /* Jinja's whitespace control of the data before a tag: '-' strips all whitespace;
- * otherwise lstrip_blocks removes spaces and tabs between a line start and a block tag. */
+ * otherwise lstrip_blocks removes the whitespace between a line start and a block tag. */
 static size_t strip_before(const P *p, size_t a, size_t b, char sign, int is_var,
                            int line_starting) {
     if (sign == '-') return rstrip_ws(p, a, b);
@@ -167,12 +201,15 @@ static size_t strip_before(const P *p, size_t a, size_t b, char sign, int is_var
     while (l > a && p->src[l - 1] != '\n') l--;
     int has_nl = l > a;
     if (!has_nl && !line_starting) return b;
-    for (size_t i = l; i < b; i++)
-        if (p->src[i] != ' ' && p->src[i] != '\t') return b;
+    /* jinja 3.1: whitespace_re.fullmatch(text, l_pos), i.e. only \s characters */
+    for (size_t i = l; i < b;)
+        if (!tpl_py_isspace(tpl_utf8_next(p->src, b, &i))) return b;
     return l;
 }
 
-static int is_digit(char ch) { return ch >= '0' && ch <= '9'; }
+static int is_digit(char ch) {
+    return ch >= '0' && ch <= '9';
+}
 
 /* end of (\d+_)*\d+ at i, or i */
 static size_t match_digits(const P *p, size_t i) {
@@ -307,17 +344,38 @@ static size_t lex_string(P *p, size_t i, tstr **out) {
         k += 2;
         int32_t cp = -1;
         switch (e) {
-        case '\n': continue; /* line continuation */
-        case '\\': cp = '\\'; break;
-        case '\'': cp = '\''; break;
-        case '"': cp = '"'; break;
-        case 'a': cp = 7; break;
-        case 'b': cp = 8; break;
-        case 'f': cp = 12; break;
-        case 'n': cp = '\n'; break;
-        case 'r': cp = '\r'; break;
-        case 't': cp = '\t'; break;
-        case 'v': cp = 11; break;
+        case '\n':
+            continue; /* line continuation */
+        case '\\':
+            cp = '\\';
+            break;
+        case '\'':
+            cp = '\'';
+            break;
+        case '"':
+            cp = '"';
+            break;
+        case 'a':
+            cp = 7;
+            break;
+        case 'b':
+            cp = 8;
+            break;
+        case 'f':
+            cp = 12;
+            break;
+        case 'n':
+            cp = '\n';
+            break;
+        case 'r':
+            cp = '\r';
+            break;
+        case 't':
+            cp = '\t';
+            break;
+        case 'v':
+            cp = 11;
+            break;
         case 'x':
         case 'u':
         case 'U': {
@@ -326,9 +384,9 @@ static size_t lex_string(P *p, size_t i, tstr **out) {
             for (int d = 0; d < nd; d++) {
                 int h = k < j ? hexval(s[k]) : -1;
                 if (h < 0) {
-                    bad = e == 'x' ? "truncated \\xXX escape"
-                                   : e == 'u' ? "truncated \\uXXXX escape"
-                                              : "truncated \\UXXXXXXXX escape";
+                    bad = e == 'x'   ? "truncated \\xXX escape"
+                          : e == 'u' ? "truncated \\uXXXX escape"
+                                     : "truncated \\UXXXXXXXX escape";
                     badpos = at;
                     break;
                 }
@@ -363,6 +421,22 @@ static size_t lex_string(P *p, size_t i, tstr **out) {
             badpos = at;
             break;
         default:
+            if ((unsigned char)e >= 0x80) {
+                /* jinja backslash-replaces non-ASCII before unescaping: "\\é" reads "\\xe9" */
+                size_t q = at + 1;
+                int32_t ncp = tpl_utf8_next(s, j, &q);
+                char esc[16];
+                int el = snprintf(esc, sizeof esc,
+                                  ncp < 0x100     ? "\\x%02x"
+                                  : ncp < 0x10000 ? "\\u%04x"
+                                                  : "\\U%08x",
+                                  (unsigned)ncp);
+                buf = pgrow(p, buf, &cap, len + (size_t)el, 1);
+                memcpy(buf + len, esc, (size_t)el);
+                len += (size_t)el;
+                k = q;
+                continue;
+            }
             if (e >= '0' && e <= '7') {
                 int32_t v = e - '0';
                 for (int d = 0; d < 2 && k < j && s[k] >= '0' && s[k] <= '7'; d++, k++)
@@ -549,8 +623,7 @@ static void lex(P *p) {
             for (int k = 1; k <= P_SEMICOLON && !op; k++)
                 if (op_text[k][1] == 0 && s[i] == op_text[k][0]) op = k;
             if (!op) {
-                if (cp < 0x80 && cp >= 0x20)
-                    pfail(p, i, "unexpected char '%c'", (char)cp);
+                if (cp < 0x80 && cp >= 0x20) pfail(p, i, "unexpected char '%c'", (char)cp);
                 pfail(p, i, "unexpected char U+%04X", (unsigned)cp);
             }
             if (op == P_LPAREN || op == P_LBRACKET || op == P_LBRACE) {
@@ -573,31 +646,59 @@ static void lex(P *p) {
 
 /* ---- parser helpers -------------------------------------------------------------------- */
 
-static tok *cur(P *p) { return &p->toks[p->i]; }
-static tok *look(P *p) { return &p->toks[p->i + 1 < p->ntoks ? p->i + 1 : p->i]; }
+static tok *cur(P *p) {
+    return &p->toks[p->i];
+}
+static tok *look(P *p) {
+    return &p->toks[p->i + 1 < p->ntoks ? p->i + 1 : p->i];
+}
 static tok *advance(P *p) {
     tok *t = &p->toks[p->i];
     if (p->i + 1 < p->ntoks) p->i++;
     return t;
 }
-static int is_op(tok *t, int op) { return t->type == T_OP && t->op == op; }
+static int is_op(tok *t, int op) {
+    return t->type == T_OP && t->op == op;
+}
 static int is_name(tok *t, const char *name) {
     return t->type == T_NAME && !strcmp(t->str->s, name);
 }
 
 static void describe(const tok *t, char *buf, size_t n) {
     switch (t->type) {
-    case T_DATA: snprintf(buf, n, "template data / text"); break;
-    case T_VAR_BEGIN: snprintf(buf, n, "begin of print statement"); break;
-    case T_VAR_END: snprintf(buf, n, "end of print statement"); break;
-    case T_BLOCK_BEGIN: snprintf(buf, n, "begin of statement block"); break;
-    case T_BLOCK_END: snprintf(buf, n, "end of statement block"); break;
-    case T_NAME: snprintf(buf, n, "%.60s", t->str->s); break;
-    case T_STRING: snprintf(buf, n, "string"); break;
-    case T_INT: snprintf(buf, n, "integer"); break;
-    case T_FLOAT: snprintf(buf, n, "float"); break;
-    case T_OP: snprintf(buf, n, "%s", op_text[t->op]); break;
-    default: snprintf(buf, n, "end of template"); break;
+    case T_DATA:
+        snprintf(buf, n, "template data / text");
+        break;
+    case T_VAR_BEGIN:
+        snprintf(buf, n, "begin of print statement");
+        break;
+    case T_VAR_END:
+        snprintf(buf, n, "end of print statement");
+        break;
+    case T_BLOCK_BEGIN:
+        snprintf(buf, n, "begin of statement block");
+        break;
+    case T_BLOCK_END:
+        snprintf(buf, n, "end of statement block");
+        break;
+    case T_NAME:
+        snprintf(buf, n, "%.60s", t->str->s);
+        break;
+    case T_STRING:
+        snprintf(buf, n, "string");
+        break;
+    case T_INT:
+        snprintf(buf, n, "integer");
+        break;
+    case T_FLOAT:
+        snprintf(buf, n, "float");
+        break;
+    case T_OP:
+        snprintf(buf, n, "%s", op_text[t->op]);
+        break;
+    default:
+        snprintf(buf, n, "end of template");
+        break;
     }
 }
 
@@ -669,7 +770,9 @@ static void attach_names(node *n, svec *v) {
 static void enter(P *p) {
     if (++p->depth > MAX_PARSE_DEPTH) pfail(p, cur(p)->pos, "template nested too deeply");
 }
-static void leave(P *p) { p->depth--; }
+static void leave(P *p) {
+    p->depth--;
+}
 
 /* ---- expressions ----------------------------------------------------------------------- */
 
@@ -800,7 +903,8 @@ static node *parse_subscript(P *p, node *obj) {
         return n;
     }
     for (size_t i = 0; i < args.n; i++)
-        if (args.v[i]->kind == E_SLICE) pfail(p, t->pos, "slices inside a tuple index are not supported");
+        if (args.v[i]->kind == E_SLICE)
+            pfail(p, t->pos, "slices inside a tuple index are not supported");
     n->b = holder;
     return n;
 }
@@ -1184,8 +1288,10 @@ static node *parse_expression(P *p, int with_condexpr) {
 
 static int is_tuple_end(P *p, const char *extra_end) {
     tok *t = cur(p);
-    if (t->type == T_VAR_END || t->type == T_BLOCK_END || is_op(t, P_RPAREN)) return 1;
-    return extra_end && is_name(t, extra_end);
+    /* jinja also passes extra end names (`in` of a for loop) but they never match there
+     * (test_any gets them as one tuple), so `for a, in x` fails as it does in jinja */
+    (void)extra_end;
+    return t->type == T_VAR_END || t->type == T_BLOCK_END || is_op(t, P_RPAREN);
 }
 
 static node *parse_tuple(P *p, int simplified, int with_condexpr, const char *extra_end,
@@ -1197,8 +1303,8 @@ static node *parse_tuple(P *p, int simplified, int with_condexpr, const char *ex
     for (;;) {
         if (args.n) expect_op(p, P_COMMA);
         if (is_tuple_end(p, extra_end)) break;
-        nv_push(p, &args, simplified ? parse_primary(p, with_namespace)
-                                     : parse_expression(p, with_condexpr));
+        nv_push(p, &args,
+                simplified ? parse_primary(p, with_namespace) : parse_expression(p, with_condexpr));
         attach_list(holder, &args);
         if (is_op(cur(p), P_COMMA))
             is_tuple = 1;
@@ -1260,8 +1366,8 @@ static node *parse_statements(P *p, const char *const *end_names, int drop_needl
         int line = 0, col = 0;
         if (p->ntags) pos_to_lc(p, p->tag_pos[p->ntags - 1], &line, &col);
         pfail(p, cur(p)->pos,
-              "unexpected end of template: looking for %s to close the '%s' opened at %d:%d",
-              want, tag, line, col);
+              "unexpected end of template: looking for %s to close the '%s' opened at %d:%d", want,
+              tag, line, col);
     }
     if (drop_needle) advance(p);
     return body;
@@ -1368,8 +1474,7 @@ static node *parse_statement(P *p) {
             n->a = target;
             n->b = parse_tuple(p, 0, 1, NULL, 0, 0);
         } else {
-            if (target->kind == E_TUPLE)
-                pfail(p, t->pos, "a block assignment takes one name");
+            if (target->kind == E_TUPLE) pfail(p, t->pos, "a block assignment takes one name");
             n = mk(p, S_SETBLOCK, t->pos);
             n->a = target;
             n->c = parse_filter(p, NULL, 0);
@@ -1446,8 +1551,8 @@ static node *parse_statement(P *p) {
         static const char *const bend[] = {"endblock", NULL};
         n->b = parse_statements(p, gen ? gend : bend, 1);
         if (!gen && cur(p)->type == T_NAME) advance(p); /* {% endblock name %} */
-    } else if (!strcmp(name, "extends") || !strcmp(name, "include") ||
-               !strcmp(name, "import") || !strcmp(name, "from")) {
+    } else if (!strcmp(name, "extends") || !strcmp(name, "include") || !strcmp(name, "import") ||
+               !strcmp(name, "from")) {
         pfail(p, t->pos, "'%s' is not supported: a chat template cannot load other templates",
               name);
     } else {
@@ -1588,7 +1693,8 @@ static void check_names(P *p, node *root) {
         case S_WITH:
             soft[1] = 0;
             break;
-        default: break;
+        default:
+            break;
         }
         size_t need = top + 5 + n->n + n->n2;
         if (need > cap) {

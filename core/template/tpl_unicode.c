@@ -122,9 +122,13 @@ int tpl_is_alpha(int32_t cp) {
            k == UTF8PROC_CATEGORY_LM || k == UTF8PROC_CATEGORY_LO;
 }
 
-int tpl_is_decimal(int32_t cp) { return cat(cp) == UTF8PROC_CATEGORY_ND; }
+int tpl_is_decimal(int32_t cp) {
+    return cat(cp) == UTF8PROC_CATEGORY_ND;
+}
 
-int tpl_is_digit(int32_t cp) { return tpl_is_decimal(cp) || IN(uni_digit_extra, cp); }
+int tpl_is_digit(int32_t cp) {
+    return tpl_is_decimal(cp) || IN(uni_digit_extra, cp);
+}
 
 int tpl_is_numeric(int32_t cp) {
     int k = cat(cp);
@@ -156,8 +160,10 @@ int tpl_is_printable(int32_t cp) {
     case UTF8PROC_CATEGORY_CN:
     case UTF8PROC_CATEGORY_ZL:
     case UTF8PROC_CATEGORY_ZP:
-    case UTF8PROC_CATEGORY_ZS: return 0;
-    default: return 1;
+    case UTF8PROC_CATEGORY_ZS:
+        return 0;
+    default:
+        return 1;
     }
 }
 
@@ -233,8 +239,10 @@ static int is_case_ignorable(int32_t cp) {
     case UTF8PROC_CATEGORY_ME:
     case UTF8PROC_CATEGORY_CF:
     case UTF8PROC_CATEGORY_LM:
-    case UTF8PROC_CATEGORY_SK: return 1;
-    default: break;
+    case UTF8PROC_CATEGORY_SK:
+        return 1;
+    default:
+        break;
     }
     return cp == '\'' || cp == '.' || cp == ':' || cp == 0xB7 || cp == 0x387 || cp == 0x5F4 ||
            cp == 0x2018 || cp == 0x2019 || cp == 0x2024 || cp == 0x2027 || cp == 0xFE13 ||

@@ -42,27 +42,45 @@ void tpl_fail(tctx *c, const node *at, int code, const char *fmt, ...) {
 /* Python-style short description of an object for "has no attribute" messages. */
 static const char *object_type_repr(val v) {
     switch (v.t) {
-    case V_NONE: return "None";
-    case V_BOOL: return "bool object";
-    case V_INT: return "int object";
-    case V_FLOAT: return "float object";
-    case V_STR: return "str object";
+    case V_NONE:
+        return "None";
+    case V_BOOL:
+        return "bool object";
+    case V_INT:
+        return "int object";
+    case V_FLOAT:
+        return "float object";
+    case V_STR:
+        return "str object";
     case V_LIST:
         switch (VLIST(v)->tuple) {
-        case L_LIST: return "list object";
-        case L_KEYS: return "dict_keys object";
-        case L_VALUES: return "dict_values object";
-        case L_ITEMS: return "dict_items object";
-        case L_RANGE: return "range object";
-        case L_GEN: return "generator object";
-        case L_REVITER: return "list_reverseiterator object";
-        default: return "tuple object";
+        case L_LIST:
+            return "list object";
+        case L_KEYS:
+            return "dict_keys object";
+        case L_VALUES:
+            return "dict_values object";
+        case L_ITEMS:
+            return "dict_items object";
+        case L_RANGE:
+            return "range object";
+        case L_GEN:
+            return "generator object";
+        case L_REVITER:
+            return "list_reverseiterator object";
+        default:
+            return "tuple object";
         }
-    case V_DICT: return "dict object";
-    case V_NS: return "jinja2.utils.Namespace object";
-    case V_FUNC: return VFUNC(v)->kind == F_MACRO ? "jinja2.runtime.Macro object" : "function object";
-    case V_LOOP: return "jinja2.runtime.LoopContext object";
-    default: return "jinja2.runtime.Undefined object";
+    case V_DICT:
+        return "dict object";
+    case V_NS:
+        return "jinja2.utils.Namespace object";
+    case V_FUNC:
+        return VFUNC(v)->kind == F_MACRO ? "jinja2.runtime.Macro object" : "function object";
+    case V_LOOP:
+        return "jinja2.runtime.LoopContext object";
+    default:
+        return "jinja2.runtime.Undefined object";
     }
 }
 
@@ -102,13 +120,17 @@ static void mem_add(tctx *c, const node *at, size_t n) {
     c->mem += n;
 }
 
-static void mem_sub(tctx *c, size_t n) { c->mem = n > c->mem ? 0 : c->mem - n; }
+static void mem_sub(tctx *c, size_t n) {
+    c->mem = n > c->mem ? 0 : c->mem - n;
+}
 
-void tpl_mem_charge(tctx *c, const node *at, size_t delta) { mem_add(c, at, delta); }
+void tpl_mem_charge(tctx *c, const node *at, size_t delta) {
+    mem_add(c, at, delta);
+}
 
 static const size_t kind_size[] = {
-    [O_STR] = sizeof(tstr),     [O_LIST] = sizeof(tlist),   [O_DICT] = sizeof(tdict),
-    [O_FUNC] = sizeof(tfunc),   [O_LOOP] = sizeof(tloop),   [O_FRAME] = sizeof(tframe),
+    [O_STR] = sizeof(tstr),     [O_LIST] = sizeof(tlist), [O_DICT] = sizeof(tdict),
+    [O_FUNC] = sizeof(tfunc),   [O_LOOP] = sizeof(tloop), [O_FRAME] = sizeof(tframe),
     [O_UNDEF] = sizeof(tundef),
 };
 
@@ -162,7 +184,8 @@ static void obj_free_own(tctx *c, hobj *o) {
         free(f->vals);
         break;
     }
-    default: break;
+    default:
+        break;
     }
     mem_sub(c, kind_size[o->kind] + extra);
     free(o);
@@ -214,7 +237,8 @@ static void release_children(tctx *c, hobj *o) {
         if (u->msg) release_obj(c, &u->msg->h);
         break;
     }
-    default: break;
+    default:
+        break;
     }
 }
 
@@ -237,7 +261,9 @@ static void release_obj(tctx *c, hobj *o) {
     c->draining = 0;
 }
 
-void tpl_release_obj(tctx *c, hobj *o) { release_obj(c, o); }
+void tpl_release_obj(tctx *c, hobj *o) {
+    release_obj(c, o);
+}
 
 void tpl_release(tctx *c, val v) {
     if (v.t >= V_STR || (v.t == V_UNDEF && v.u.o)) release_obj(c, v.u.o);
@@ -294,7 +320,9 @@ void tpl_str_add(tctx *c, const node *at, tstr *s, const char *p, size_t n) {
     s->ncp = -1;
 }
 
-void tpl_str_addc(tctx *c, const node *at, tstr *s, char ch) { tpl_str_add(c, at, s, &ch, 1); }
+void tpl_str_addc(tctx *c, const node *at, tstr *s, char ch) {
+    tpl_str_add(c, at, s, &ch, 1);
+}
 
 void tpl_str_addf(tctx *c, const node *at, tstr *s, const char *fmt, ...) {
     char buf[256];
@@ -352,9 +380,9 @@ tstr *tpl_str_immortal(tpl_template *t, const char *p, size_t n) {
     tstr *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->s = malloc(n + 1);
-    if (!s->s || (t->nowned == t->capowned && !(t->owned = realloc(t->owned,
-                                                     (t->capowned = t->capowned * 2 + 16) *
-                                                         sizeof *t->owned)))) {
+    if (!s->s || (t->nowned == t->capowned &&
+                  !(t->owned = realloc(t->owned,
+                                       (t->capowned = t->capowned * 2 + 16) * sizeof *t->owned)))) {
         free(s->s);
         free(s);
         return NULL;
@@ -420,9 +448,11 @@ static uint64_t hash_bytes(const char *p, size_t n) {
 
 uint64_t tpl_hash(tctx *c, const node *at, val k) {
     switch (k.t) {
-    case V_STR: return hash_bytes(VSTR(k)->s, VSTR(k)->len);
+    case V_STR:
+        return hash_bytes(VSTR(k)->s, VSTR(k)->len);
     case V_BOOL:
-    case V_INT: return mix64((uint64_t)k.u.i);
+    case V_INT:
+        return mix64((uint64_t)k.u.i);
     case V_FLOAT: {
         double f = k.u.f;
         /* equal numbers hash alike: 1 == 1.0 == True */
@@ -431,20 +461,23 @@ uint64_t tpl_hash(tctx *c, const node *at, val k) {
         memcpy(&b, &f, sizeof b);
         return mix64(b ^ 0x5bd1e995);
     }
-    case V_NONE: return 0x9e3779b97f4a7c15ULL;
-    case V_UNDEF: return 0x12345;
+    case V_NONE:
+        return 0x9e3779b97f4a7c15ULL;
+    case V_UNDEF:
+        return 0x12345;
     case V_LIST:
         if (IS_ITER(VLIST(k))) return mix64((uint64_t)(uintptr_t)k.u.o);
-        if (IS_TUPLE(VLIST(k))) {
+        if (IS_TUPLE(VLIST(k)) || VLIST(k)->tuple == L_RANGE) {
             uint64_t h = 0x345678;
-            for (size_t i = 0; i < VLIST(k)->n; i++)
-                h = mix64(h ^ tpl_hash(c, at, VLIST(k)->v[i]));
+            for (size_t i = 0; i < VLIST(k)->n; i++) h = mix64(h ^ tpl_hash(c, at, VLIST(k)->v[i]));
             return h;
         }
         break;
     case V_FUNC:
-    case V_LOOP: return mix64((uint64_t)(uintptr_t)k.u.o);
-    default: break;
+    case V_LOOP:
+        return mix64((uint64_t)(uintptr_t)k.u.o);
+    default:
+        break;
     }
     tpl_fail(c, at, TPL_ERR_RUNTIME, "unhashable type: '%s'", tpl_type_name(k));
 }
@@ -599,34 +632,56 @@ val tpl_undef_security(tctx *c, val obj, const char *attr) {
 
 const char *tpl_type_name(val v) {
     switch (v.t) {
-    case V_UNDEF: return "Undefined";
-    case V_NONE: return "NoneType";
-    case V_BOOL: return "bool";
-    case V_INT: return "int";
-    case V_FLOAT: return "float";
-    case V_STR: return "str";
+    case V_UNDEF:
+        return "Undefined";
+    case V_NONE:
+        return "NoneType";
+    case V_BOOL:
+        return "bool";
+    case V_INT:
+        return "int";
+    case V_FLOAT:
+        return "float";
+    case V_STR:
+        return "str";
     case V_LIST:
         switch (VLIST(v)->tuple) {
-        case L_LIST: return "list";
-        case L_KEYS: return "dict_keys";
-        case L_VALUES: return "dict_values";
-        case L_ITEMS: return "dict_items";
-        case L_RANGE: return "range";
-        case L_GEN: return "generator";
-        case L_REVITER: return "list_reverseiterator";
-        default: return "tuple";
+        case L_LIST:
+            return "list";
+        case L_KEYS:
+            return "dict_keys";
+        case L_VALUES:
+            return "dict_values";
+        case L_ITEMS:
+            return "dict_items";
+        case L_RANGE:
+            return "range";
+        case L_GEN:
+            return "generator";
+        case L_REVITER:
+            return "list_reverseiterator";
+        default:
+            return "tuple";
         }
-    case V_DICT: return "dict";
-    case V_NS: return "Namespace";
+    case V_DICT:
+        return "dict";
+    case V_NS:
+        return "Namespace";
     case V_FUNC:
         switch (VFUNC(v)->kind) {
-        case F_MACRO: return "Macro";
-        case F_METHOD: return "builtin_function_or_method";
-        case F_JOINER: return "Joiner";
-        case F_CYCLER: return "Cycler";
-        default: return "function";
+        case F_MACRO:
+            return "Macro";
+        case F_METHOD:
+            return "builtin_function_or_method";
+        case F_JOINER:
+            return "Joiner";
+        case F_CYCLER:
+            return "Cycler";
+        default:
+            return "function";
         }
-    case V_LOOP: return "LoopContext";
+    case V_LOOP:
+        return "LoopContext";
     }
     return "object";
 }
@@ -634,18 +689,27 @@ const char *tpl_type_name(val v) {
 int tpl_truthy(val v) {
     switch (v.t) {
     case V_UNDEF:
-    case V_NONE: return 0;
+    case V_NONE:
+        return 0;
     case V_BOOL:
-    case V_INT: return v.u.i != 0;
-    case V_FLOAT: return v.u.f != 0.0;
-    case V_STR: return VSTR(v)->len != 0;
-    case V_LIST: return VLIST(v)->n != 0 || IS_ITER(VLIST(v)); /* a generator is always true */
-    case V_DICT: return VDICT(v)->n != 0;
-    default: return 1;
+    case V_INT:
+        return v.u.i != 0;
+    case V_FLOAT:
+        return v.u.f != 0.0;
+    case V_STR:
+        return VSTR(v)->len != 0;
+    case V_LIST:
+        return VLIST(v)->n != 0 || IS_ITER(VLIST(v)); /* a generator is always true */
+    case V_DICT:
+        return VDICT(v)->n != 0;
+    default:
+        return 1;
     }
 }
 
-static int is_num(val v) { return v.t == V_BOOL || v.t == V_INT || v.t == V_FLOAT; }
+static int is_num(val v) {
+    return v.t == V_BOOL || v.t == V_INT || v.t == V_FLOAT;
+}
 
 /* Exact comparison of an integer with a double, as Python does. */
 static int cmp_int_float(int64_t i, double f) {
@@ -680,7 +744,8 @@ static int equal_d(tctx *c, const node *at, val a, val b, int depth) {
     if (a.t != b.t) return 0;
     switch (a.t) {
     case V_UNDEF:
-    case V_NONE: return 1;
+    case V_NONE:
+        return 1;
     case V_STR:
         return VSTR(a)->len == VSTR(b)->len && !memcmp(VSTR(a)->s, VSTR(b)->s, VSTR(a)->len);
     case V_LIST: {
@@ -704,11 +769,14 @@ static int equal_d(tctx *c, const node *at, val a, val b, int depth) {
         }
         return 1;
     }
-    default: return a.u.o == b.u.o;
+    default:
+        return a.u.o == b.u.o;
     }
 }
 
-int tpl_equal(tctx *c, const node *at, val a, val b) { return equal_d(c, at, a, b, 0); }
+int tpl_equal(tctx *c, const node *at, val a, val b) {
+    return equal_d(c, at, a, b, 0);
+}
 
 static int compare_d(tctx *c, const node *at, val a, val b, const char *op, int depth) {
     if (depth > MAX_NEST) tpl_fail(c, at, TPL_ERR_LIMIT, "values nested too deeply");
@@ -861,7 +929,8 @@ static void sort_entries(tctx *c, const node *at, const tdict *d, size_t *idx, s
     sort_entries(c, at, d, idx + h, tmp, n - h);
     size_t i = 0, j = h, k = 0;
     while (i < h && j < n)
-        tmp[k++] = tpl_compare(c, at, d->e[idx[j]].k, d->e[idx[i]].k, "<") < 0 ? idx[j++] : idx[i++];
+        tmp[k++] =
+            tpl_compare(c, at, d->e[idx[j]].k, d->e[idx[i]].k, "<") < 0 ? idx[j++] : idx[i++];
     while (i < h) tmp[k++] = idx[i++];
     while (j < n) tmp[k++] = idx[j++];
     memcpy(idx, tmp, n * sizeof *idx);
@@ -876,7 +945,9 @@ static void repr_any(tctx *c, const node *at, tstr *s, val v, int depth, int sor
         repr_str(c, at, s, VSTR(v)->s, VSTR(v)->len);
         if (v.safe) tpl_str_addc(c, at, s, ')');
         return;
-    case V_UNDEF: tpl_str_add(c, at, s, "Undefined", 9); return;
+    case V_UNDEF:
+        tpl_str_add(c, at, s, "Undefined", 9);
+        return;
     case V_LIST: {
         tlist *l = VLIST(v);
         if (IS_ITER(l)) {
@@ -958,28 +1029,39 @@ static void repr_any(tctx *c, const node *at, tstr *s, val v, int depth, int sor
         tpl_str_addf(c, at, s, "<LoopContext %zu/%zu>", l->i + 1, l->items ? l->items->n : 0);
         return;
     }
-    default: tpl_to_str(c, at, s, v); return;
+    default:
+        tpl_to_str(c, at, s, v);
+        return;
     }
 }
 
 void tpl_to_str(tctx *c, const node *at, tstr *s, val v) {
     char buf[64];
     switch (v.t) {
-    case V_UNDEF: return;
-    case V_NONE: tpl_str_add(c, at, s, "None", 4); return;
+    case V_UNDEF:
+        return;
+    case V_NONE:
+        tpl_str_add(c, at, s, "None", 4);
+        return;
     case V_BOOL:
         if (v.u.i)
             tpl_str_add(c, at, s, "True", 4);
         else
             tpl_str_add(c, at, s, "False", 5);
         return;
-    case V_INT: tpl_str_addf(c, at, s, "%" PRId64, v.u.i); return;
+    case V_INT:
+        tpl_str_addf(c, at, s, "%" PRId64, v.u.i);
+        return;
     case V_FLOAT:
         tpl_float_repr(v.u.f, buf, sizeof buf);
         tpl_str_add(c, at, s, buf, strlen(buf));
         return;
-    case V_STR: tpl_str_add(c, at, s, VSTR(v)->s, VSTR(v)->len); return;
-    default: tpl_repr(c, at, s, v, 0); return;
+    case V_STR:
+        tpl_str_add(c, at, s, VSTR(v)->s, VSTR(v)->len);
+        return;
+    default:
+        tpl_repr(c, at, s, v, 0);
+        return;
     }
 }
 
@@ -992,7 +1074,8 @@ val tpl_str_of(tctx *c, const node *at, val v) {
 
 tlist *tpl_iterate(tctx *c, const node *at, val v) {
     switch (v.t) {
-    case V_UNDEF: return tpl_list_new(c, at, 0);
+    case V_UNDEF:
+        return tpl_list_new(c, at, 0);
     case V_LIST: {
         tlist *l = VLIST(v);
         if (!IS_ITER(l)) {
@@ -1031,6 +1114,7 @@ tlist *tpl_iterate(tctx *c, const node *at, val v) {
 
 void tpl_iter_consume(tctx *c, tlist *l, size_t k) {
     if (k > l->n) k = l->n;
+    if (!k) return;
     for (size_t i = 0; i < k; i++) tpl_release(c, l->v[i]);
     memmove(l->v, l->v + k, (l->n - k) * sizeof(val));
     l->n -= k;
@@ -1038,13 +1122,17 @@ void tpl_iter_consume(tctx *c, tlist *l, size_t k) {
 
 int64_t tpl_length(tctx *c, const node *at, val v) {
     switch (v.t) {
-    case V_UNDEF: return 0;
-    case V_STR: return tpl_str_ncp(VSTR(v));
+    case V_UNDEF:
+        return 0;
+    case V_STR:
+        return tpl_str_ncp(VSTR(v));
     case V_LIST:
         if (IS_ITER(VLIST(v))) break;
         return (int64_t)VLIST(v)->n;
-    case V_DICT: return (int64_t)VDICT(v)->n;
-    default: break;
+    case V_DICT:
+        return (int64_t)VDICT(v)->n;
+    default:
+        break;
     }
     tpl_fail(c, at, TPL_ERR_RUNTIME, "object of type '%s' has no len()", tpl_type_name(v));
 }
@@ -1069,8 +1157,8 @@ void tpl_bind(tctx *c, const node *at, const char *fname, const targs *a, const 
     }
     for (size_t i = 0; i < nout; i++) out[i] = (val){.t = V_UNDEF, .safe = 1};
     if (a->n > np || a->n > nout)
-        tpl_fail(c, at, TPL_ERR_RUNTIME, "%s() takes at most %zu argument%s (%zu given)", fname,
-                 np, np == 1 ? "" : "s", a->n);
+        tpl_fail(c, at, TPL_ERR_RUNTIME, "%s() takes at most %zu argument%s (%zu given)", fname, np,
+                 np == 1 ? "" : "s", a->n);
     for (size_t i = 0; i < a->n; i++) out[i] = a->pos[i];
     for (size_t k = 0; k < a->nkw; k++) {
         size_t i = 0;

@@ -48,9 +48,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *name = argv[1];
-    char path[4096], dir[4096];
+    char path[8192], dir[6144];
     const char *root = getenv("LMHOST_TOKENIZERS");
     char home_root[4096];
+    /* sizes leave room for what is appended */
     if (!root || !*root) {
         const char *home = getenv("HOME");
         snprintf(home_root, sizeof home_root, "%s/.cache/lmhost/tokenizers", home ? home : ".");
@@ -94,8 +95,8 @@ int main(int argc, char **argv) {
         json_object_object_get_ex(c, "tools", &tools);
         json_object_object_get_ex(c, "rendered", &want);
         char *out = NULL;
-        int rc = tpl_chat_render(chat, msgs, tools, json_object_get_boolean(agp), extra, &out,
-                                 &err);
+        int rc =
+            tpl_chat_render(chat, msgs, tools, json_object_get_boolean(agp), extra, &out, &err);
         int want_error = json_object_is_type(want, json_type_object);
         if (want_error) {
             json_object *msg = NULL;
@@ -125,7 +126,9 @@ int main(int argc, char **argv) {
         /* nothing to render: the tokenizer has no chat template, and loading says so */
         tpl_chat *none = tpl_chat_load(dir, &err);
         printf("%s: no chat cases; loading its template: %s\n", name,
-               none ? "found one" : err ? err : "(no message)");
+               none  ? "found one"
+               : err ? err
+                     : "(no message)");
         tpl_chat_free(none);
         free(err);
     }
