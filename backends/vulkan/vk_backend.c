@@ -685,8 +685,8 @@ int vk_record(lmh_backend *b, const vk_dispatch *d) {
                                       .descriptorCount = 1,
                                       .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                       .pBufferInfo = &bi[i]};
-        if (i < 5) {
-            size_t es = lmh_dtype_size(t->t.dtype);
+        if (i < 5) { /* quantized tensors are addressed in words */
+            size_t es = lmh_dtype_is_quant(t->t.dtype) ? 4 : lmh_dtype_size(t->t.dtype);
             pc[i] = (uint32_t)((t->off - base) / (es ? es : 1));
         }
         if (d->bind[i]) {
@@ -761,7 +761,7 @@ int vk_moe_slot(lmh_backend *b, uint64_t bytes_per_expert, const vk_tensor **sta
 
 /* ---- tensors ---------------------------------------------------------------------- */
 
-/* Plain dtypes only: quantized weights (tensor_quant) are not supported here yet. */
+/* Plain dtypes only: quantized weights come from tensor_quant. */
 static int valid_shape(lmh_dtype dt, int32_t ndim, const int64_t *ne) {
     if ((unsigned)dt >= LMH_DTYPE_COUNT || !lmh_dtype_size(dt) || ndim < 1 || ndim > LMH_MAX_DIMS)
         return 0;
@@ -896,7 +896,9 @@ static int upload_locked(lmh_backend *b, vk_tensor *t, size_t off, const uint8_t
 }
 
 static int vk_upload(lmh_backend *b, lmh_tensor *x, size_t off, const void *src, size_t n) {
-    if (!x || off > VT(x)->bytes || n > VT(x)->bytes - off || (n && !src)) return LMH_EINVAL;
+    if (!x || lmh_dtype_is_quant(x->dtype) || off > VT(x)->bytes || n > VT(x)->bytes - off ||
+        (n && !src))
+        return LMH_EINVAL;
     pthread_mutex_lock(&b->mu);
     int rc = b->err ? b->err : upload_locked(b, VT(x), off, src, n);
     pthread_mutex_unlock(&b->mu);
@@ -929,11 +931,77 @@ static int download_locked(lmh_backend *b, const vk_tensor *t, size_t off, void 
 }
 
 static int vk_download(lmh_backend *b, const lmh_tensor *x, size_t off, void *dst, size_t n) {
-    if (!x || off > VT(x)->bytes || n > VT(x)->bytes - off || (n && !dst)) return LMH_EINVAL;
+    if (!x || lmh_dtype_is_quant(x->dtype) || off > VT(x)->bytes || n > VT(x)->bytes - off ||
+        (n && !dst))
+        return LMH_EINVAL;
     pthread_mutex_lock(&b->mu);
     int rc = b->err ? b->err : download_locked(b, VT(x), off, dst, n);
     pthread_mutex_unlock(&b->mu);
     return rc;
+}
+
+/* A quantized weight (abi.h): the packed codes, scales and biases copied as they are into
+ * one device allocation (codes, then scales, then biases, each part on 16 bytes), where
+ * the q*.comp shaders read them; nothing is dequantized here. */
+static lmh_tensor *vk_tensor_quant(lmh_backend *b, lmh_dtype qt, int32_t group, int32_t ndim,
+                                   const int64_t *ne, const uint32_t *packed, lmh_dtype sdt,
+                                   const void *scales, const void *biases) {
+    int bits = lmh_quant_bits(qt);
+    if (!bits || (group != 32 && group != 64 && group != 128) || (ndim != 2 && ndim != 3) ||
+        !packed || !scales || !biases || (sdt != LMH_F32 && sdt != LMH_F16 && sdt != LMH_BF16))
+        return NULL;
+    for (int i = 0; i < ndim; i++)
+        if (ne[i] <= 0 || ne[i] > ((int64_t)1 << 31)) return NULL;
+    int64_t in = ne[ndim - 1], rows = ne[0] * (ndim == 3 ? ne[1] : 1);
+    if (in % group || (in * bits) % 32) return NULL;
+    VkDeviceSize wpr = (VkDeviceSize)(in * bits / 32), gpr = (VkDeviceSize)(in / group);
+    VkDeviceSize qb = (VkDeviceSize)rows * wpr * 4,
+                 sb = (VkDeviceSize)rows * gpr * lmh_dtype_size(sdt);
+    VkDeviceSize at_s = (qb + 15) & ~(VkDeviceSize)15,
+                 at_b = at_s + ((sb + 15) & ~(VkDeviceSize)15);
+    VkDeviceSize total = at_b + sb;
+    /* the shaders index scales and biases in 16-bit units with 32-bit integers */
+    if (total >= ((VkDeviceSize)1 << 31)) {
+        vk_log(b, LMH_LOG_ERROR, "a quantized tensor of %.1f MiB is larger than 2 GiB",
+               (double)total / (double)MIB);
+        return NULL;
+    }
+    pthread_mutex_lock(&b->mu);
+    vk_tensor *t = b->err ? NULL : tensor_make(qt, ndim, ne);
+    int rc = LMH_ENOMEM;
+    if (t) {
+        t->t.group = group;
+        t->bytes = total;
+        t->q_bits = (uint32_t)bits;
+        t->q_wpr = (uint32_t)wpr;
+        t->q_gpr = (uint32_t)gpr;
+        t->q_sdt = sdt == LMH_F16 ? 1u : sdt == LMH_BF16 ? 2u : 0u;
+        t->q_scales = (uint32_t)(at_s / 4);
+        t->q_biases = (uint32_t)(at_b / 4);
+        t->a = mem_alloc(b, total, 1);
+    }
+    if (t && t->a) {
+        t->off = t->a->off;
+        t->owned = 1;
+        b->weight_bytes += total;
+        rc = upload_locked(b, t, 0, (const uint8_t *)packed, (size_t)qb);
+        if (rc == LMH_OK) rc = upload_locked(b, t, (size_t)at_s, scales, (size_t)sb);
+        if (rc == LMH_OK) rc = upload_locked(b, t, (size_t)at_b, biases, (size_t)sb);
+        if (rc == LMH_OK && total > b->max_range)
+            vk_log(b, LMH_LOG_WARN,
+                   "a quantized tensor of %.1f MiB exceeds this device's maxStorageBufferRange "
+                   "(%.1f MiB): ops on it are not supported",
+                   (double)total / (double)MIB, (double)b->max_range / (double)MIB);
+    }
+    if (rc != LMH_OK && t) {
+        if (t->a)
+            vk_tensor_release(b, t);
+        else
+            free(t);
+        t = NULL;
+    }
+    pthread_mutex_unlock(&b->mu);
+    return t ? &t->t : NULL;
 }
 
 /* ---- the table -------------------------------------------------------------------- */
@@ -1347,7 +1415,8 @@ static int vk_init(const lmh_host_api *host, char *err, size_t err_len) {
     return 0;
 }
 
-static const char *const weight_dtypes[] = {"f32", "f16", "bf16", NULL};
+static const char *const weight_dtypes[] = {"f32", "f16", "bf16", "q2", "q3",
+                                            "q4",  "q5",  "q6",   "q8", NULL};
 static const char *const ops[] = {
     "get_rows",  "matmul",     "rms_norm",    "add",          "mul",       "scale",
     "swiglu",    "geglu",      "rope",        "copy",         "attention", "softcap",
@@ -1370,6 +1439,7 @@ static const lmh_backend_api api = {
     .enqueue = vk_enqueue,
     .sync = vk_sync,
     .memory = vk_memory,
+    .tensor_quant = vk_tensor_quant,
 };
 
 static const lmh_plugin_info info = {
@@ -1378,7 +1448,7 @@ static const lmh_plugin_info info = {
     .name = "vulkan",
     .version = "0.1.0",
     .summary = "Vulkan 1.2 compute (any GPU, or lavapipe); f32 compute over f32/f16/bf16 "
-               "weights; --device N picks the GPU",
+               "and MLX-quantized (2..8-bit) weights; --device N picks the GPU",
     .init = vk_init,
     .api = &api,
 };

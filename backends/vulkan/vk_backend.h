@@ -31,6 +31,11 @@ typedef struct vk_tensor {
     VkDeviceSize off; /* byte offset of the data in a->blk->buf */
     VkDeviceSize bytes;
     int owned;
+    /* Quantized weights (tensor_quant): one allocation holding the packed codes (rows of
+     * wpr words), then the scales and the biases (gpr values a row, dtype q_sdt), each
+     * part starting on 16 bytes; q_scales/q_biases are their word offsets from off. */
+    uint32_t q_bits, q_wpr, q_gpr, q_sdt;
+    uint32_t q_scales, q_biases;
 } vk_tensor;
 
 #define VT(x) ((vk_tensor *)(x))
@@ -51,6 +56,11 @@ enum vk_shader {
     VK_SH_MOE_ROUTE,
     VK_SH_MOE_SORT,
     VK_SH_MOE_COMBINE,
+    VK_SH_QMATVEC, /* quantized weights (MLX affine): qmatvec.comp, qmatmul.comp */
+    VK_SH_QMATMUL,
+    VK_SH_QMATVEC_MOE,
+    VK_SH_QMATMUL_MOE,
+    VK_SH_QGET_ROWS,
     VK_SH_COUNT
 };
 

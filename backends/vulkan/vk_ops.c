@@ -21,6 +21,10 @@ static int64_t inner(const lmh_tensor *t) {
 static int is_float(lmh_dtype d) {
     return d == LMH_F32 || d == LMH_F16 || d == LMH_BF16;
 }
+/* A weight operand: a float dtype, or quantized (made by tensor_quant). */
+static int is_weight(lmh_dtype d) {
+    return is_float(d) || lmh_dtype_is_quant(d);
+}
 static uint32_t dtc(lmh_dtype d) {
     return d == LMH_F16 ? 1u : d == LMH_BF16 ? 2u : 0u;
 }
@@ -39,11 +43,11 @@ static int check_semantics(const lmh_op *op) {
     if (!d || !a) return LMH_EINVAL;
     switch (op->code) {
     case LMH_OP_GET_ROWS:
-        if (!b || !is_float(a->dtype) || b->dtype != LMH_I32 || d->dtype != LMH_F32) break;
+        if (!b || !is_weight(a->dtype) || b->dtype != LMH_I32 || d->dtype != LMH_F32) break;
         if (lmh_nelem(d) != lmh_nelem(b) * inner(a)) return LMH_ESHAPE;
         return LMH_OK;
     case LMH_OP_MATMUL: {
-        if (!b || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !is_float(b->dtype)) break;
+        if (!b || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !is_weight(b->dtype)) break;
         if (b->ndim != 2 || inner(a) != b->ne[1]) return LMH_ESHAPE;
         int64_t rows = lmh_nelem(a) / inner(a);
         if (lmh_nelem(d) != rows * b->ne[0]) return LMH_ESHAPE;
@@ -118,7 +122,7 @@ static int check_semantics(const lmh_op *op) {
             return LMH_ESHAPE;
         return op->p.i[0] >= 1 && op->p.i[0] <= a->ne[1] ? LMH_OK : LMH_EINVAL;
     case LMH_OP_MOE_MATMUL:
-        if (!b || !c || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !is_float(b->dtype) ||
+        if (!b || !c || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !is_weight(b->dtype) ||
             c->dtype != LMH_I32)
             break;
         if (b->ndim != 3 || c->ndim != 2 || d->ndim != 3 || d->ne[0] != c->ne[0] ||
@@ -201,6 +205,28 @@ static void count_read(lmh_backend *b, const lmh_tensor *w, uint64_t bytes) {
     if (VT(w)->a->weight) b->weight_read += bytes;
 }
 
+/* Bytes a kernel reads per row of a weight (a quantized one's codes, scales and biases, as
+ * the CPU backend counts them). */
+static uint64_t row_bytes(const lmh_tensor *w) {
+    const vk_tensor *t = VT(w);
+    if (lmh_dtype_is_quant(w->dtype))
+        return (uint64_t)t->q_wpr * 4 + 2 * (uint64_t)t->q_gpr * (t->q_sdt ? 2 : 4);
+    return (uint64_t)inner(w) * lmh_dtype_size(w->dtype);
+}
+
+/* The specialization constants and push constants (after the matmul ones) of the q*.comp
+ * shaders: see quant.glsl. */
+static void quant_args(vk_dispatch *x, const lmh_tensor *w) {
+    const vk_tensor *t = VT(w);
+    x->spec[2] = t->q_sdt;
+    x->spec[4] = t->q_bits;
+    x->spec[5] = (uint32_t)w->group;
+    x->pc[14] = t->q_wpr;
+    x->pc[15] = t->q_gpr;
+    x->pc[16] = t->q_scales;
+    x->pc[17] = t->q_biases;
+}
+
 /* 16-byte loads are possible when the data and every row start on 16 bytes */
 static int vec_ok(const lmh_tensor *t, int64_t row_elems) {
     return VT(t)->off % 16 == 0 && (row_elems * (int64_t)lmh_dtype_size(t->dtype)) % 16 == 0;
@@ -216,8 +242,17 @@ static int op_get_rows(lmh_backend *b, const lmh_op *op) {
     x.pc[5] = (uint32_t)(n * d);
     x.pc[6] = (uint32_t)d;
     x.pc[7] = (uint32_t)(lmh_nelem(tab) / (d ? d : 1));
+    if (lmh_dtype_is_quant(tab->dtype)) { /* dequantizes the gathered rows only */
+        x.shader = VK_SH_QGET_ROWS;
+        quant_args(&x, tab);
+        x.pc[8] = x.pc[14];
+        x.pc[9] = x.pc[15];
+        x.pc[10] = x.pc[16];
+        x.pc[11] = x.pc[17];
+        x.pc[14] = x.pc[15] = x.pc[16] = x.pc[17] = 0;
+    }
     grid(&x, cdiv((uint64_t)(n * d), 256));
-    count_read(b, tab, (uint64_t)n * (uint64_t)d * lmh_dtype_size(tab->dtype));
+    count_read(b, tab, (uint64_t)n * row_bytes(tab));
     return vk_record(b, &x);
 }
 
@@ -234,7 +269,22 @@ static int op_matmul(lmh_backend *b, const lmh_op *op) {
     x.pc[7] = (uint32_t)rows;
     x.pc[8] = bias != NULL;
     x.pc[9] = bias ? dtc(bias->dtype) : 0;
-    if (rows <= MATVEC_MAXR) {
+    if (lmh_dtype_is_quant(W->dtype)) {
+        quant_args(&x, W);
+        if (rows <= MATVEC_MAXR) {
+            x.shader = VK_SH_QMATVEC;
+            x.spec[0] = MATVEC_WG;
+            x.spec[1] = MATVEC_NR;
+            x.spec[3] = (uint32_t)vec_ok(xt, in);
+            grid(&x, cdiv((uint64_t)out, MATVEC_NR));
+        } else {
+            x.shader = VK_SH_QMATMUL;
+            x.spec[0] = 256;
+            x.groups[0] = cdiv((uint64_t)out, 64);
+            x.groups[1] = cdiv((uint64_t)rows, 64);
+            x.groups[2] = 1;
+        }
+    } else if (rows <= MATVEC_MAXR) {
         int vec = vec_ok(W, in) && vec_ok(xt, in);
         x.shader = VK_SH_MATVEC;
         x.spec[0] = MATVEC_WG;
@@ -250,7 +300,7 @@ static int op_matmul(lmh_backend *b, const lmh_op *op) {
         x.groups[1] = cdiv((uint64_t)rows, 64);
         x.groups[2] = 1;
     }
-    count_read(b, W, (uint64_t)lmh_nelem(W) * lmh_dtype_size(W->dtype));
+    count_read(b, W, (uint64_t)out * row_bytes(W));
     if (bias) count_read(b, bias, (uint64_t)out * lmh_dtype_size(bias->dtype));
     return vk_record(b, &x);
 }
@@ -444,8 +494,7 @@ static int op_moe_matmul(lmh_backend *b, const lmh_op *op) {
     vk_tensor *s = vk_scratch(b, (VkDeviceSize)(4 + 4 * pairs) * 4);
     if (!s) return LMH_ENOMEM;
     const vk_tensor *stats = NULL;
-    uint64_t per_expert =
-        VT(W)->a->weight ? (uint64_t)out * (uint64_t)in * lmh_dtype_size(W->dtype) : 0;
+    uint64_t per_expert = VT(W)->a->weight ? (uint64_t)out * row_bytes(W) : 0;
     int slot = vk_moe_slot(b, per_expert, &stats);
     if (slot < 0) {
         vk_tensor_release(b, s);
@@ -480,7 +529,17 @@ static int op_moe_matmul(lmh_backend *b, const lmh_op *op) {
         x.pc[11] = xt->ndim == 3;
         x.pc[12] = list_at;
         x.pc[13] = items_at;
-        if (mv) {
+        int quant = lmh_dtype_is_quant(W->dtype);
+        if (quant) quant_args(&x, W);
+        if (mv && quant) {
+            x.shader = VK_SH_QMATVEC_MOE;
+            x.spec[0] = MATVEC_WG;
+            x.spec[1] = MATVEC_NR;
+            x.spec[3] = (uint32_t)vec_ok(xt, in);
+        } else if (quant) {
+            x.shader = VK_SH_QMATMUL_MOE;
+            x.spec[0] = 256;
+        } else if (mv) {
             x.shader = VK_SH_MATVEC_MOE;
             x.spec[0] = MATVEC_WG;
             x.spec[1] = MATVEC_NR;

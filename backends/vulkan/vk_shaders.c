@@ -16,6 +16,13 @@
 #include "spv_moe_combine.h"
 #include "spv_moe_route.h"
 #include "spv_moe_sort.h"
+#include "spv_qget_rows.h"
+#include "spv_qmatmul.h"
+#include "spv_qmatmul_moe.h"
+#include "spv_qmatvec.h"
+#include "spv_qmatvec_moe.h"
+#include "spv_qmatvec_moe_sg.h"
+#include "spv_qmatvec_sg.h"
 #include "spv_rms_norm.h"
 #include "spv_rms_norm_sg.h"
 #include "spv_rope.h"
@@ -34,5 +41,7 @@ const vk_spirv vk_shaders[VK_SH_COUNT] = {
     [VK_SH_MATVEC_MOE] = SH_SG(matvec_moe), [VK_SH_MATMUL_MOE] = SH(matmul_moe),
     [VK_SH_ATTENTION] = SH(attention),      [VK_SH_ATTN_COMBINE] = SH(attn_combine),
     [VK_SH_MOE_ROUTE] = SH(moe_route),      [VK_SH_MOE_SORT] = SH(moe_sort),
-    [VK_SH_MOE_COMBINE] = SH(moe_combine),
+    [VK_SH_MOE_COMBINE] = SH(moe_combine),  [VK_SH_QMATVEC] = SH_SG(qmatvec),
+    [VK_SH_QMATMUL] = SH(qmatmul),          [VK_SH_QMATVEC_MOE] = SH_SG(qmatvec_moe),
+    [VK_SH_QMATMUL_MOE] = SH(qmatmul_moe),  [VK_SH_QGET_ROWS] = SH(qget_rows),
 };

@@ -1,0 +1,148 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// dst [rows, out] = x [rows, in] W^T (+ bias) for rows <= MAXR with W quantized (see
+// quant.glsl), straight from the packed words. Like matvec.comp: each workgroup computes
+// NR output columns, its threads split the inner dimension a 32-value chunk at a time,
+// and the partial sums are reduced over the workgroup (subgroupAdd where available).
+// Per chunk a thread loads the BITS words of each of its NR weight rows (32-bit loads),
+// and accumulates d = sum q * x and sx = sum x; the chunk then adds s * d + b * sx, so the
+// scale and bias cost two multiplies per 32 values rather than one per value.
+// With MOE: one work item (an expert and up to MAXR of its (row, slot) pairs) per
+// gl_WorkGroupID.y, from the list moe_sort.comp made.
+layout(constant_id = 0) const uint WG = 64;
+layout(constant_id = 1) const uint NR = 2;   // output columns per workgroup
+layout(constant_id = 2) const uint SDT = 0;  // dtype of scales and biases
+layout(constant_id = 3) const uint VEC = 0;  // 16-byte loads of x are aligned
+layout(constant_id = 4) const uint BITS = 4;
+layout(constant_id = 5) const uint GROUP = 64;
+layout(local_size_x_id = 0) in;
+#include "common.glsl"
+#include "quant.glsl"
+
+#define MAXR 4
+
+BUF(0, D)
+RBUF(1, X)
+RBUF4(1, X)
+RBUF(2, W)
+RBUF(3, BIAS)
+#ifdef MOE
+RBUF(5, S) // moe_sort's output: see there
+#endif
+
+layout(push_constant) uniform PC {
+    PC_OFFSETS
+    uint in_;
+    uint out_;
+    uint nrows;    // rows of x (not MOE)
+    uint has_bias;
+    uint tbias;
+    uint k;        // MOE: slots per row
+    uint per_slot; // MOE: x is [n, k, in] rather than [n, in]
+    uint list_at;  // MOE: where in S the pair list and the items start
+    uint items_at;
+    uint wpr;      // words per weight row
+    uint gpr;      // groups per weight row
+    uint sc;       // word offsets of the scales and biases from the tensor's start
+    uint bi;
+} pc;
+
+shared float red[NR * MAXR * WG];
+
+void main() {
+    uint l = gl_LocalInvocationID.x;
+    uint nrows, wrow0 = 0u; // wrow0: the stacked row of output column 0 (MOE: the expert's)
+    uint xrow[MAXR], drow[MAXR];
+#ifdef MOE
+    uint it = pc.items_at + gl_WorkGroupID.y * 3u;
+    uint e = S[it], first = S[it + 1u];
+    nrows = S[it + 2u];
+    wrow0 = e * pc.out_;
+    uint o0 = gl_WorkGroupID.x * NR;
+    [[unroll]] for (uint j = 0; j < MAXR; j++) {
+        uint p = j < nrows ? S[pc.list_at + first + j] : 0u;
+        xrow[j] = pc.per_slot != 0u ? p : p / pc.k;
+        drow[j] = p;
+    }
+#else
+    nrows = pc.nrows;
+    uint o0 = group_index() * NR;
+    [[unroll]] for (uint j = 0; j < MAXR; j++) xrow[j] = drow[j] = j;
+#endif
+    float acc[NR][MAXR];
+    [[unroll]] for (uint r = 0; r < NR; r++)
+        [[unroll]] for (uint j = 0; j < MAXR; j++) acc[r][j] = 0.0;
+
+    uint nch = pc.in_ / 32u;
+    for (uint c = l; c < nch; c += WG) {
+        // the chunk's words of each weight row; columns past out_ repeat the last one
+        // (computed, never stored) so the loops below need no bounds test
+        uint w[NR][9];
+        [[unroll]] for (uint r = 0; r < NR; r++) {
+            uint at = pc.ob + (wrow0 + min(o0 + r, pc.out_ - 1u)) * pc.wpr + c * BITS;
+            [[unroll]] for (uint i = 0; i < 9u; i++) w[r][i] = i < BITS ? W[at + i] : 0u;
+        }
+        float d[NR][MAXR], sx[MAXR];
+        [[unroll]] for (uint j = 0; j < MAXR; j++) {
+            sx[j] = 0.0;
+            [[unroll]] for (uint r = 0; r < NR; r++) d[r][j] = 0.0;
+        }
+        // 4 values at a time: x as one vec4 per row, codes decoded to a vec4
+        [[unroll]] for (uint q = 0; q < 8u; q++) {
+            vec4 xv[MAXR];
+            [[unroll]] for (uint j = 0; j < MAXR; j++) {
+                xv[j] = vec4(0.0);
+                if (j < nrows) {
+                    uint xo = pc.oa + xrow[j] * pc.in_ + c * 32u + q * 4u;
+                    xv[j] = VEC != 0u ? uintBitsToFloat(X4[xo / 4u])
+                                      : vec4(uintBitsToFloat(X[xo]), uintBitsToFloat(X[xo + 1u]),
+                                             uintBitsToFloat(X[xo + 2u]),
+                                             uintBitsToFloat(X[xo + 3u]));
+                }
+                sx[j] += xv[j].x + xv[j].y + xv[j].z + xv[j].w;
+            }
+            [[unroll]] for (uint r = 0; r < NR; r++) {
+                vec4 qv = vec4(float(QCODE(w[r], q * 4u)), float(QCODE(w[r], q * 4u + 1u)),
+                               float(QCODE(w[r], q * 4u + 2u)), float(QCODE(w[r], q * 4u + 3u)));
+                [[unroll]] for (uint j = 0; j < MAXR; j++) d[r][j] += dot(qv, xv[j]);
+            }
+        }
+        uint g = c * 32u / GROUP;
+        [[unroll]] for (uint r = 0; r < NR; r++) {
+            uint row = wrow0 + min(o0 + r, pc.out_ - 1u);
+            float s = QSB(W, pc.ob + pc.sc, row * pc.gpr + g);
+            float b = QSB(W, pc.ob + pc.bi, row * pc.gpr + g);
+            [[unroll]] for (uint j = 0; j < MAXR; j++) acc[r][j] += s * d[r][j] + b * sx[j];
+        }
+    }
+
+    // reduce the NR * MAXR sums over the workgroup at once
+#ifdef USE_SUBGROUP
+    [[unroll]] for (uint r = 0; r < NR; r++)
+        [[unroll]] for (uint j = 0; j < MAXR; j++) {
+            float s = subgroupAdd(acc[r][j]);
+            if (subgroupElect()) red[(r * MAXR + j) * WG + gl_SubgroupID] = s;
+        }
+    barrier();
+    uint parts = gl_NumSubgroups;
+#else
+    [[unroll]] for (uint r = 0; r < NR; r++)
+        [[unroll]] for (uint j = 0; j < MAXR; j++) red[(r * MAXR + j) * WG + l] = acc[r][j];
+    barrier();
+    for (uint s = WG / 2u; s > 0u; s >>= 1) {
+        if (l < s)
+            [[unroll]] for (uint q = 0; q < NR * MAXR; q++) red[q * WG + l] += red[q * WG + l + s];
+        barrier();
+    }
+    uint parts = 1u;
+#endif
+    if (l < NR * MAXR) {
+        uint r = l / MAXR, j = l % MAXR, o = o0 + r;
+        if (j < nrows && o < pc.out_) {
+            float s = 0.0;
+            for (uint i = 0; i < parts; i++) s += red[l * WG + i];
+            if (pc.has_bias != 0u) s += LOADF(BIAS, pc.tbias, pc.oc + o);
+            D[pc.od + drow[j] * pc.out_ + o] = floatBitsToUint(s);
+        }
+    }
+}

@@ -1,0 +1,36 @@
+// MLX affine-quantized weights (abi.h, LMH_Q2..LMH_Q8), shared by the q*.comp shaders.
+//
+// Every row of the logical [rows, in] matrix is an LSB-first stream of BITS-bit codes in
+// little-endian 32-bit words (wpr words a row); each GROUP consecutive values of a row
+// share a scale s and a bias b, and w = s * q + b. GROUP * BITS is always a multiple of 32,
+// so groups start on a word, and so does every run of 32 values: a "chunk" of exactly BITS
+// words, the unit the kernels decode at once (a 3-, 5- or 6-bit code may straddle two
+// words of its chunk, never two chunks).
+//
+// The tensor is one allocation: codes, then scales, then biases (rows x gpr values each,
+// dtype SDT); the push constants give the word offsets of the two tables from the start.
+// Needs BITS, GROUP and SDT as specialization constants: with the decode loops unrolled,
+// every word index and shift below folds to a constant once the pipeline is specialized.
+
+#define QMASK ((1u << BITS) - 1u)
+
+// Code k (0..31) of a chunk whose words are w[0..BITS-1] (w has room for one more, which a
+// straddling test may name but never uses).
+#define QCODE(w, k)                                                                         \
+    ((((w)[((k)*BITS) >> 5] >> (((k)*BITS) & 31u)) |                                       \
+      ((((k)*BITS) & 31u) + BITS > 32u ? (w)[(((k)*BITS) >> 5) + 1u]                        \
+                                             << ((32u - (((k)*BITS) & 31u)) & 31u)          \
+                                       : 0u)) &                                             \
+     QMASK)
+
+// Scale or bias i (row * gpr + group) of the table at word offset `at` of buffer BUF.
+#define QSB(BUF, at, i) LOADF(BUF, SDT, (SDT == DT_F32 ? (at) : (at)*2u) + (i))
+
+// The code at value position v (any, not only within a chunk) of the row starting at word
+// `row` of buffer BUF: one or two 32-bit loads.
+#define QCODE_AT(BUF, row, v)                                                               \
+    (((BUF[(row) + (((v)*BITS) >> 5)] >> (((v)*BITS) & 31u)) |                              \
+      ((((v)*BITS) & 31u) + BITS > 32u                                                      \
+           ? BUF[(row) + (((v)*BITS) >> 5) + 1u] << ((32u - (((v)*BITS) & 31u)) & 31u)      \
+           : 0u)) &                                                                         \
+     QMASK)
