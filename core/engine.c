@@ -495,6 +495,10 @@ static lmh_tensor *make_qweight(lmh_load_ctx *ld, int32_t layer, const qweight *
         return NULL;
     }
     t->pub.group = q->group;
+    t->q = (pl_qsrc){.packed = (const uint32_t *)q->w->data,
+                     .scales = q->scales->data,
+                     .biases = q->biases->data,
+                     .sb_dtype = q->scales->dtype};
     e->weight_bytes += (q->w->end - q->w->begin) + (q->scales->end - q->scales->begin) +
                        (q->biases->end - q->biases->begin);
     return &t->pub;
@@ -667,11 +671,13 @@ static int host_fwd_op(lmh_fwd *f, int32_t layer, const lmh_op *op) {
     }
     int s = slot_of(e, layer);
     lmh_op p = *op;
+    char why[256] = "out of memory";
     for (int i = 0; i < LMH_OP_MAX_SRC; i++)
-        if (op->src[i] && !(p.src[i] = pl_on(e->slots, HT(op->src[i]), s, 0))) goto oom;
+        if (op->src[i] && !(p.src[i] = pl_on_why(e->slots, HT(op->src[i]), s, 0, why, sizeof why)))
+            goto oom;
     int in_place = 0;
     for (int i = 0; i < LMH_OP_MAX_SRC; i++) in_place |= op->src[i] == op->dst;
-    if (!(p.dst = pl_on(e->slots, HT(op->dst), s, !in_place))) goto oom;
+    if (!(p.dst = pl_on_why(e->slots, HT(op->dst), s, !in_place, why, sizeof why))) goto oom;
     int rc = e->slots[s].api->enqueue(e->slots[s].b, &p);
     if (rc != 0) {
         fwd_failf(f, "backend %s cannot run op %s (%s)", e->slots[s].plugin->info->name,
@@ -682,8 +688,8 @@ static int host_fwd_op(lmh_fwd *f, int32_t layer, const lmh_op *op) {
     if (op->code == LMH_OP_MOE_ROUTE && op->src[1]) pl_written(HT(op->src[1]), s);
     return LMH_OK;
 oom:
-    fwd_failf(f, "out of %s memory placing the operands of %s", e->slots[s].plugin->info->name,
-              lmh_op_name(op->code));
+    fwd_failf(f, "cannot place the operands of %s on %s: %s", lmh_op_name(op->code),
+              e->slots[s].plugin->info->name, why);
     return LMH_ENOMEM;
 }
 
@@ -1125,10 +1131,12 @@ int engine_swap_backend(engine *e, const char *name, char *err, size_t err_len) 
     if (start_backend(e, t, name, err, err_len) != 0) return -1;
     /* Weights first, then an empty cache; the old backend serves until both succeed. */
     int ok = 1;
-    for (int i = 0; ok && i < e->n_weights; i++) ok = pl_on(e->slots, e->weights[i], t, 0) != NULL;
+    char why[256] = "";
+    for (int i = 0; ok && i < e->n_weights; i++)
+        ok = pl_on_why(e->slots, e->weights[i], t, 0, why, sizeof why) != NULL;
     if (ok && make_cache(e, t, 0, err, err_len) != 0) ok = -1;
     if (ok != 1) {
-        if (ok == 0) errf(err, err_len, "out of %s memory moving the weights", name);
+        if (ok == 0) errf(err, err_len, "moving the weights to %s: %s", name, why);
         for (int i = 0; i < e->n_weights; i++) pl_drop(e->slots, e->weights[i], t);
         if (e->cache[t]) e->cache_api->destroy(e->cache[t]);
         e->cache[t] = NULL;

@@ -16,16 +16,28 @@ typedef struct pl_slot {
     lmh_backend *b;
 } pl_slot;
 
+/* A quantized weight's checkpoint parts (backend.h, tensor_quant), in host memory that
+ * outlives the tensor (the mapped file): a backend cannot download a quantized tensor, so a
+ * copy on another slot is made from these with that backend's tensor_quant. */
+typedef struct pl_qsrc {
+    const uint32_t *packed;
+    const void *scales, *biases;
+    lmh_dtype sb_dtype;
+} pl_qsrc;
+
 typedef struct htensor {
-    lmh_tensor pub;               /* first: plugins see an lmh_tensor */
-    struct htensor *base;         /* NULL for a tensor that owns its data */
-    size_t offset;                /* bytes into base (views) */
+    lmh_tensor pub;                 /* first: plugins see an lmh_tensor */
+    struct htensor *base;           /* NULL for a tensor that owns its data */
+    size_t offset;                  /* bytes into base (views) */
     lmh_tensor *phys[PL_MAX_SLOTS]; /* the backend tensor (or view) on each slot */
-    unsigned valid;               /* bases: slots whose copy is current */
-    int weight;                   /* read-only: copies stay current for good */
+    unsigned valid;                 /* bases: slots whose copy is current */
+    int weight;                     /* read-only: copies stay current for good */
+    pl_qsrc q;                      /* quantized weights: where a copy on another slot comes from */
 } htensor;
 
-static inline htensor *HT(lmh_tensor *t) { return (htensor *)t; }
+static inline htensor *HT(lmh_tensor *t) {
+    return (htensor *)t;
+}
 
 /* A new tensor on `slot` (its data there is current; contents undefined). */
 htensor *pl_new(pl_slot *slots, int slot, lmh_dtype dt, int32_t ndim, const int64_t *ne,
@@ -35,8 +47,11 @@ htensor *pl_adopt(lmh_tensor *phys, int slot, int weight);
 /* Another shape over t's elements from byte `offset`. */
 htensor *pl_view(htensor *t, size_t offset, int32_t ndim, const int64_t *ne);
 /* The backend tensor for t on `slot`, copying the current data there first unless the
- * caller will overwrite all of t. NULL when memory runs out. */
+ * caller will overwrite all of t. NULL when memory runs out or the backend cannot hold t's
+ * dtype; pl_on_why then says which (err may be NULL). */
 lmh_tensor *pl_on(pl_slot *slots, htensor *t, int slot, int overwrite);
+lmh_tensor *pl_on_why(pl_slot *slots, htensor *t, int slot, int overwrite, char *err,
+                      size_t err_len);
 /* Records that `slot` now holds the only current copy of t's data. */
 void pl_written(htensor *t, int slot);
 /* Drops t's copy on `slot` (after the data is current elsewhere). */
