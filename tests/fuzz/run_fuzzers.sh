@@ -7,7 +7,10 @@
 set -uo pipefail
 
 # name | sources | pkg-config packages | extra compiler flags
-# Seeds come from tests/fuzz/corpus/<name>/, a dictionary from tests/fuzz/<name>.dict.
+# Seeds come from tests/fuzz/corpus/<name>/, a dictionary from tests/fuzz/<name>.dict. The
+# template target also gets the chat templates of the tokenizers that tools/fetch_tokenizers.sh
+# put in $LMHOST_TOKENIZERS (default ~/.cache/lmhost/tokenizers), when they are there: copied
+# into a temporary directory for the run, never into the repository.
 TARGETS=(
     "safetensors|tests/fuzz/fuzz_safetensors.c core/safetensors.c core/util.c|json-c|"
     "config|tests/fuzz/fuzz_config.c core/model_dir.c core/safetensors.c core/util.c|json-c|"
@@ -34,6 +37,35 @@ wanted() {
     return 1
 }
 
+# tokenizer_seeds DIR: writes each fetched tokenizer's chat template (a string, or each of a
+# list of named ones) to DIR/NAME.jinja; prints how many.
+tokenizer_seeds() {
+    local root=${LMHOST_TOKENIZERS:-$HOME/.cache/lmhost/tokenizers}
+    python3 - "$1" "$root"/*/tokenizer_config.json <<'PY' 2>/dev/null || echo 0
+import json, os, sys
+n = 0
+for path in sys.argv[2:]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            ct = json.load(f).get("chat_template")
+    except (OSError, ValueError):
+        continue
+    name = os.path.basename(os.path.dirname(path))
+    items = [(name, ct)] if isinstance(ct, str) else [
+        (name + "-" + str(t.get("name")), t.get("template")) for t in ct or []
+        if isinstance(t, dict)]
+    for stem, src in items:
+        if isinstance(src, str):
+            with open(os.path.join(sys.argv[1], stem + ".jinja"), "w", encoding="utf-8") as f:
+                f.write(src)
+            n += 1
+print(n)
+PY
+}
+
+tmp_seeds=$(mktemp -d)
+trap 'rm -rf "$tmp_seeds"' EXIT
+
 status=0
 for row in "${TARGETS[@]}"; do
     IFS='|' read -r name srcs pkgs extra <<<"$row"
@@ -55,6 +87,12 @@ for row in "${TARGETS[@]}"; do
     [ -f "tests/fuzz/$name.dict" ] && args+=(-dict="tests/fuzz/$name.dict")
     seeds=()
     [ -d "tests/fuzz/corpus/$name" ] && seeds=("tests/fuzz/corpus/$name")
+    if [ "$name" = template ]; then
+        mkdir -p "$tmp_seeds/$name"
+        n=$(tokenizer_seeds "$tmp_seeds/$name")
+        [ "$n" -gt 0 ] 2>/dev/null && seeds+=("$tmp_seeds/$name")
+        echo "extra seeds for fuzz-$name: ${n:-0} chat templates of fetched tokenizers" >&2
+    fi
     log=$out/fuzz-$name.log
     # The first corpus directory collects what libFuzzer finds; the seeds stay untouched.
     ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} "$bin" "${args[@]}" "$corpus" "${seeds[@]}" \
