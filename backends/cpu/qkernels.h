@@ -45,6 +45,12 @@ static inline uint32_t cpu_q_code(const uint32_t *row, int64_t j, int bits) {
 void cpu_q_pack(const uint32_t *codes, int64_t n, int bits, uint32_t *words);
 /* Scale or bias i as f32. */
 float cpu_q_sb(const cpu_qmat *w, const void *p, int64_t i);
+/* Scales and biases of groups [g0, g0 + n) of row o as f32: converted once per row block
+ * so that the kernels' inner loops read plain floats (a call per group cost a third of a
+ * 4-bit matvec). */
+void cpu_q_row_sb(const cpu_qmat *w, int64_t o, int64_t g0, int64_t n, float *s, float *b);
+/* Groups per cpu_q_row_sb call in the kernels (their stack buffers). */
+#define CPU_Q_SB_CHUNK 256
 /* xsum[r * (in / group) + g] = sum of x[r, g * group .. (g + 1) * group). */
 void cpu_q_group_sums(const float *x, int64_t n, int64_t in, int32_t group, float *xsum);
 

@@ -1,7 +1,12 @@
-/* Quantized kernels for AVX2+FMA. Eight codes at a time: their bits lie in `bits` bytes
- * (8 codes * bits / 8), so one 8-byte load broadcast to both halves, a byte shuffle that
- * puts each code's two bytes in its 32-bit lane, a variable shift and a mask unpack them
- * for every bit width with the same four instructions. */
+/* Quantized kernels for AVX2+FMA. Codes are unpacked in registers, eight per vector:
+ *  - 4 bits: 8 bytes hold 16 codes; the low and high nibbles are split and interleaved
+ *    back into code order with one byte unpack, then widened to 32-bit lanes.
+ *  - 8 bits: 8 bytes widened straight to 32-bit lanes.
+ *  - other widths: 8 codes lie in `bits` bytes, so one 8-byte load broadcast to both
+ *    halves, a byte shuffle that puts each code's two bytes in its 32-bit lane, a variable
+ *    shift and a mask unpack them with the same four instructions.
+ * The 4- and 8-bit loads stay inside their group; the generic one may read up to 8 bytes
+ * past it, which only the tensor's last row needs padding for. */
 #include "qkernels.h"
 
 #include <immintrin.h>
@@ -46,49 +51,80 @@ static inline float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* The bytes of group g of row o, padded when the 8-byte loads would run past the tensor. */
-static inline const uint8_t *group_bytes(const cpu_qmat *w, int64_t o, int64_t g, uint8_t *pad) {
-    const int64_t gb = (int64_t)w->group * w->bits / 8;
-    const uint8_t *p = (const uint8_t *)(w->q + o * w->wpr) + g * gb;
-    const uint8_t *end = (const uint8_t *)(w->q + w->rows * w->wpr);
-    if (end - p < gb + 16) { /* the loads of the last groups would run past the data */
-        memcpy(pad, p, (size_t)gb);
-        memset(pad + gb, 0, 16);
-        return pad;
-    }
-    return p;
+/* Sixteen 4-bit codes from the 8 bytes at p, in order: q[0] codes 0..7, q[1] 8..15. */
+static inline void unpack16_q4(const uint8_t *p, __m256 q[2]) {
+    const __m128i m = _mm_set1_epi8(0x0f);
+    __m128i v = _mm_loadl_epi64((const __m128i *)p);
+    __m128i c = _mm_unpacklo_epi8(_mm_and_si128(v, m), _mm_and_si128(_mm_srli_epi16(v, 4), m));
+    q[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c));
+    q[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(c, 8)));
 }
 
+static inline __m256 unpack8_q8(const uint8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+
+enum { GENERIC = 0, Q4 = 4, Q8 = 8 };
+
+/* Rows [r0, r0 + NR) of x times weight row o. MODE is a constant after inlining, so each
+ * width gets its own loop. */
 static inline __attribute__((always_inline)) void
 tile(const unpacker *u, const float *x, const float *xsum, int64_t r0, const cpu_qmat *w,
-     int64_t o, float *y, int64_t ldy, const int NR) {
+     int64_t o, float *y, int64_t ldy, const int NR, const int MODE) {
     const int64_t in = w->in, gpr = w->gpr;
     const int32_t G = w->group, bits = w->bits;
+    const int64_t gb = (int64_t)G * bits / 8; /* bytes per group */
+    /* the generic loads of the tensor's last row would run past its data */
+    const int pad_tail = MODE == GENERIC && o == w->rows - 1;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                      _mm256_setzero_ps()};
     float bsum[4] = {0, 0, 0, 0};
-    uint8_t pad[160];
-    for (int64_t g = 0; g < gpr; g++) {
-        const uint8_t *p = group_bytes(w, o, g, pad);
-        __m256 d[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                       _mm256_setzero_ps()};
-        const float *xg = x + r0 * in + g * G;
-        for (int32_t c = 0; c < G; c += 8, p += bits) {
-            __m256 q = unpack8(u, p);
-            for (int r = 0; r < NR; r++) d[r] = _mm256_fmadd_ps(q, _mm256_loadu_ps(xg + r * in + c), d[r]);
-        }
-        __m256 s = _mm256_set1_ps(cpu_q_sb(w, w->scales, o * gpr + g));
-        float b = cpu_q_sb(w, w->biases, o * gpr + g);
-        for (int r = 0; r < NR; r++) {
-            acc[r] = _mm256_fmadd_ps(s, d[r], acc[r]);
-            bsum[r] += b * xsum[(r0 + r) * gpr + g];
+    float sc[CPU_Q_SB_CHUNK], bi[CPU_Q_SB_CHUNK];
+    uint8_t pad[128 + 16];
+    const uint8_t *row = (const uint8_t *)(w->q + o * w->wpr);
+    for (int64_t g0 = 0; g0 < gpr; g0 += CPU_Q_SB_CHUNK) {
+        const int64_t gn = gpr - g0 < CPU_Q_SB_CHUNK ? gpr - g0 : CPU_Q_SB_CHUNK;
+        cpu_q_row_sb(w, o, g0, gn, sc, bi);
+        for (int64_t gi = 0; gi < gn; gi++) {
+            const int64_t g = g0 + gi;
+            const uint8_t *p = row + g * gb;
+            if (pad_tail) {
+                memcpy(pad, p, (size_t)gb);
+                memset(pad + gb, 0, 16);
+                p = pad;
+            }
+            const float *xg = x + r0 * in + g * G;
+            __m256 d[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                           _mm256_setzero_ps()};
+            if (MODE == Q4) {
+                for (int32_t c = 0; c < G; c += 16, p += 8) {
+                    __m256 q[2];
+                    unpack16_q4(p, q);
+                    for (int r = 0; r < NR; r++) {
+                        d[r] = _mm256_fmadd_ps(q[0], _mm256_loadu_ps(xg + r * in + c), d[r]);
+                        d[r] = _mm256_fmadd_ps(q[1], _mm256_loadu_ps(xg + r * in + c + 8), d[r]);
+                    }
+                }
+            } else {
+                for (int32_t c = 0; c < G; c += 8, p += bits) {
+                    __m256 q = MODE == Q8 ? unpack8_q8(p) : unpack8(u, p);
+                    for (int r = 0; r < NR; r++)
+                        d[r] = _mm256_fmadd_ps(q, _mm256_loadu_ps(xg + r * in + c), d[r]);
+                }
+            }
+            __m256 s = _mm256_set1_ps(sc[gi]);
+            for (int r = 0; r < NR; r++) {
+                acc[r] = _mm256_fmadd_ps(s, d[r], acc[r]);
+                bsum[r] += bi[gi] * xsum[(r0 + r) * gpr + g];
+            }
         }
     }
     for (int r = 0; r < NR; r++) y[(r0 + r) * ldy + o] = hsum(acc[r]) + bsum[r];
 }
 
-static void matmul_avx2(const float *x, const float *xsum, int64_t n, const cpu_qmat *w,
-                        int64_t o0, int64_t o1, float *y, int64_t ldy) {
+static inline __attribute__((always_inline)) void
+matmul_mode(const float *x, const float *xsum, int64_t n, const cpu_qmat *w, int64_t o0,
+            int64_t o1, float *y, int64_t ldy, const int MODE) {
     const unpacker u = make_unpacker(w->bits);
     /* Blocks of 16 weight rows stay in L1/L2 while every tile of 4 x rows passes. */
     for (int64_t ob = o0; ob < o1; ob += 16) {
@@ -96,24 +132,43 @@ static void matmul_avx2(const float *x, const float *xsum, int64_t n, const cpu_
         for (int64_t r0 = 0; r0 < n; r0 += 4) {
             int64_t nr = n - r0;
             for (int64_t o = ob; o < oe; o++) {
-                if (nr >= 4) tile(&u, x, xsum, r0, w, o, y, ldy, 4);
-                else if (nr == 3) tile(&u, x, xsum, r0, w, o, y, ldy, 3);
-                else if (nr == 2) tile(&u, x, xsum, r0, w, o, y, ldy, 2);
-                else tile(&u, x, xsum, r0, w, o, y, ldy, 1);
+                if (nr >= 4) tile(&u, x, xsum, r0, w, o, y, ldy, 4, MODE);
+                else if (nr == 3) tile(&u, x, xsum, r0, w, o, y, ldy, 3, MODE);
+                else if (nr == 2) tile(&u, x, xsum, r0, w, o, y, ldy, 2, MODE);
+                else tile(&u, x, xsum, r0, w, o, y, ldy, 1, MODE);
             }
         }
     }
 }
 
+static void matmul_avx2(const float *x, const float *xsum, int64_t n, const cpu_qmat *w,
+                        int64_t o0, int64_t o1, float *y, int64_t ldy) {
+    if (w->bits == 4) matmul_mode(x, xsum, n, w, o0, o1, y, ldy, Q4);
+    else if (w->bits == 8) matmul_mode(x, xsum, n, w, o0, o1, y, ldy, Q8);
+    else matmul_mode(x, xsum, n, w, o0, o1, y, ldy, GENERIC);
+}
+
 static void dequant_row_avx2(const cpu_qmat *w, int64_t row, float *y) {
     const unpacker u = make_unpacker(w->bits);
-    uint8_t pad[160];
-    for (int64_t g = 0; g < w->gpr; g++) {
-        const uint8_t *p = group_bytes(w, row, g, pad);
-        __m256 s = _mm256_set1_ps(cpu_q_sb(w, w->scales, row * w->gpr + g));
-        __m256 b = _mm256_set1_ps(cpu_q_sb(w, w->biases, row * w->gpr + g));
-        for (int32_t c = 0; c < w->group; c += 8, p += w->bits)
-            _mm256_storeu_ps(y + g * w->group + c, _mm256_fmadd_ps(unpack8(&u, p), s, b));
+    const int64_t gb = (int64_t)w->group * w->bits / 8;
+    const uint8_t *base = (const uint8_t *)(w->q + row * w->wpr);
+    float sc[CPU_Q_SB_CHUNK], bi[CPU_Q_SB_CHUNK];
+    uint8_t pad[128 + 16];
+    for (int64_t g0 = 0; g0 < w->gpr; g0 += CPU_Q_SB_CHUNK) {
+        const int64_t gn = w->gpr - g0 < CPU_Q_SB_CHUNK ? w->gpr - g0 : CPU_Q_SB_CHUNK;
+        cpu_q_row_sb(w, row, g0, gn, sc, bi);
+        for (int64_t gi = 0; gi < gn; gi++) {
+            const int64_t g = g0 + gi;
+            const uint8_t *p = base + g * gb;
+            if (row == w->rows - 1) { /* as in tile: the last row's loads get padding */
+                memcpy(pad, p, (size_t)gb);
+                memset(pad + gb, 0, 16);
+                p = pad;
+            }
+            __m256 s = _mm256_set1_ps(sc[gi]), b = _mm256_set1_ps(bi[gi]);
+            for (int32_t c = 0; c < w->group; c += 8, p += w->bits)
+                _mm256_storeu_ps(y + g * w->group + c, _mm256_fmadd_ps(unpack8(&u, p), s, b));
+        }
     }
 }
 

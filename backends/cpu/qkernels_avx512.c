@@ -1,7 +1,13 @@
-/* Quantized kernels for AVX-512 (F, BW, VL). Sixteen codes at a time: their bits lie in
- * 2 * bits bytes, so one 16-byte load broadcast to the four 128-bit lanes, a byte shuffle
- * that puts each code's two bytes in its 32-bit lane, a variable shift and a mask unpack
- * them for every bit width with the same four instructions. */
+/* Quantized kernels for AVX-512 (F, BW, VL). Codes are unpacked in registers, sixteen per
+ * vector, and never stored:
+ *  - 4 bits: 16 bytes hold 32 codes; the low and high nibbles are split and interleaved
+ *    back into code order with two byte unpacks, then widened to 32-bit lanes.
+ *  - 8 bits: 16 bytes widened straight to 32-bit lanes.
+ *  - other widths: 16 codes lie in 2 * bits bytes, so one 16-byte load broadcast to the
+ *    four 128-bit lanes, a byte shuffle that puts each code's two bytes in its 32-bit
+ *    lane, a variable shift and a mask unpack them with the same four instructions.
+ * The 4- and 8-bit loads stay inside their group; the generic one may read up to 16 bytes
+ * past it, which only the tensor's last row needs padding for. */
 #include "qkernels.h"
 
 #include <immintrin.h>
@@ -31,7 +37,7 @@ static unpacker make_unpacker(int bits) {
     return u;
 }
 
-/* Sixteen codes from p (reads 16 bytes; the caller pads the tensor's last group). */
+/* Sixteen codes of any width from p (reads 16 bytes). */
 static inline __m512 unpack16(const unpacker *u, const uint8_t *p) {
     __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p));
     v = _mm512_shuffle_epi8(v, u->shuf);
@@ -39,49 +45,80 @@ static inline __m512 unpack16(const unpacker *u, const uint8_t *p) {
     return _mm512_cvtepi32_ps(v);
 }
 
-static inline const uint8_t *group_bytes(const cpu_qmat *w, int64_t o, int64_t g, uint8_t *pad) {
-    const int64_t gb = (int64_t)w->group * w->bits / 8;
-    const uint8_t *p = (const uint8_t *)(w->q + o * w->wpr) + g * gb;
-    const uint8_t *end = (const uint8_t *)(w->q + w->rows * w->wpr);
-    if (end - p < gb + 16) { /* the loads of the last groups would run past the data */
-        memcpy(pad, p, (size_t)gb);
-        memset(pad + gb, 0, 16);
-        return pad;
-    }
-    return p;
+/* Thirty-two 4-bit codes from the 16 bytes at p, in order: q[0] codes 0..15, q[1] 16..31. */
+static inline void unpack32_q4(const uint8_t *p, __m512 q[2]) {
+    const __m128i m = _mm_set1_epi8(0x0f);
+    __m128i v = _mm_loadu_si128((const __m128i *)p);
+    __m128i lo = _mm_and_si128(v, m), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m);
+    q[0] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
+    q[1] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(lo, hi)));
 }
 
+static inline __m512 unpack16_q8(const uint8_t *p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+
+enum { GENERIC = 0, Q4 = 4, Q8 = 8 };
+
+/* Rows [r0, r0 + NR) of x times weight row o. MODE is a constant after inlining, so each
+ * width gets its own loop. */
 static inline __attribute__((always_inline)) void
 tile(const unpacker *u, const float *x, const float *xsum, int64_t r0, const cpu_qmat *w,
-     int64_t o, float *y, int64_t ldy, const int NR) {
+     int64_t o, float *y, int64_t ldy, const int NR, const int MODE) {
     const int64_t in = w->in, gpr = w->gpr;
     const int32_t G = w->group, bits = w->bits;
+    const int64_t gb = (int64_t)G * bits / 8; /* bytes per group */
+    /* the generic loads of the tensor's last row would run past its data */
+    const int pad_tail = MODE == GENERIC && o == w->rows - 1;
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
                      _mm512_setzero_ps()};
     float bsum[4] = {0, 0, 0, 0};
-    uint8_t pad[160];
-    for (int64_t g = 0; g < gpr; g++) {
-        const uint8_t *p = group_bytes(w, o, g, pad);
-        __m512 d[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                       _mm512_setzero_ps()};
-        const float *xg = x + r0 * in + g * G;
-        for (int32_t c = 0; c < G; c += 16, p += 2 * bits) {
-            __m512 q = unpack16(u, p);
-            for (int r = 0; r < NR; r++)
-                d[r] = _mm512_fmadd_ps(q, _mm512_loadu_ps(xg + r * in + c), d[r]);
-        }
-        __m512 s = _mm512_set1_ps(cpu_q_sb(w, w->scales, o * gpr + g));
-        float b = cpu_q_sb(w, w->biases, o * gpr + g);
-        for (int r = 0; r < NR; r++) {
-            acc[r] = _mm512_fmadd_ps(s, d[r], acc[r]);
-            bsum[r] += b * xsum[(r0 + r) * gpr + g];
+    float sc[CPU_Q_SB_CHUNK], bi[CPU_Q_SB_CHUNK];
+    uint8_t pad[128 + 16];
+    const uint8_t *row = (const uint8_t *)(w->q + o * w->wpr);
+    for (int64_t g0 = 0; g0 < gpr; g0 += CPU_Q_SB_CHUNK) {
+        const int64_t gn = gpr - g0 < CPU_Q_SB_CHUNK ? gpr - g0 : CPU_Q_SB_CHUNK;
+        cpu_q_row_sb(w, o, g0, gn, sc, bi);
+        for (int64_t gi = 0; gi < gn; gi++) {
+            const int64_t g = g0 + gi;
+            const uint8_t *p = row + g * gb;
+            if (pad_tail) {
+                memcpy(pad, p, (size_t)gb);
+                memset(pad + gb, 0, 16);
+                p = pad;
+            }
+            const float *xg = x + r0 * in + g * G;
+            __m512 d[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                           _mm512_setzero_ps()};
+            if (MODE == Q4) {
+                for (int32_t c = 0; c < G; c += 32, p += 16) {
+                    __m512 q[2];
+                    unpack32_q4(p, q);
+                    for (int r = 0; r < NR; r++) {
+                        d[r] = _mm512_fmadd_ps(q[0], _mm512_loadu_ps(xg + r * in + c), d[r]);
+                        d[r] = _mm512_fmadd_ps(q[1], _mm512_loadu_ps(xg + r * in + c + 16), d[r]);
+                    }
+                }
+            } else {
+                for (int32_t c = 0; c < G; c += 16, p += 2 * bits) {
+                    __m512 q = MODE == Q8 ? unpack16_q8(p) : unpack16(u, p);
+                    for (int r = 0; r < NR; r++)
+                        d[r] = _mm512_fmadd_ps(q, _mm512_loadu_ps(xg + r * in + c), d[r]);
+                }
+            }
+            __m512 s = _mm512_set1_ps(sc[gi]);
+            for (int r = 0; r < NR; r++) {
+                acc[r] = _mm512_fmadd_ps(s, d[r], acc[r]);
+                bsum[r] += bi[gi] * xsum[(r0 + r) * gpr + g];
+            }
         }
     }
     for (int r = 0; r < NR; r++) y[(r0 + r) * ldy + o] = _mm512_reduce_add_ps(acc[r]) + bsum[r];
 }
 
-static void matmul_avx512(const float *x, const float *xsum, int64_t n, const cpu_qmat *w,
-                          int64_t o0, int64_t o1, float *y, int64_t ldy) {
+static inline __attribute__((always_inline)) void
+matmul_mode(const float *x, const float *xsum, int64_t n, const cpu_qmat *w, int64_t o0,
+            int64_t o1, float *y, int64_t ldy, const int MODE) {
     const unpacker u = make_unpacker(w->bits);
     /* Blocks of 16 weight rows stay in L1/L2 while every tile of 4 x rows passes. */
     for (int64_t ob = o0; ob < o1; ob += 16) {
@@ -89,24 +126,43 @@ static void matmul_avx512(const float *x, const float *xsum, int64_t n, const cp
         for (int64_t r0 = 0; r0 < n; r0 += 4) {
             int64_t nr = n - r0;
             for (int64_t o = ob; o < oe; o++) {
-                if (nr >= 4) tile(&u, x, xsum, r0, w, o, y, ldy, 4);
-                else if (nr == 3) tile(&u, x, xsum, r0, w, o, y, ldy, 3);
-                else if (nr == 2) tile(&u, x, xsum, r0, w, o, y, ldy, 2);
-                else tile(&u, x, xsum, r0, w, o, y, ldy, 1);
+                if (nr >= 4) tile(&u, x, xsum, r0, w, o, y, ldy, 4, MODE);
+                else if (nr == 3) tile(&u, x, xsum, r0, w, o, y, ldy, 3, MODE);
+                else if (nr == 2) tile(&u, x, xsum, r0, w, o, y, ldy, 2, MODE);
+                else tile(&u, x, xsum, r0, w, o, y, ldy, 1, MODE);
             }
         }
     }
 }
 
+static void matmul_avx512(const float *x, const float *xsum, int64_t n, const cpu_qmat *w,
+                          int64_t o0, int64_t o1, float *y, int64_t ldy) {
+    if (w->bits == 4) matmul_mode(x, xsum, n, w, o0, o1, y, ldy, Q4);
+    else if (w->bits == 8) matmul_mode(x, xsum, n, w, o0, o1, y, ldy, Q8);
+    else matmul_mode(x, xsum, n, w, o0, o1, y, ldy, GENERIC);
+}
+
 static void dequant_row_avx512(const cpu_qmat *w, int64_t row, float *y) {
     const unpacker u = make_unpacker(w->bits);
-    uint8_t pad[160];
-    for (int64_t g = 0; g < w->gpr; g++) {
-        const uint8_t *p = group_bytes(w, row, g, pad);
-        __m512 s = _mm512_set1_ps(cpu_q_sb(w, w->scales, row * w->gpr + g));
-        __m512 b = _mm512_set1_ps(cpu_q_sb(w, w->biases, row * w->gpr + g));
-        for (int32_t c = 0; c < w->group; c += 16, p += 2 * w->bits)
-            _mm512_storeu_ps(y + g * w->group + c, _mm512_fmadd_ps(unpack16(&u, p), s, b));
+    const int64_t gb = (int64_t)w->group * w->bits / 8;
+    const uint8_t *base = (const uint8_t *)(w->q + row * w->wpr);
+    float sc[CPU_Q_SB_CHUNK], bi[CPU_Q_SB_CHUNK];
+    uint8_t pad[128 + 16];
+    for (int64_t g0 = 0; g0 < w->gpr; g0 += CPU_Q_SB_CHUNK) {
+        const int64_t gn = w->gpr - g0 < CPU_Q_SB_CHUNK ? w->gpr - g0 : CPU_Q_SB_CHUNK;
+        cpu_q_row_sb(w, row, g0, gn, sc, bi);
+        for (int64_t gi = 0; gi < gn; gi++) {
+            const int64_t g = g0 + gi;
+            const uint8_t *p = base + g * gb;
+            if (row == w->rows - 1) { /* as in tile: the last row's loads get padding */
+                memcpy(pad, p, (size_t)gb);
+                memset(pad + gb, 0, 16);
+                p = pad;
+            }
+            __m512 s = _mm512_set1_ps(sc[gi]), b = _mm512_set1_ps(bi[gi]);
+            for (int32_t c = 0; c < w->group; c += 16, p += 2 * w->bits)
+                _mm512_storeu_ps(y + g * w->group + c, _mm512_fmadd_ps(unpack16(&u, p), s, b));
+        }
     }
 }
 

@@ -1,14 +1,21 @@
 /* Thread pool: persistent workers woken through a generation counter.
  *
- * A run publishes the job, bumps `gen` and works on chunks itself; workers spin on `gen`
+ * A run publishes the job, opens generation g (`open` = g), bumps `gen` and works on
+ * chunks itself; chunks are handed out through one atomic counter. Workers spin on `gen`
  * for a short while after each job (a forward pass dispatches hundreds of small jobs per
  * token, and a spinning worker picks one up in well under a microsecond), then sleep on a
- * futex (a condition variable off Linux). Items are handed out in chunks through one
- * atomic counter. The caller returns once every worker has checked out of the
- * generation, so the job fields can be rewritten by the next run without a race.
+ * futex (a condition variable off Linux).
  *
- * All hand-offs of data go through C11 atomics with acquire/release; the futex only
- * puts threads to sleep, so ThreadSanitizer sees every happens-before edge it needs. */
+ * A worker joins a run by incrementing `active` and then checking that the run it was
+ * woken for is still open; when the caller has handed out every chunk it closes the run
+ * (`open` = 0) and waits only until `active` is 0. So a worker that was not scheduled in
+ * time (more threads than free cores) does not hold the caller up: it finds the run
+ * closed and goes back to waiting without touching the job. Both sides use seq_cst for
+ * the increment/check and close/check pairs, so one always sees the other, and the job
+ * fields are never rewritten while a joined worker may read them.
+ *
+ * All hand-offs of data go through C11 atomics with acquire/release; the futex only puts
+ * threads to sleep, so ThreadSanitizer sees every happens-before edge it needs. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* sched_getaffinity, syscall */
 #endif
@@ -53,18 +60,19 @@ struct cpu_pool {
     int threads;
     pthread_t *tids;
 
-    /* Job of the current generation: written by the caller before it bumps `gen`,
-     * read by workers after they see the new `gen`. */
+    /* Job of the open generation: written by the caller before it opens the run, read
+     * by workers that joined it. */
     cpu_pool_fn fn;
     void *arg;
     int64_t n, chunk;
 
     /* Each hot word on its own line, so spinning readers do not slow the writers. */
-    _Alignas(CACHE_LINE) atomic_uint gen; /* futex word the workers wait on */
+    _Alignas(CACHE_LINE) atomic_uint gen; /* futex word the workers wait on; never 0 after a run */
+    atomic_uint open;                     /* generation workers may join, 0: none */
     atomic_int sleepers;                  /* workers (about to be) asleep on gen */
     atomic_bool stop;
-    _Alignas(CACHE_LINE) atomic_llong next;   /* next item to hand out */
-    _Alignas(CACHE_LINE) atomic_uint pending; /* workers still in this generation */
+    _Alignas(CACHE_LINE) atomic_llong next;  /* next item to hand out */
+    _Alignas(CACHE_LINE) atomic_uint active; /* workers inside a run; futex word of the caller */
     atomic_bool caller_sleeping;
     char pad_[CACHE_LINE];
 
@@ -154,12 +162,13 @@ static void do_chunks(cpu_pool *p, int worker) {
     }
 }
 
-static void check_out(cpu_pool *p) {
-    /* acq_rel: our writes (the items we did) become visible to the caller. The caller
-     * sets caller_sleeping before re-reading pending, so one of us sees the other. */
-    if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->caller_sleeping)) {
+/* Leaves the run: our writes (the items we did) become visible to the caller through
+ * the release half of the decrement. The caller sets caller_sleeping before re-reading
+ * active, so one of us sees the other. */
+static void leave(cpu_pool *p) {
+    if (atomic_fetch_sub(&p->active, 1) == 1 && atomic_load(&p->caller_sleeping)) {
 #if POOL_FUTEX
-        futex_wake(&p->pending, 1);
+        futex_wake(&p->active, 1);
 #else
         pthread_mutex_lock(&p->mu);
         pthread_cond_signal(&p->cv_done);
@@ -176,27 +185,31 @@ static void *worker_main(void *v) {
     for (;;) {
         seen = wait_gen(p, seen);
         if (atomic_load_explicit(&p->stop, memory_order_relaxed)) break;
-        do_chunks(p, ws.id);
-        check_out(p);
+        atomic_fetch_add(&p->active, 1);
+        /* Still open: the caller now waits for us, and the job is the one of `seen`. */
+        if (atomic_load(&p->open) == seen) do_chunks(p, ws.id);
+        leave(p);
     }
     return NULL;
 }
 
+/* Caller side, after it found no chunk left: close the run, wait for the joined workers. */
 static void wait_done(cpu_pool *p) {
-    unsigned v = atomic_load_explicit(&p->pending, memory_order_acquire);
-    /* Spin while workers keep checking out; sleep once SPIN_NS pass without progress. */
+    atomic_store(&p->open, 0u);
+    unsigned v = atomic_load(&p->active);
+    /* Spin while workers keep leaving; sleep once SPIN_NS pass without progress. */
     while (v != 0) {
-        unsigned w = spin_while_equal(&p->pending, v);
+        unsigned w = spin_while_equal(&p->active, v);
         if (w == v) break;
         v = w;
     }
     if (v == 0) return;
     atomic_store(&p->caller_sleeping, true);
 #if POOL_FUTEX
-    while ((v = atomic_load(&p->pending)) != 0) futex_wait(&p->pending, v);
+    while ((v = atomic_load(&p->active)) != 0) futex_wait(&p->active, v);
 #else
     pthread_mutex_lock(&p->mu);
-    while (atomic_load(&p->pending) != 0) pthread_cond_wait(&p->cv_done, &p->mu);
+    while (atomic_load(&p->active) != 0) pthread_cond_wait(&p->cv_done, &p->mu);
     pthread_mutex_unlock(&p->mu);
 #endif
     atomic_store(&p->caller_sleeping, false);
@@ -223,7 +236,8 @@ cpu_pool *cpu_pool_new(int threads) {
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->stop, false);
     atomic_init(&p->next, 0);
-    atomic_init(&p->pending, 0);
+    atomic_init(&p->open, 0);
+    atomic_init(&p->active, 0);
     atomic_init(&p->caller_sleeping, false);
 #if !POOL_FUTEX
     pthread_mutex_init(&p->mu, NULL);
@@ -251,7 +265,7 @@ cpu_pool *cpu_pool_new(int threads) {
 void cpu_pool_free(cpu_pool *p) {
     if (!p) return;
     atomic_store_explicit(&p->stop, true, memory_order_relaxed);
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    atomic_fetch_add(&p->gen, 1); /* seq_cst: before wake_workers reads sleepers */
     wake_workers(p);
     for (int i = 1; i < p->threads; i++) pthread_join(p->tids[i], NULL);
 #if !POOL_FUTEX
@@ -287,9 +301,12 @@ void cpu_pool_run(cpu_pool *p, int64_t n, int64_t grain, cpu_pool_fn fn, void *a
     p->n = n;
     p->chunk = chunk;
     atomic_store_explicit(&p->next, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->pending, (unsigned)(p->threads - 1), memory_order_relaxed);
-    /* seq_cst (a release at least): publishes the job; ordered before reading sleepers. */
-    atomic_fetch_add(&p->gen, 1);
+    /* Only this thread writes gen; 0 is skipped so that `open` = 0 always means closed. */
+    unsigned g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
+    if (g == 0) g = 1;
+    /* seq_cst: publishes the job (release) and orders both before reading sleepers. */
+    atomic_store(&p->open, g);
+    atomic_store(&p->gen, g);
     wake_workers(p);
     do_chunks(p, 0);
     wait_done(p);

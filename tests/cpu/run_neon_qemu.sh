@@ -2,7 +2,8 @@
 # Cross-compiles the CPU kernel tests for aarch64 and runs them under qemu user-mode
 # emulation, so the NEON table is checked on x86-64 hosts (CI installs
 # gcc-aarch64-linux-gnu and qemu-user). test_kernels checks every table the target has
-# (neon and portable) against the reference and against each other.
+# (neon and portable) against the reference and against each other; test_qkernels does the
+# same for the quantized (MLX affine) tables.
 # Exit status: 0 when all pass, 1 on a failure, 77 (meson's "skipped") without tools.
 set -eu
 
@@ -29,6 +30,9 @@ kernels="$src/kernels_portable.c $src/kernels_select.c $src/kernels_neon.c"
 # shellcheck disable=SC2086 # word splitting of the flag and file lists is wanted
 $CC $flags -o "$out/test_kernels" "$here/test_kernels.c" $kernels -lm -lpthread
 # shellcheck disable=SC2086
+$CC $flags -o "$out/test_qkernels" "$here/test_qkernels.c" $kernels \
+    "$src/qkernels_portable.c" "$src/qkernels_neon.c" -lm -lpthread
+# shellcheck disable=SC2086
 $CC $flags -o "$out/test_threadpool" "$here/test_threadpool.c" "$src/threadpool.c" -lpthread
 
 status=0
@@ -38,6 +42,13 @@ cat "$log"
 # The run must really have had the NEON table next to the portable one.
 if ! grep -q '^tables: portable neon' "$log"; then
     echo "run_neon_qemu.sh: the neon table was not tested" >&2
+    status=1
+fi
+qlog="$out/test_qkernels.log"
+if "$QEMU" "$out/test_qkernels" >"$qlog" 2>&1; then :; else status=1; fi
+cat "$qlog"
+if ! grep -q '^neon: checked' "$qlog"; then
+    echo "run_neon_qemu.sh: the neon quantized table was not tested" >&2
     status=1
 fi
 if "$QEMU" "$out/test_threadpool"; then :; else status=1; fi
