@@ -62,9 +62,10 @@ enum { GENERIC = 0, Q4 = 4, Q8 = 8 };
 
 /* Rows [r0, r0 + NR) of x times weight row o. MODE is a constant after inlining, so each
  * width gets its own loop. */
-static inline __attribute__((always_inline)) void
-tile(const unpacker *u, const float *x, const float *xsum, int64_t r0, const cpu_qmat *w,
-     int64_t o, float *y, int64_t ldy, const int NR, const int MODE) {
+static inline __attribute__((always_inline)) void tile(const unpacker *u, const float *x,
+                                                       const float *xsum, int64_t r0,
+                                                       const cpu_qmat *w, int64_t o, float *y,
+                                                       int64_t ldy, const int NR, const int MODE) {
     const int64_t in = w->in, gpr = w->gpr;
     const int32_t G = w->group, bits = w->bits;
     const int64_t gb = (int64_t)G * bits / 8; /* bytes per group */
@@ -116,9 +117,10 @@ tile(const unpacker *u, const float *x, const float *xsum, int64_t r0, const cpu
     for (int r = 0; r < NR; r++) y[(r0 + r) * ldy + o] = _mm512_reduce_add_ps(acc[r]) + bsum[r];
 }
 
-static inline __attribute__((always_inline)) void
-matmul_mode(const float *x, const float *xsum, int64_t n, const cpu_qmat *w, int64_t o0,
-            int64_t o1, float *y, int64_t ldy, const int MODE) {
+static inline __attribute__((always_inline)) void matmul_mode(const float *x, const float *xsum,
+                                                              int64_t n, const cpu_qmat *w,
+                                                              int64_t o0, int64_t o1, float *y,
+                                                              int64_t ldy, const int MODE) {
     const unpacker u = make_unpacker(w->bits);
     /* Blocks of 16 weight rows stay in L1/L2 while every tile of 4 x rows passes. */
     for (int64_t ob = o0; ob < o1; ob += 16) {
@@ -126,10 +128,14 @@ matmul_mode(const float *x, const float *xsum, int64_t n, const cpu_qmat *w, int
         for (int64_t r0 = 0; r0 < n; r0 += 4) {
             int64_t nr = n - r0;
             for (int64_t o = ob; o < oe; o++) {
-                if (nr >= 4) tile(&u, x, xsum, r0, w, o, y, ldy, 4, MODE);
-                else if (nr == 3) tile(&u, x, xsum, r0, w, o, y, ldy, 3, MODE);
-                else if (nr == 2) tile(&u, x, xsum, r0, w, o, y, ldy, 2, MODE);
-                else tile(&u, x, xsum, r0, w, o, y, ldy, 1, MODE);
+                if (nr >= 4)
+                    tile(&u, x, xsum, r0, w, o, y, ldy, 4, MODE);
+                else if (nr == 3)
+                    tile(&u, x, xsum, r0, w, o, y, ldy, 3, MODE);
+                else if (nr == 2)
+                    tile(&u, x, xsum, r0, w, o, y, ldy, 2, MODE);
+                else
+                    tile(&u, x, xsum, r0, w, o, y, ldy, 1, MODE);
             }
         }
     }
@@ -137,9 +143,12 @@ matmul_mode(const float *x, const float *xsum, int64_t n, const cpu_qmat *w, int
 
 static void matmul_avx512(const float *x, const float *xsum, int64_t n, const cpu_qmat *w,
                           int64_t o0, int64_t o1, float *y, int64_t ldy) {
-    if (w->bits == 4) matmul_mode(x, xsum, n, w, o0, o1, y, ldy, Q4);
-    else if (w->bits == 8) matmul_mode(x, xsum, n, w, o0, o1, y, ldy, Q8);
-    else matmul_mode(x, xsum, n, w, o0, o1, y, ldy, GENERIC);
+    if (w->bits == 4)
+        matmul_mode(x, xsum, n, w, o0, o1, y, ldy, Q4);
+    else if (w->bits == 8)
+        matmul_mode(x, xsum, n, w, o0, o1, y, ldy, Q8);
+    else
+        matmul_mode(x, xsum, n, w, o0, o1, y, ldy, GENERIC);
 }
 
 static void dequant_row_avx512(const cpu_qmat *w, int64_t row, float *y) {

@@ -15,9 +15,12 @@ void cpu_q_pack(const uint32_t *codes, int64_t n, int bits, uint32_t *words) {
 
 float cpu_q_sb(const cpu_qmat *w, const void *p, int64_t i) {
     switch (w->sb) {
-    case 0: return ((const float *)p)[i];
-    case 1: return cpu_f16_to_f32(((const uint16_t *)p)[i]);
-    default: return cpu_bf16_to_f32(((const uint16_t *)p)[i]);
+    case 0:
+        return ((const float *)p)[i];
+    case 1:
+        return cpu_f16_to_f32(((const uint16_t *)p)[i]);
+    default:
+        return cpu_bf16_to_f32(((const uint16_t *)p)[i]);
     }
 }
 
@@ -125,11 +128,13 @@ extern const cpu_qkernels cpu_qkernels_neon;
 const cpu_qkernels *cpu_qkernels_for(const char *name) {
     static const cpu_qkernels *const all[] = {
 #if defined(__x86_64__)
-        &cpu_qkernels_avx2, &cpu_qkernels_avx512,
+        &cpu_qkernels_avx2,
+        &cpu_qkernels_avx512,
 #elif defined(__aarch64__)
         &cpu_qkernels_neon,
 #endif
-        &cpu_qkernels_portable};
+        &cpu_qkernels_portable
+    };
     for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++)
         if (strcmp(all[i]->name, name) == 0) return all[i];
     return &cpu_qkernels_portable;
