@@ -3,9 +3,10 @@
  * usage: test_vk_ops CPU_PLUGIN VULKAN_PLUGIN
  * Loads both plugins through their entry symbols, runs each op with the same operands on
  * both (odd sizes, one row and many, every weight dtype, unaligned views, attention with
- * windows, rings, soft-cap and GQA, split keys, MoE) and compares. It does so twice: with
- * the device's subgroup reductions and push descriptors, and with the shared-memory
- * reductions and descriptor pools (LMHOST_VK_NO_SUBGROUP=1, LMHOST_VK_NO_PUSH_DESCRIPTOR=1).
+ * windows, rings, soft-cap and GQA, split keys, MoE; MLX-quantized weights of every bit width,
+ * group size and scale dtype in get_rows, matmul and moe_matmul) and compares. It does so twice:
+ * with the device's subgroup reductions and push descriptors, and with the shared-memory reductions
+ * and descriptor pools (LMHOST_VK_NO_SUBGROUP=1, LMHOST_VK_NO_PUSH_DESCRIPTOR=1).
  *
  * Tolerance: float results agree within 1e-4 x the largest |value| of the CPU result
  * (both accumulate in f32, in different orders; 1e-4 leaves room for sums of a few
@@ -139,10 +140,62 @@ static tt *view(tt *base, int64_t off_elems, lmh_dtype dt, int ndim, int64_t n0,
     return x;
 }
 
+/* Host buffers lent to tensor_quant, which the CPU backend uses in place: kept until the
+ * tensors are freed. */
+static void *g_keep[3 * MAXT];
+static int g_nkeep;
+
 static void free_all(void) {
     for (int i = g_npool - 1; i >= 0; i--)
         for (int k = 0; k < 2; k++) g_be[k].api->tensor_free(g_be[k].b, g_pool[i].t[k]);
     g_npool = 0;
+    for (int i = 0; i < g_nkeep; i++) free(g_keep[i]);
+    g_nkeep = 0;
+}
+
+static uint32_t rand32(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 32);
+}
+
+/* An MLX-quantized weight [n0, n1] or [n0, n1, n2] on both backends: random codes (every
+ * bit pattern is a valid stream), scales about 1 / 2^bits and biases in [-0.5, 0.5) so the
+ * values stay near [-0.5, 1.5), stored as sdt. */
+static tt *mk_quant(int bits, int32_t group, lmh_dtype sdt, int ndim, int64_t n0, int64_t n1,
+                    int64_t n2) {
+    int64_t ne[3] = {n0, n1, n2}, in = ne[ndim - 1], rows = n0 * (ndim == 3 ? n1 : 1);
+    int64_t words = rows * in * bits / 32, ng = rows * (in / group);
+    uint32_t *packed = malloc((size_t)words * 4);
+    size_t es = lmh_dtype_size(sdt);
+    uint8_t *sb[2] = {malloc((size_t)ng * es), malloc((size_t)ng * es)};
+    for (int64_t i = 0; i < words; i++) packed[i] = rand32();
+    for (int part = 0; part < 2; part++)
+        for (int64_t i = 0; i < ng; i++) {
+            float v = part ? frand(-0.5f, 0.5f) : frand(0.5f, 1.5f) / (float)(1 << bits);
+            if (sdt == LMH_F32)
+                memcpy(sb[part] + i * 4, &v, 4);
+            else {
+                uint16_t h = sdt == LMH_F16 ? to_f16(v) : to_bf16(v);
+                memcpy(sb[part] + i * 2, &h, 2);
+            }
+        }
+    g_keep[g_nkeep++] = packed;
+    g_keep[g_nkeep++] = sb[0];
+    g_keep[g_nkeep++] = sb[1];
+    tt *x = &g_pool[g_npool++];
+    for (int k = 0; k < 2; k++) {
+        const lmh_backend_api *api = g_be[k].api;
+        x->t[k] = api->tensor_quant ? api->tensor_quant(g_be[k].b, lmh_quant_dtype(bits), group,
+                                                        ndim, ne, packed, sdt, sb[0], sb[1])
+                                    : NULL;
+        if (!x->t[k]) {
+            fprintf(stderr, "FAIL: tensor_quant on backend %d\n", k);
+            exit(1);
+        }
+    }
+    return x;
 }
 
 static int run(const char *what, lmh_op_code code, tt *dst, tt *s0, tt *s1, tt *s2, tt *s3,
@@ -481,6 +534,114 @@ static void t_moe(void) {
     free_all();
 }
 
+/* MLX-quantized weights: every bit width x group size, the scale dtypes in turn; matvec
+ * (1..4 rows, vectorised and not), tiled matmul (odd row and column counts, bias), the
+ * gathered rows of a quantized table, and expert matmuls over a quantized stack. */
+static void t_quant(void) {
+    static const int bitss[] = {2, 3, 4, 5, 6, 8};
+    static const int32_t groups[] = {32, 64, 128};
+    int combo = 0;
+    for (int bi = 0; bi < 6; bi++)
+        for (int gi = 0; gi < 3; gi++, combo++) {
+            int bits = bitss[bi];
+            int32_t group = groups[gi];
+            lmh_dtype sdt = fdt[combo % 3];
+            char what[128];
+            /* get_rows */
+            {
+                int64_t V = 37, d = 256;
+                tt *tab = mk_quant(bits, group, sdt, 2, V, d, 0);
+                int32_t ids[7] = {0, 36, 5, -1, 37, 5, 17};
+                tt *id = mk_i32(1, 7, 0, ids), *dst = mk(LMH_F32, 2, 7, d, 0, 9, 9, 0);
+                snprintf(what, sizeof what, "get_rows q%d g%d %s", bits, group,
+                         lmh_dtype_name(sdt));
+                if (!run(what, LMH_OP_GET_ROWS, dst, tab, id, NULL, NULL, NULL, NULL))
+                    check(what, dst, 1e-6);
+                free_all();
+            }
+            /* matmul: matrix-vector and tiled */
+            static const int64_t shapes[][3] = {{1, 128, 37},   {2, 384, 20}, {4, 256, 65},
+                                                {3, 128, 130},  {5, 256, 33}, {70, 128, 70},
+                                                {130, 384, 129}};
+            for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+                int64_t rows = shapes[sh][0], in = shapes[sh][1], out = shapes[sh][2];
+                if (in % group) continue;
+                int bias = (int)(sh + (size_t)combo) % 3 == 0;
+                tt *x = mk(LMH_F32, 2, rows, in, 0, -1, 1, 0);
+                tt *W = mk_quant(bits, group, sdt, 2, out, in, 0);
+                tt *bt = bias ? mk(fdt[sh % 3], 1, out, 0, 0, -1, 1, LMH_TENSOR_WEIGHT) : NULL;
+                tt *y = mk(LMH_F32, 2, rows, out, 0, 0, 0, 0);
+                snprintf(what, sizeof what, "matmul %lldx%lld -> %lld q%d g%d %s%s",
+                         (long long)rows, (long long)in, (long long)out, bits, group,
+                         lmh_dtype_name(sdt), bias ? " bias" : "");
+                if (!run(what, LMH_OP_MATMUL, y, x, W, bt, NULL, NULL, NULL)) check(what, y, TOL);
+                free_all();
+            }
+            /* expert matmuls: a few rows (matrix-vector items) and many (tiled items) */
+            static const int mm[][5] = {/* n, k, E, in, out */
+                                        {1, 2, 8, 128, 48},
+                                        {3, 2, 4, 256, 40},
+                                        {33, 3, 5, 128, 33}};
+            for (size_t c = 0; c < sizeof mm / sizeof mm[0]; c++) {
+                int n = mm[c][0], k = mm[c][1], E = mm[c][2], in = mm[c][3], out = mm[c][4];
+                int per_slot = (int)(c + (size_t)combo) % 2;
+                tt *x = per_slot ? mk(LMH_F32, 3, n, k, in, -1, 1, 0)
+                                 : mk(LMH_F32, 2, n, in, 0, -1, 1, 0);
+                tt *W = mk_quant(bits, group, sdt, 3, E, out, in);
+                int32_t ids[512];
+                for (int i = 0; i < n * k; i++) ids[i] = (int32_t)(frand(0, 1) * E) % E;
+                if (c == 2) ids[1] = -1, ids[4] = E;
+                tt *id = mk_i32(2, n, k, ids);
+                tt *y = mk(LMH_F32, 3, n, k, out, 3, 3, 0);
+                snprintf(what, sizeof what, "moe_matmul n=%d k=%d E=%d %dx%d q%d g%d %s%s", n, k, E,
+                         in, out, bits, group, lmh_dtype_name(sdt), per_slot ? " per slot" : "");
+                if (!run(what, LMH_OP_MOE_MATMUL, y, x, W, id, NULL, NULL, NULL))
+                    check(what, y, TOL);
+                free_all();
+            }
+        }
+    /* an input view off the binding alignment (scalar loads of x), an output view */
+    for (int r = 1; r <= 6; r += 5) {
+        tt *xb = mk(LMH_F32, 1, r * 128 + 3, 0, 0, -1, 1, 0);
+        tt *x = view(xb, 3, LMH_F32, 2, r, 128, 0);
+        tt *W = mk_quant(5, 64, LMH_BF16, 2, 40, 128, 0);
+        tt *yb = mk(LMH_F32, 1, r * 40 + 1, 0, 0, 7, 7, 0);
+        tt *y = view(yb, 1, LMH_F32, 2, r, 40, 0);
+        if (!run("quantized matmul unaligned views", LMH_OP_MATMUL, y, x, W, NULL, NULL, NULL,
+                 NULL))
+            check("quantized matmul unaligned views (and the element before)", yb, TOL);
+        free_all();
+    }
+    /* weight bytes read: codes, scales and biases of the rows used, as the CPU counts */
+    lmh_backend_mem m0[2], m1[2];
+    for (int k = 0; k < 2; k++) g_be[k].api->memory(g_be[k].b, &m0[k]);
+    tt *x = mk(LMH_F32, 2, 2, 128, 0, -1, 1, 0), *W = mk_quant(4, 64, LMH_F16, 2, 48, 128, 0);
+    tt *y = mk(LMH_F32, 2, 2, 48, 0, 0, 0, 0);
+    run("quantized matmul count", LMH_OP_MATMUL, y, x, W, NULL, NULL, NULL, NULL);
+    tt *tab = mk_quant(3, 32, LMH_F32, 2, 10, 128, 0);
+    int32_t rid[3] = {1, 7, 7};
+    tt *id3 = mk_i32(1, 3, 0, rid), *g = mk(LMH_F32, 2, 3, 128, 0, 0, 0, 0);
+    run("quantized get_rows count", LMH_OP_GET_ROWS, g, tab, id3, NULL, NULL, NULL, NULL);
+    tt *xe = mk(LMH_F32, 2, 3, 128, 0, -1, 1, 0), *We = mk_quant(8, 128, LMH_BF16, 3, 6, 40, 128);
+    int32_t ids[6] = {1, 4, 4, 2, 1, 5};
+    tt *id = mk_i32(2, 3, 2, ids), *ye = mk(LMH_F32, 3, 3, 2, 40, 0, 0, 0);
+    run("quantized moe count", LMH_OP_MOE_MATMUL, ye, xe, We, id, NULL, NULL, NULL);
+    for (int k = 0; k < 2; k++) {
+        g_be[k].api->sync(g_be[k].b);
+        g_be[k].api->memory(g_be[k].b, &m1[k]);
+    }
+    uint64_t r0 = m1[0].weight_bytes_read - m0[0].weight_bytes_read;
+    uint64_t r1 = m1[1].weight_bytes_read - m0[1].weight_bytes_read;
+    uint64_t want = 48 * (64 + 2 * 2 * 2) + 3 * (48 + 2 * 4 * 4) + 4 * 40 * (128 + 2 * 1 * 2);
+    g_checks++;
+    if (r0 != r1 || r1 != want) {
+        fprintf(stderr, "FAIL: quantized weight bytes read: cpu %llu, vulkan %llu, want %llu\n",
+                (unsigned long long)r0, (unsigned long long)r1, (unsigned long long)want);
+        g_fail++;
+    }
+    free_all();
+}
+
 /* Memory behaviour: a freed tensor's memory is not reused before the ops that read it
  * ran; uploads larger than a staging buffer; weight bytes read counted as on the CPU. */
 static void t_memory(void) {
@@ -591,7 +752,8 @@ int main(int argc, char **argv) {
             void (*fn)(void);
         } parts[] = {{"get_rows", t_get_rows},   {"matmul", t_matmul}, {"rms_norm", t_norm},
                      {"elementwise", t_eltwise}, {"rope", t_rope},     {"copy", t_copy},
-                     {"attention", t_attention}, {"moe", t_moe},       {"memory", t_memory}};
+                     {"attention", t_attention}, {"moe", t_moe},       {"quantized", t_quant},
+                     {"memory", t_memory}};
         for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
             struct timespec t0, t1;
             clock_gettime(CLOCK_MONOTONIC, &t0);
