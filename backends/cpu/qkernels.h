@@ -7,6 +7,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 /* One quantized matrix [rows, in] (an expert's slice of a stack is one too). */
 typedef struct cpu_qmat {
@@ -45,12 +49,28 @@ static inline uint32_t cpu_q_code(const uint32_t *row, int64_t j, int bits) {
 void cpu_q_pack(const uint32_t *codes, int64_t n, int bits, uint32_t *words);
 /* Scale or bias i as f32. */
 float cpu_q_sb(const cpu_qmat *w, const void *p, int64_t i);
-/* Scales and biases of groups [g0, g0 + n) of row o as f32: converted once per row block
- * so that the kernels' inner loops read plain floats (a call per group cost a third of a
- * 4-bit matvec). */
-void cpu_q_row_sb(const cpu_qmat *w, int64_t o, int64_t g0, int64_t n, float *s, float *b);
-/* Groups per cpu_q_row_sb call in the kernels (their stack buffers). */
-#define CPU_Q_SB_CHUNK 256
+/* Scale or bias i as f32, inline: the SIMD kernels read two per group, and a call per
+ * value cost a third of a 4-bit matvec. `sb` is w->sb; the branch is the same for a
+ * whole tensor, so it predicts perfectly. */
+static inline float cpu_q_sb_at(int32_t sb, const void *p, int64_t i) {
+    const uint16_t h = ((const uint16_t *)p)[sb == 0 ? 0 : i];
+    if (sb == 0) return ((const float *)p)[i];
+    if (sb == 2) { /* bf16: the upper half of an f32 */
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, sizeof f);
+        return f;
+    }
+#if defined(__F16C__)
+    return _cvtsh_ss(h);
+#elif defined(__aarch64__)
+    __fp16 f;
+    memcpy(&f, &h, sizeof f);
+    return (float)f;
+#else
+    return cpu_q_sb(&(cpu_qmat){.sb = 1}, p, i);
+#endif
+}
 /* xsum[r * (in / group) + g] = sum of x[r, g * group .. (g + 1) * group). */
 void cpu_q_group_sums(const float *x, int64_t n, int64_t in, int32_t group, float *xsum);
 

@@ -74,44 +74,38 @@ static inline __attribute__((always_inline)) void tile(const unpacker *u, const 
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
                      _mm512_setzero_ps()};
     float bsum[4] = {0, 0, 0, 0};
-    float sc[CPU_Q_SB_CHUNK], bi[CPU_Q_SB_CHUNK];
     uint8_t pad[128 + 16];
     const uint8_t *row = (const uint8_t *)(w->q + o * w->wpr);
-    for (int64_t g0 = 0; g0 < gpr; g0 += CPU_Q_SB_CHUNK) {
-        const int64_t gn = gpr - g0 < CPU_Q_SB_CHUNK ? gpr - g0 : CPU_Q_SB_CHUNK;
-        cpu_q_row_sb(w, o, g0, gn, sc, bi);
-        for (int64_t gi = 0; gi < gn; gi++) {
-            const int64_t g = g0 + gi;
-            const uint8_t *p = row + g * gb;
-            if (pad_tail) {
-                memcpy(pad, p, (size_t)gb);
-                memset(pad + gb, 0, 16);
-                p = pad;
-            }
-            const float *xg = x + r0 * in + g * G;
-            __m512 d[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                           _mm512_setzero_ps()};
-            if (MODE == Q4) {
-                for (int32_t c = 0; c < G; c += 32, p += 16) {
-                    __m512 q[2];
-                    unpack32_q4(p, q);
-                    for (int r = 0; r < NR; r++) {
-                        d[r] = _mm512_fmadd_ps(q[0], _mm512_loadu_ps(xg + r * in + c), d[r]);
-                        d[r] = _mm512_fmadd_ps(q[1], _mm512_loadu_ps(xg + r * in + c + 16), d[r]);
-                    }
-                }
-            } else {
-                for (int32_t c = 0; c < G; c += 16, p += 2 * bits) {
-                    __m512 q = MODE == Q8 ? unpack16_q8(p) : unpack16(u, p);
-                    for (int r = 0; r < NR; r++)
-                        d[r] = _mm512_fmadd_ps(q, _mm512_loadu_ps(xg + r * in + c), d[r]);
+    for (int64_t g = 0; g < gpr; g++) {
+        const uint8_t *p = row + g * gb;
+        if (pad_tail) {
+            memcpy(pad, p, (size_t)gb);
+            memset(pad + gb, 0, 16);
+            p = pad;
+        }
+        const float *xg = x + r0 * in + g * G;
+        __m512 d[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                       _mm512_setzero_ps()};
+        if (MODE == Q4) {
+            for (int32_t c = 0; c < G; c += 32, p += 16) {
+                __m512 q[2];
+                unpack32_q4(p, q);
+                for (int r = 0; r < NR; r++) {
+                    d[r] = _mm512_fmadd_ps(q[0], _mm512_loadu_ps(xg + r * in + c), d[r]);
+                    d[r] = _mm512_fmadd_ps(q[1], _mm512_loadu_ps(xg + r * in + c + 16), d[r]);
                 }
             }
-            __m512 s = _mm512_set1_ps(sc[gi]);
-            for (int r = 0; r < NR; r++) {
-                acc[r] = _mm512_fmadd_ps(s, d[r], acc[r]);
-                bsum[r] += bi[gi] * xsum[(r0 + r) * gpr + g];
+        } else {
+            for (int32_t c = 0; c < G; c += 16, p += 2 * bits) {
+                __m512 q = MODE == Q8 ? unpack16_q8(p) : unpack16(u, p);
+                for (int r = 0; r < NR; r++)
+                    d[r] = _mm512_fmadd_ps(q, _mm512_loadu_ps(xg + r * in + c), d[r]);
             }
+        }
+        __m512 s = _mm512_set1_ps(cpu_q_sb_at(w->sb, w->scales, o * gpr + g));
+        for (int r = 0; r < NR; r++) {
+            acc[r] = _mm512_fmadd_ps(s, d[r], acc[r]);
+            bsum[r] += cpu_q_sb_at(w->sb, w->biases, o * gpr + g) * xsum[(r0 + r) * gpr + g];
         }
     }
     for (int r = 0; r < NR; r++) y[(r0 + r) * ldy + o] = _mm512_reduce_add_ps(acc[r]) + bsum[r];
@@ -155,23 +149,18 @@ static void dequant_row_avx512(const cpu_qmat *w, int64_t row, float *y) {
     const unpacker u = make_unpacker(w->bits);
     const int64_t gb = (int64_t)w->group * w->bits / 8;
     const uint8_t *base = (const uint8_t *)(w->q + row * w->wpr);
-    float sc[CPU_Q_SB_CHUNK], bi[CPU_Q_SB_CHUNK];
     uint8_t pad[128 + 16];
-    for (int64_t g0 = 0; g0 < w->gpr; g0 += CPU_Q_SB_CHUNK) {
-        const int64_t gn = w->gpr - g0 < CPU_Q_SB_CHUNK ? w->gpr - g0 : CPU_Q_SB_CHUNK;
-        cpu_q_row_sb(w, row, g0, gn, sc, bi);
-        for (int64_t gi = 0; gi < gn; gi++) {
-            const int64_t g = g0 + gi;
-            const uint8_t *p = base + g * gb;
-            if (row == w->rows - 1) { /* as in tile: the last row's loads get padding */
-                memcpy(pad, p, (size_t)gb);
-                memset(pad + gb, 0, 16);
-                p = pad;
-            }
-            __m512 s = _mm512_set1_ps(sc[gi]), b = _mm512_set1_ps(bi[gi]);
-            for (int32_t c = 0; c < w->group; c += 16, p += 2 * w->bits)
-                _mm512_storeu_ps(y + g * w->group + c, _mm512_fmadd_ps(unpack16(&u, p), s, b));
+    for (int64_t g = 0; g < w->gpr; g++) {
+        const uint8_t *p = base + g * gb;
+        if (row == w->rows - 1) { /* as in tile: the last row's loads get padding */
+            memcpy(pad, p, (size_t)gb);
+            memset(pad + gb, 0, 16);
+            p = pad;
         }
+        __m512 s = _mm512_set1_ps(cpu_q_sb_at(w->sb, w->scales, row * w->gpr + g)),
+               b = _mm512_set1_ps(cpu_q_sb_at(w->sb, w->biases, row * w->gpr + g));
+        for (int32_t c = 0; c < w->group; c += 16, p += 2 * w->bits)
+            _mm512_storeu_ps(y + g * w->group + c, _mm512_fmadd_ps(unpack16(&u, p), s, b));
     }
 }
 

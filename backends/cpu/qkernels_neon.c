@@ -42,43 +42,38 @@ static inline __attribute__((always_inline)) void tile(const float *x, const flo
     const int64_t gb = (int64_t)G * bits / 8;
     float32x4_t acc[4] = {vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0)};
     float bsum[4] = {0, 0, 0, 0};
-    float sc[CPU_Q_SB_CHUNK], bi[CPU_Q_SB_CHUNK], qf[128];
+    float qf[128];
     const uint8_t *row = (const uint8_t *)(w->q + o * w->wpr);
-    for (int64_t g0 = 0; g0 < gpr; g0 += CPU_Q_SB_CHUNK) {
-        const int64_t gn = gpr - g0 < CPU_Q_SB_CHUNK ? gpr - g0 : CPU_Q_SB_CHUNK;
-        cpu_q_row_sb(w, o, g0, gn, sc, bi);
-        for (int64_t gi = 0; gi < gn; gi++) {
-            const int64_t g = g0 + gi;
-            const uint8_t *p = row + g * gb;
-            const float *xg = x + r0 * in + g * G;
-            float32x4_t d[4] = {vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0)};
-            if (MODE == Q4 || MODE == Q8) {
-                /* 32 codes (4 bits, 16 bytes) or 16 codes (8 bits) per step */
-                const int step = MODE == Q4 ? 32 : 16;
-                for (int32_t c = 0; c < G; c += step, p += 16) {
-                    uint8x16_t v = vld1q_u8(p);
-                    float32x4_t q[8];
-                    if (MODE == Q4) {
-                        uint8x16_t lo = vandq_u8(v, vdupq_n_u8(0x0f)), hi = vshrq_n_u8(v, 4);
-                        widen16(vzip1q_u8(lo, hi), q);
-                        widen16(vzip2q_u8(lo, hi), q + 4);
-                    } else {
-                        widen16(v, q);
-                    }
-                    for (int r = 0; r < NR; r++)
-                        for (int k = 0; k < step / 4; k++)
-                            d[r] = vfmaq_f32(d[r], q[k], vld1q_f32(xg + r * in + c + 4 * k));
+    for (int64_t g = 0; g < gpr; g++) {
+        const uint8_t *p = row + g * gb;
+        const float *xg = x + r0 * in + g * G;
+        float32x4_t d[4] = {vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0)};
+        if (MODE == Q4 || MODE == Q8) {
+            /* 32 codes (4 bits, 16 bytes) or 16 codes (8 bits) per step */
+            const int step = MODE == Q4 ? 32 : 16;
+            for (int32_t c = 0; c < G; c += step, p += 16) {
+                uint8x16_t v = vld1q_u8(p);
+                float32x4_t q[8];
+                if (MODE == Q4) {
+                    uint8x16_t lo = vandq_u8(v, vdupq_n_u8(0x0f)), hi = vshrq_n_u8(v, 4);
+                    widen16(vzip1q_u8(lo, hi), q);
+                    widen16(vzip2q_u8(lo, hi), q + 4);
+                } else {
+                    widen16(v, q);
                 }
-            } else {
-                unpack_group((const uint32_t *)p, G, bits, qf);
                 for (int r = 0; r < NR; r++)
-                    for (int32_t k = 0; k < G; k += 4)
-                        d[r] = vfmaq_f32(d[r], vld1q_f32(qf + k), vld1q_f32(xg + r * in + k));
+                    for (int k = 0; k < step / 4; k++)
+                        d[r] = vfmaq_f32(d[r], q[k], vld1q_f32(xg + r * in + c + 4 * k));
             }
-            for (int r = 0; r < NR; r++) {
-                acc[r] = vfmaq_n_f32(acc[r], d[r], sc[gi]);
-                bsum[r] += bi[gi] * xsum[(r0 + r) * gpr + g];
-            }
+        } else {
+            unpack_group((const uint32_t *)p, G, bits, qf);
+            for (int r = 0; r < NR; r++)
+                for (int32_t k = 0; k < G; k += 4)
+                    d[r] = vfmaq_f32(d[r], vld1q_f32(qf + k), vld1q_f32(xg + r * in + k));
+        }
+        for (int r = 0; r < NR; r++) {
+            acc[r] = vfmaq_n_f32(acc[r], d[r], cpu_q_sb_at(w->sb, w->scales, o * gpr + g));
+            bsum[r] += cpu_q_sb_at(w->sb, w->biases, o * gpr + g) * xsum[(r0 + r) * gpr + g];
         }
     }
     for (int r = 0; r < NR; r++) y[(r0 + r) * ldy + o] = vaddvq_f32(acc[r]) + bsum[r];
@@ -119,18 +114,13 @@ static void matmul_neon(const float *x, const float *xsum, int64_t n, const cpu_
 
 static void dequant_row_neon(const cpu_qmat *w, int64_t row, float *y) {
     const int64_t gw = (int64_t)w->group * w->bits / 32;
-    float sc[CPU_Q_SB_CHUNK], bi[CPU_Q_SB_CHUNK];
-    for (int64_t g0 = 0; g0 < w->gpr; g0 += CPU_Q_SB_CHUNK) {
-        const int64_t gn = w->gpr - g0 < CPU_Q_SB_CHUNK ? w->gpr - g0 : CPU_Q_SB_CHUNK;
-        cpu_q_row_sb(w, row, g0, gn, sc, bi);
-        for (int64_t gi = 0; gi < gn; gi++) {
-            const int64_t g = g0 + gi;
-            float *yp = y + g * w->group;
-            unpack_group(w->q + row * w->wpr + g * gw, w->group, w->bits, yp);
-            float32x4_t s = vdupq_n_f32(sc[gi]), b = vdupq_n_f32(bi[gi]);
-            for (int32_t k = 0; k < w->group; k += 4)
-                vst1q_f32(yp + k, vfmaq_f32(b, vld1q_f32(yp + k), s));
-        }
+    for (int64_t g = 0; g < w->gpr; g++) {
+        float *yp = y + g * w->group;
+        unpack_group(w->q + row * w->wpr + g * gw, w->group, w->bits, yp);
+        float32x4_t s = vdupq_n_f32(cpu_q_sb_at(w->sb, w->scales, row * w->gpr + g)),
+                    b = vdupq_n_f32(cpu_q_sb_at(w->sb, w->biases, row * w->gpr + g));
+        for (int32_t k = 0; k < w->group; k += 4)
+            vst1q_f32(yp + k, vfmaq_f32(b, vld1q_f32(yp + k), s));
     }
 }
 

@@ -24,29 +24,6 @@ float cpu_q_sb(const cpu_qmat *w, const void *p, int64_t i) {
     }
 }
 
-void cpu_q_row_sb(const cpu_qmat *w, int64_t o, int64_t g0, int64_t n, float *s, float *b) {
-    const int64_t at = o * w->gpr + g0;
-    switch (w->sb) {
-    case 0:
-        memcpy(s, (const float *)w->scales + at, (size_t)n * sizeof(float));
-        memcpy(b, (const float *)w->biases + at, (size_t)n * sizeof(float));
-        break;
-    case 1:
-        for (int64_t i = 0; i < n; i++) {
-            s[i] = cpu_f16_to_f32(((const uint16_t *)w->scales)[at + i]);
-            b[i] = cpu_f16_to_f32(((const uint16_t *)w->biases)[at + i]);
-        }
-        break;
-    default: /* bf16: the upper half of an f32 */
-        for (int64_t i = 0; i < n; i++) {
-            uint32_t su = (uint32_t)((const uint16_t *)w->scales)[at + i] << 16;
-            uint32_t bu = (uint32_t)((const uint16_t *)w->biases)[at + i] << 16;
-            memcpy(s + i, &su, 4);
-            memcpy(b + i, &bu, 4);
-        }
-    }
-}
-
 void cpu_q_group_sums(const float *x, int64_t n, int64_t in, int32_t group, float *xsum) {
     int64_t gpr = in / group;
     for (int64_t r = 0; r < n; r++)

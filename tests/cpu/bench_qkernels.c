@@ -1,6 +1,6 @@
 /* Timings, not a test: y = x W^T for a 4-bit group-64 W [14336, 4096] (bf16 scales and
  * biases) and one row of x, the decode shape of an 8B model's MLP, on every SIMD path.
- * usage: bench_qkernels [threads] [bits] */
+ * usage: bench_qkernels [threads] [bits] [rows] [in] */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "kernels.h"
 #include "qkernels.h"
@@ -32,7 +32,8 @@ static double now(void) {
 
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 2, bits = argc > 2 ? atoi(argv[2]) : 4;
-    const int64_t out = 14336, in = 4096, group = 64;
+    const int64_t out = argc > 3 ? atoll(argv[3]) : 14336, in = argc > 4 ? atoll(argv[4]) : 4096;
+    const int64_t group = 64;
     cpu_qmat w = {.sb = 2, .bits = bits, .group = (int32_t)group, .rows = out, .in = in,
                   .wpr = in * bits / 32, .gpr = in / group};
     size_t qb = (size_t)(out * w.wpr) * 4, sb = (size_t)(out * w.gpr) * 2;
