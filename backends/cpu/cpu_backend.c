@@ -13,12 +13,12 @@
 #include <string.h>
 
 typedef struct cpu_tensor {
-    lmh_tensor t;   /* first: a cpu_tensor* is an lmh_tensor* */
+    lmh_tensor t; /* first: a cpu_tensor* is an lmh_tensor* */
     uint8_t *data;
     size_t bytes;
-    int owned;      /* data was allocated here (not a view, not wrapped host memory) */
-    int weight;     /* counted as weights; reads are counted in weight_bytes_read */
-    int wrapped;    /* data is host memory lent by the caller (mmap'd weights) */
+    int owned;   /* data was allocated here (not a view, not wrapped host memory) */
+    int weight;  /* counted as weights; reads are counted in weight_bytes_read */
+    int wrapped; /* data is host memory lent by the caller (mmap'd weights) */
     /* Quantized weights (tensor_quant): the packed codes, scales and biases, used in place
      * where the lent memory is aligned (zero copy: the mmap'd file stays the only copy),
      * else in `data`, which then holds all three. qm describes the whole [rows, in] stack. */
@@ -33,7 +33,7 @@ struct lmh_backend {
     atomic_uint_fast64_t weight_bytes, other_bytes, mapped_bytes, weight_read;
 };
 
-#define CT(x) ((cpu_tensor *)(x))
+#define CT(x)   ((cpu_tensor *)(x))
 #define DATA(x) (CT(x)->data)
 
 static const lmh_host_api *g_host;
@@ -128,8 +128,14 @@ static lmh_tensor *cpu_tensor_quant(lmh_backend *b, lmh_dtype qt, int32_t group,
     t->t.group = group;
     t->t.backend_priv = t;
     cpu_qmat *m = &t->qm;
-    *m = (cpu_qmat){.sb = sbt == LMH_F32 ? 0 : sbt == LMH_F16 ? 1 : 2, .bits = bits,
-                    .group = group, .rows = rows, .in = in, .wpr = in * bits / 32,
+    *m = (cpu_qmat){.sb = sbt == LMH_F32   ? 0
+                          : sbt == LMH_F16 ? 1
+                                           : 2,
+                    .bits = bits,
+                    .group = group,
+                    .rows = rows,
+                    .in = in,
+                    .wpr = in * bits / 32,
                     .gpr = in / group};
     size_t qb = (size_t)(rows * m->wpr) * 4, sb = (size_t)(rows * m->gpr) * lmh_dtype_size(sbt);
     t->bytes = qb + 2 * sb;
@@ -174,24 +180,32 @@ static void cpu_tensor_free(lmh_backend *b, lmh_tensor *x) {
 
 static int cpu_upload(lmh_backend *b, lmh_tensor *x, size_t off, const void *src, size_t n) {
     (void)b;
-    if (!x || lmh_dtype_is_quant(x->dtype) || off > CT(x)->bytes || n > CT(x)->bytes - off) return LMH_EINVAL;
+    if (!x || lmh_dtype_is_quant(x->dtype) || off > CT(x)->bytes || n > CT(x)->bytes - off)
+        return LMH_EINVAL;
     memcpy(DATA(x) + off, src, n);
     return LMH_OK;
 }
 
 static int cpu_download(lmh_backend *b, const lmh_tensor *x, size_t off, void *dst, size_t n) {
     (void)b;
-    if (!x || lmh_dtype_is_quant(x->dtype) || off > CT(x)->bytes || n > CT(x)->bytes - off) return LMH_EINVAL;
+    if (!x || lmh_dtype_is_quant(x->dtype) || off > CT(x)->bytes || n > CT(x)->bytes - off)
+        return LMH_EINVAL;
     memcpy(dst, DATA(x) + off, n);
     return LMH_OK;
 }
 
 /* ---- helpers ---------------------------------------------------------------------- */
 
-static int64_t inner(const lmh_tensor *t) { return t->ne[t->ndim - 1]; }
-static int is_float(lmh_dtype d) { return d == LMH_F32 || d == LMH_F16 || d == LMH_BF16; }
+static int64_t inner(const lmh_tensor *t) {
+    return t->ne[t->ndim - 1];
+}
+static int is_float(lmh_dtype d) {
+    return d == LMH_F32 || d == LMH_F16 || d == LMH_BF16;
+}
 /* A weight operand: a float dtype, or quantized (made by tensor_quant). */
-static int is_weight(lmh_dtype d) { return is_float(d) || lmh_dtype_is_quant(d); }
+static int is_weight(lmh_dtype d) {
+    return is_float(d) || lmh_dtype_is_quant(d);
+}
 
 /* Bytes of a quantized tensor's rows [r0, r0 + n) that a kernel reads: codes, scales and
  * biases. */
@@ -203,10 +217,14 @@ static size_t qbytes(const lmh_tensor *w, int64_t n) {
 /* Element i of a float tensor of any float dtype, as f32 (for small per-row vectors). */
 static inline float getf(const lmh_tensor *t, int64_t i) {
     switch (t->dtype) {
-    case LMH_F32: return ((const float *)DATA(t))[i];
-    case LMH_F16: return cpu_f16_to_f32(((const uint16_t *)DATA(t))[i]);
-    case LMH_BF16: return cpu_bf16_to_f32(((const uint16_t *)DATA(t))[i]);
-    default: return 0;
+    case LMH_F32:
+        return ((const float *)DATA(t))[i];
+    case LMH_F16:
+        return cpu_f16_to_f32(((const uint16_t *)DATA(t))[i]);
+    case LMH_BF16:
+        return cpu_bf16_to_f32(((const uint16_t *)DATA(t))[i]);
+    default:
+        return 0;
     }
 }
 
@@ -227,10 +245,17 @@ static void row_to_f32(const cpu_kernels *k, const lmh_tensor *t, int64_t row, i
                        float *y) {
     const uint8_t *p = DATA(t) + (size_t)row * (size_t)d * lmh_dtype_size(t->dtype);
     switch (t->dtype) {
-    case LMH_F32: memcpy(y, p, (size_t)d * sizeof(float)); break;
-    case LMH_F16: k->f16_to_f32((const uint16_t *)p, y, d); break;
-    case LMH_BF16: k->bf16_to_f32((const uint16_t *)p, y, d); break;
-    default: memset(y, 0, (size_t)d * sizeof(float));
+    case LMH_F32:
+        memcpy(y, p, (size_t)d * sizeof(float));
+        break;
+    case LMH_F16:
+        k->f16_to_f32((const uint16_t *)p, y, d);
+        break;
+    case LMH_BF16:
+        k->bf16_to_f32((const uint16_t *)p, y, d);
+        break;
+    default:
+        memset(y, 0, (size_t)d * sizeof(float));
     }
 }
 
@@ -251,6 +276,28 @@ static void do_get_rows(void *arg, int64_t i0, int64_t i1, int w) {
     }
 }
 
+/* x [n, in] times rows [o0, o1) of a quantized W. Decode and short prompts use the fused
+ * kernels (each weight byte read once, codes never stored). From QBLOCK_MIN_N rows of x on,
+ * blocks of QBLOCK weight rows are dequantized to f32 once and handed to the f32 kernel's
+ * cache-blocked product, so each group is unpacked once for all n rows and prefill runs at
+ * the f32 kernel's FLOP rate. */
+#define QBLOCK       16
+#define QBLOCK_MIN_N 8
+static void matmul_q(const lmh_backend *b, const float *x, const float *xsum, int64_t n,
+                     const cpu_qmat *w, int64_t o0, int64_t o1, float *y, int64_t ldy) {
+    float *buf = n >= QBLOCK_MIN_N ? malloc((size_t)(QBLOCK * w->in) * sizeof(float)) : NULL;
+    if (!buf) { /* short prompts, or no memory for the block: the fused kernel */
+        b->qk->matmul(x, xsum, n, w, o0, o1, y, ldy);
+        return;
+    }
+    for (int64_t ob = o0; ob < o1; ob += QBLOCK) {
+        const int64_t oc = o1 - ob < QBLOCK ? o1 - ob : QBLOCK;
+        for (int64_t i = 0; i < oc; i++) b->qk->dequant_row(w, ob + i, buf + i * w->in);
+        b->k->matmul_f32(x, n, w->in, buf, 0, oc, y + ob, ldy);
+    }
+    free(buf);
+}
+
 static void do_matmul(void *arg, int64_t o0, int64_t o1, int w) {
     (void)w;
     const job *j = arg;
@@ -260,11 +307,17 @@ static void do_matmul(void *arg, int64_t o0, int64_t o1, int w) {
     int64_t in = inner(x), n = lmh_nelem(x) / in, out = W->ne[0];
     float *y = (float *)DATA(op->dst);
     switch (W->dtype) {
-    case LMH_F32: k->matmul_f32((const float *)DATA(x), n, in, (const float *)DATA(W), o0, o1, y, out); break;
-    case LMH_F16: k->matmul_f16((const float *)DATA(x), n, in, (const uint16_t *)DATA(W), o0, o1, y, out); break;
-    case LMH_BF16: k->matmul_bf16((const float *)DATA(x), n, in, (const uint16_t *)DATA(W), o0, o1, y, out); break;
+    case LMH_F32:
+        k->matmul_f32((const float *)DATA(x), n, in, (const float *)DATA(W), o0, o1, y, out);
+        break;
+    case LMH_F16:
+        k->matmul_f16((const float *)DATA(x), n, in, (const uint16_t *)DATA(W), o0, o1, y, out);
+        break;
+    case LMH_BF16:
+        k->matmul_bf16((const float *)DATA(x), n, in, (const uint16_t *)DATA(W), o0, o1, y, out);
+        break;
     default: /* quantized; j->scratch holds the group sums of x */
-        j->b->qk->matmul((const float *)DATA(x), j->scratch, n, &CT(W)->qm, o0, o1, y, out);
+        matmul_q(j->b, (const float *)DATA(x), j->scratch, n, &CT(W)->qm, o0, o1, y, out);
         break;
     }
     if (op->src[2])
@@ -293,7 +346,9 @@ static void do_rms_norm(void *arg, int64_t r0, int64_t r1, int w) {
     }
 }
 
-static inline float silu(float v) { return v / (1.0f + expf(-v)); }
+static inline float silu(float v) {
+    return v / (1.0f + expf(-v));
+}
 static inline float gelu_tanh(float v) {
     const float c = 0.7978845608028654f; /* sqrt(2/pi) */
     return 0.5f * v * (1.0f + tanhf(c * (v + 0.044715f * v * v * v)));
@@ -352,7 +407,8 @@ static void do_elementwise(void *arg, int64_t i0, int64_t i1, int w) {
         for (int64_t i = i0; i < i1; i++) y[i] = c * tanhf(a[i] / c);
         break;
     }
-    default: break;
+    default:
+        break;
     }
 }
 
@@ -491,8 +547,7 @@ static void do_attention(void *arg, int64_t t0, int64_t t1, int w) {
         float inv = 1.0f / sum;
         for (int64_t s = lo; s <= hi; s++) {
             if (sc[s - lo] == 0.0f) continue;
-            const uint8_t *vr =
-                DATA(V) + ((size_t)s * (size_t)kvh + (size_t)g) * (size_t)dv * ves;
+            const uint8_t *vr = DATA(V) + ((size_t)s * (size_t)kvh + (size_t)g) * (size_t)dv * ves;
             float a = sc[s - lo] * inv;
             if (V->dtype == LMH_F32)
                 k->axpy_f32(out, a, (const float *)vr, dv);
@@ -539,8 +594,8 @@ static void do_moe_route(void *arg, int64_t r0, int64_t r1, int w) {
 }
 
 typedef struct moe_job {
+    const lmh_backend *b;
     const cpu_kernels *k;
-    const cpu_qkernels *qk;
     const float *xsum; /* quantized W: group sums of xg */
     const lmh_tensor *W;
     const float *xg;
@@ -567,14 +622,21 @@ static void do_moe_tasks(void *arg, int64_t t0, int64_t t1, int w) {
             q.scales = (const uint8_t *)q.scales + (size_t)(e * m->out * q.gpr) * sbs;
             q.biases = (const uint8_t *)q.biases + (size_t)(e * m->out * q.gpr) * sbs;
             q.rows = m->out;
-            m->qk->matmul(x, m->xsum + m->start[e] * q.gpr, n, &q, o0, o1, y, m->out);
+            matmul_q(m->b, x, m->xsum + m->start[e] * q.gpr, n, &q, o0, o1, y, m->out);
             continue;
         }
         switch (m->W->dtype) {
-        case LMH_F32: m->k->matmul_f32(x, n, m->in, (const float *)we, o0, o1, y, m->out); break;
-        case LMH_F16: m->k->matmul_f16(x, n, m->in, (const uint16_t *)we, o0, o1, y, m->out); break;
-        case LMH_BF16: m->k->matmul_bf16(x, n, m->in, (const uint16_t *)we, o0, o1, y, m->out); break;
-        default: break;
+        case LMH_F32:
+            m->k->matmul_f32(x, n, m->in, (const float *)we, o0, o1, y, m->out);
+            break;
+        case LMH_F16:
+            m->k->matmul_f16(x, n, m->in, (const uint16_t *)we, o0, o1, y, m->out);
+            break;
+        case LMH_BF16:
+            m->k->matmul_bf16(x, n, m->in, (const uint16_t *)we, o0, o1, y, m->out);
+            break;
+        default:
+            break;
         }
     }
 }
@@ -587,7 +649,8 @@ static int moe_matmul(lmh_backend *b, const lmh_op *op) {
     int64_t n = idt->ne[0], k = idt->ne[1], E = W->ne[0], out = W->ne[1], in = W->ne[2];
     int64_t pairs = n * k, per_slot = x->ndim == 3;
     int th = cpu_pool_threads(b->pool);
-    int64_t *count = calloc((size_t)E, sizeof *count), *start = calloc((size_t)E + 1, sizeof *start);
+    int64_t *count = calloc((size_t)E, sizeof *count),
+            *start = calloc((size_t)E + 1, sizeof *start);
     int64_t *order = malloc((size_t)pairs * sizeof *order), *fill = calloc((size_t)E, sizeof *fill);
     float *xg = malloc((size_t)pairs * (size_t)in * sizeof(float));
     float *yg = malloc((size_t)pairs * (size_t)out * sizeof(float));
@@ -627,8 +690,17 @@ static int moe_matmul(lmh_backend *b, const lmh_op *op) {
         if (!xsum) goto out;
         cpu_q_group_sums(xg, start[E], in, W->group, xsum);
     }
-    moe_job m = {.k = b->k, .qk = b->qk, .xsum = xsum, .W = W, .xg = xg, .yg = yg, .start = start, .count = count,
-                 .tasks = (const int64_t(*)[3])tasks, .in = in, .out = out};
+    moe_job m = {.b = b,
+                 .k = b->k,
+                 .xsum = xsum,
+                 .W = W,
+                 .xg = xg,
+                 .yg = yg,
+                 .start = start,
+                 .count = count,
+                 .tasks = (const int64_t(*)[3])tasks,
+                 .in = in,
+                 .out = out};
     cpu_pool_run(b->pool, nt, 1, do_moe_tasks, &m);
     float *dst = (float *)DATA(op->dst);
     for (int64_t p = 0; p < pairs; p++) {
@@ -637,9 +709,10 @@ static int moe_matmul(lmh_backend *b, const lmh_op *op) {
         else
             memcpy(dst + p * out, yg + order[p] * out, (size_t)out * sizeof(float));
     }
-    count_read(b, W, lmh_dtype_is_quant(W->dtype)
-                         ? qbytes(W, active * out)
-                         : (size_t)active * (size_t)out * (size_t)in * lmh_dtype_size(W->dtype));
+    count_read(b, W,
+               lmh_dtype_is_quant(W->dtype)
+                   ? qbytes(W, active * out)
+                   : (size_t)active * (size_t)out * (size_t)in * lmh_dtype_size(W->dtype));
     free(xsum);
     rc = LMH_OK;
 out:
@@ -720,9 +793,8 @@ static int check_op(const lmh_op *op) {
         if (a->dtype != LMH_F32 || d->dtype != LMH_F32 || (b && b->dtype != LMH_F32)) break;
         if (!b) /* fused [rows, 2d] -> [rows, d] */
             return inner(a) == 2 * inner(d) && lmh_nelem(a) == 2 * lmh_nelem(d) ? LMH_OK
-                                                                             : LMH_ESHAPE;
-        return lmh_nelem(a) == lmh_nelem(d) && lmh_nelem(b) == lmh_nelem(d) ? LMH_OK
-                                                                          : LMH_ESHAPE;
+                                                                                : LMH_ESHAPE;
+        return lmh_nelem(a) == lmh_nelem(d) && lmh_nelem(b) == lmh_nelem(d) ? LMH_OK : LMH_ESHAPE;
     case LMH_OP_TRANSPOSE:
         if (a->dtype != LMH_F32 || d->dtype != LMH_F32) break;
         if (a->ndim != 3 || d->ndim != 3 || d->ne[0] != a->ne[1] || d->ne[1] != a->ne[0] ||
@@ -746,13 +818,13 @@ static int check_op(const lmh_op *op) {
         return lmh_nelem(a) == lmh_nelem(d) ? LMH_OK : LMH_ESHAPE;
     case LMH_OP_ATTENTION: {
         const lmh_tensor *K = b, *V = c, *pos = op->src[3];
-        if (!K || !V || !pos || a->dtype != LMH_F32 || d->dtype != LMH_F32 ||
-            !is_float(K->dtype) || !is_float(V->dtype) || pos->dtype != LMH_I32)
+        if (!K || !V || !pos || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !is_float(K->dtype) ||
+            !is_float(V->dtype) || pos->dtype != LMH_I32)
             break;
         if (a->ndim != 3 || K->ndim != 3 || V->ndim != 3 || d->ndim != 3) return LMH_ESHAPE;
-        if (K->ne[1] <= 0 || a->ne[1] % K->ne[1] || V->ne[1] != K->ne[1] ||
-            K->ne[2] != a->ne[2] || d->ne[0] != a->ne[0] || d->ne[1] != a->ne[1] ||
-            d->ne[2] != V->ne[2] || lmh_nelem(pos) != a->ne[0] || V->ne[0] < K->ne[0])
+        if (K->ne[1] <= 0 || a->ne[1] % K->ne[1] || V->ne[1] != K->ne[1] || K->ne[2] != a->ne[2] ||
+            d->ne[0] != a->ne[0] || d->ne[1] != a->ne[1] || d->ne[2] != V->ne[2] ||
+            lmh_nelem(pos) != a->ne[0] || V->ne[0] < K->ne[0])
             return LMH_ESHAPE;
         if (op->p.i[0] < 0 || op->p.i[0] > K->ne[0] || op->p.i[2] < 0 || op->p.i[3] < 0 ||
             (op->p.i[3] > 0 && (op->p.i[3] > K->ne[0] || op->p.i[4] < op->p.i[0])))
@@ -786,7 +858,8 @@ static int check_op(const lmh_op *op) {
             b->ne[1] != a->ne[1] || d->ne[0] != a->ne[0] || d->ne[1] != a->ne[2])
             return LMH_ESHAPE;
         return LMH_OK;
-    default: break;
+    default:
+        break;
     }
     return LMH_EUNSUPPORTED;
 }
@@ -811,9 +884,10 @@ static int cpu_enqueue(lmh_backend *b, const lmh_op *op) {
     case LMH_OP_GET_ROWS: {
         int64_t n = lmh_nelem(op->src[1]);
         cpu_pool_run(b->pool, n, 16, do_get_rows, &j);
-        count_read(b, a, lmh_dtype_is_quant(a->dtype)
-                             ? qbytes(a, n)
-                             : (size_t)n * (size_t)inner(a) * lmh_dtype_size(a->dtype));
+        count_read(b, a,
+                   lmh_dtype_is_quant(a->dtype)
+                       ? qbytes(a, n)
+                       : (size_t)n * (size_t)inner(a) * lmh_dtype_size(a->dtype));
         break;
     }
     case LMH_OP_MATMUL: {
@@ -877,14 +951,16 @@ static int cpu_enqueue(lmh_backend *b, const lmh_op *op) {
     case LMH_OP_MOE_ROUTE:
         cpu_pool_run(b->pool, a->ne[0], 8, do_moe_route, &j);
         break;
-    case LMH_OP_MOE_MATMUL: return moe_matmul(b, op);
+    case LMH_OP_MOE_MATMUL:
+        return moe_matmul(b, op);
     case LMH_OP_SIGMOID_GATE:
         cpu_pool_run(b->pool, lmh_nelem(a) / inner(a), 16, do_sigmoid_gate, &j);
         break;
     case LMH_OP_MOE_COMBINE:
         cpu_pool_run(b->pool, a->ne[0], 4, do_moe_combine, &j);
         break;
-    default: return LMH_EUNSUPPORTED;
+    default:
+        return LMH_EUNSUPPORTED;
     }
     return LMH_OK;
 }
@@ -901,7 +977,9 @@ static void cpu_memory(lmh_backend *b, lmh_backend_mem *m) {
     m->weight_bytes_read = atomic_load(&b->weight_read);
 }
 
-static const char *cpu_describe(lmh_backend *b) { return b->desc; }
+static const char *cpu_describe(lmh_backend *b) {
+    return b->desc;
+}
 
 static int cpu_create(const lmh_host_api *host, const lmh_backend_opts *o, lmh_backend **out,
                       char *err, size_t err_len) {
@@ -941,11 +1019,12 @@ static int cpu_init(const lmh_host_api *host, char *err, size_t err_len) {
     return 0;
 }
 
-static const char *const weight_dtypes[] = {"f32", "f16", "bf16", "q2", "q3", "q4",
-                                            "q5",  "q6",  "q8",   NULL};
-static const char *const ops[] = {"get_rows", "matmul", "rms_norm", "add",  "mul",       "scale",
-                                  "swiglu",   "geglu",  "rope",     "copy", "attention", "softcap",
-                                  "moe_route", "moe_matmul", "moe_combine", "sigmoid_gate", "transpose", NULL};
+static const char *const weight_dtypes[] = {"f32", "f16", "bf16", "q2", "q3",
+                                            "q4",  "q5",  "q6",   "q8", NULL};
+static const char *const ops[] = {
+    "get_rows",  "matmul",     "rms_norm",    "add",          "mul",       "scale",
+    "swiglu",    "geglu",      "rope",        "copy",         "attention", "softcap",
+    "moe_route", "moe_matmul", "moe_combine", "sigmoid_gate", "transpose", NULL};
 
 static const lmh_backend_api api = {
     .size = sizeof(lmh_backend_api),
@@ -972,10 +1051,13 @@ static const lmh_plugin_info info = {
     .kind = LMH_KIND_BACKEND,
     .name = "cpu",
     .version = "0.1.0",
-    .summary = "host CPU; f32 compute over f32/f16/bf16 and MLX 2-8 bit weights; AVX-512, AVX2+FMA, NEON or "
+    .summary = "host CPU; f32 compute over f32/f16/bf16 and MLX 2-8 bit weights; AVX-512, "
+               "AVX2+FMA, NEON or "
                "portable C chosen at run time",
     .init = cpu_init,
     .api = &api,
 };
 
-LMH_EXPORT const lmh_plugin_info *lmhost_plugin_entry(void) { return &info; }
+LMH_EXPORT const lmh_plugin_info *lmhost_plugin_entry(void) {
+    return &info;
+}
