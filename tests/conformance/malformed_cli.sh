@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Malformed model directories through the CLI: each must fail with a clear message on
 # stderr and exit status 1 (never a crash, which would show as a signal, 128+N).
-# usage: malformed_cli.sh LMHOST FIXTURE_DIR
+# usage: malformed_cli.sh LMHOST FIXTURE_DIR MLX_FIXTURE_DIR
 set -u
 lmhost=$1
 fixture=$2
+mlx_fixture=$3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
@@ -88,6 +89,31 @@ if [ $? -ne 1 ] || ! grep -q "out of range" "$tmp/err"; then
 else
     echo "ok   token-out-of-range: $(cat "$tmp/err")"
 fi
+
+# MLX-quantized checkpoints: formats not supported yet, widths outside MLX's, broken
+# scales and per-module overrides.
+mlx_case() { # name python-statements-on-config-dict-c: a fresh copy of the MLX fixture
+    rm -rf "${tmp:?}/$1"
+    mkdir -p "$tmp/$1"
+    cp "$mlx_fixture/config.json" "$mlx_fixture/model.safetensors" "$tmp/$1/"
+    python3 -c "import json,sys; p=sys.argv[1]; c=json.load(open(p)); $2; json.dump(c, open(p, 'w'))" \
+        "$tmp/$1/config.json"
+    echo "$tmp/$1"
+}
+for m in mxfp4 nvfp4 mxfp8; do
+    d=$(mlx_case "mode-$m" "c['quantization']['mode'] = '$m'; c.pop('quantization_config', None)")
+    expect "quant-mode-$m" "$d" "quantization mode \"$m\" is not supported yet"
+done
+d=$(mlx_case mode-unknown "c['quantization']['mode'] = 'fancy'; c.pop('quantization_config', None)")
+expect quant-mode-unknown "$d" "unknown quantization mode \"fancy\""
+d=$(mlx_case bits-7 "c['quantization']['bits'] = 7; c.pop('quantization_config', None)")
+expect quant-bits-7 "$d" "7-bit groups of 64 are not supported"
+d=$(mlx_case no-quantization "c.pop('quantization', None); c.pop('quantization_config', None)")
+expect quant-missing-config "$d" "config.json has no \"quantization\""
+d=$(mlx_case bad-override "c['quantization']['model.layers.0.mlp.gate_proj'] = 3; c.pop('quantization_config', None)")
+expect quant-bad-override "$d" "must be an object or false"
+d=$(mlx_case wrong-group "c['quantization']['group_size'] = 32; c.pop('quantization_config', None)")
+expect quant-group-mismatch "$d" "model.layers.0"
 
 [ "$fails" -eq 0 ] && echo "all malformed cases rejected cleanly"
 exit $((fails > 0))
