@@ -484,8 +484,10 @@ static lmh_tensor *make_qweight(lmh_load_ctx *ld, int32_t layer, const qweight *
                               (const uint32_t *)q->w->data, q->scales->dtype, q->scales->data,
                               q->biases->data);
     if (!p) {
-        host_fail(ld, "backend %s refused quantized tensor %s (out of memory or layout)",
-                  sl->plugin->info->name, name);
+        host_fail(ld, "backend %s refused quantized tensor %s (%zu bytes; out of memory or layout)",
+                  sl->plugin->info->name, name,
+                  (size_t)((q->w->end - q->w->begin) + (q->scales->end - q->scales->begin) +
+                           (q->biases->end - q->biases->begin)));
         return NULL;
     }
     htensor *t = track_weight(e, pl_adopt(p, s, 1));
@@ -738,8 +740,12 @@ static int host_fwd_attention(lmh_fwd *f, int32_t layer, lmh_tensor *q, lmh_tens
         for (int j = 0; j < 5; j++)
             if (views[j]) sl->api->tensor_free(sl->b, views[j]);
         if (rc != 0) {
-            fwd_failf(f, "cache %s failed on layer %d (error %d)", e->cache_p->info->name, layer,
-                      rc);
+            if (rc == LMH_ENOMEM)
+                fwd_failf(f, "cache %s failed on layer %d: out of %s memory",
+                          e->cache_p->info->name, layer, sl->plugin->info->name);
+            else
+                fwd_failf(f, "cache %s failed on layer %d (error %d)", e->cache_p->info->name,
+                          layer, rc);
             return rc;
         }
     }

@@ -12,7 +12,9 @@
  * is logged as an error and makes the next sync point fail, so tests cannot miss one.
  * LMHOST_VK_PROFILE=1 times every dispatch on the GPU and logs the time per shader when
  * the backend is destroyed. LMHOST_VK_NO_PUSH_DESCRIPTOR=1 uses descriptor pools even where
- * VK_KHR_push_descriptor is available (for tests of that path). */
+ * VK_KHR_push_descriptor is available (for tests of that path). LMHOST_VK_MAX_MEMORY=N[K|M|G]
+ * caps the device memory it allocates (for tests of running out: an allocation past the cap
+ * fails as VK_ERROR_OUT_OF_DEVICE_MEMORY would). */
 #include "vk_backend.h"
 
 #include <stdarg.h>
@@ -225,6 +227,33 @@ static VkDeviceSize held_bytes(const lmh_backend *b) {
     return n;
 }
 
+/* A size for messages: bytes, KiB or MiB. */
+static const char *human(char buf[32], VkDeviceSize n) {
+    if (n < 1024)
+        snprintf(buf, 32, "%llu bytes", (unsigned long long)n);
+    else if (n < MIB)
+        snprintf(buf, 32, "%.1f KiB", (double)n / 1024.0);
+    else
+        snprintf(buf, 32, "%.1f MiB", (double)n / (double)MIB);
+    return buf;
+}
+
+/* LMHOST_VK_MAX_MEMORY=N[K|M|G]: the most device memory this backend takes (0 when unset),
+ * for tests of running out of it; -1 when the value is malformed. */
+static long long mem_cap(void) {
+    const char *v = getenv("LMHOST_VK_MAX_MEMORY");
+    if (!v || !*v) return 0;
+    char *end;
+    unsigned long long n = strtoull(v, &end, 10);
+    int shift = *end == 'k' || *end == 'K'   ? 10
+                : *end == 'm' || *end == 'M' ? 20
+                : *end == 'g' || *end == 'G' ? 30
+                                             : 0;
+    if (shift) end++;
+    if (end == v || *end || !n || n > (1ull << 40)) return -1;
+    return (long long)(n << shift);
+}
+
 static vk_alloc *mem_alloc(lmh_backend *b, VkDeviceSize bytes, int weight) {
     VkDeviceSize size = (bytes + ALLOC_ALIGN - 1) / ALLOC_ALIGN * ALLOC_ALIGN;
     if (!size) size = ALLOC_ALIGN;
@@ -256,24 +285,35 @@ static vk_alloc *mem_alloc(lmh_backend *b, VkDeviceSize bytes, int weight) {
         free(a);
         return NULL;
     }
+    /* under LMHOST_VK_MAX_MEMORY, what would pass the cap fails as the driver's would */
+    long long cap = mem_cap();
+    VkDeviceSize held = held_bytes(b), room = (VkDeviceSize)-1;
+    if (cap > 0)
+        room =
+            (VkDeviceSize)cap > held ? ((VkDeviceSize)cap - held) / ALLOC_ALIGN * ALLOC_ALIGN : 0;
+    if (cap > 0 && bs > room / 8) /* smaller blocks, so that the cap is what runs out */
+        bs = room / 8 / ALLOC_ALIGN * ALLOC_ALIGN > size ? room / 8 / ALLOC_ALIGN * ALLOC_ALIGN
+                                                         : size;
     int dedicated = size > bs;
     if (dedicated) bs = size;
     vk_block *k = NULL;
     void *p = grow(b->blocks, &b->capblocks, b->nblocks + 1, sizeof *b->blocks);
-    if (p) {
-        b->blocks = p;
+    if (p) b->blocks = p;
+    if (p && size <= room) {
         k = block_new(b, bs, 0, 1);
         if (!k && !dedicated && bs > size) { /* a smaller block may still fit */
             bs = size > BLOCK_MIN ? size : BLOCK_MIN;
+            if (bs > room) bs = size;
             k = block_new(b, bs, 0, 1);
         }
     }
     if (!k) {
+        char need[32], have[32], lim[32];
         vk_log(b, LMH_LOG_ERROR,
-               "out of device memory: cannot allocate %.1f MiB for a %s tensor (%.1f MiB held "
-               "on %s)",
-               (double)bytes / (double)MIB, weight ? "weight" : "scratch/cache",
-               (double)held_bytes(b) / (double)MIB, b->props.deviceName);
+               "out of device memory: cannot allocate %s for a %s tensor (%s held on %s%s%s)",
+               human(need, bytes), weight ? "weight" : "scratch/cache", human(have, held),
+               b->props.deviceName, cap > 0 ? ", LMHOST_VK_MAX_MEMORY=" : "",
+               cap > 0 ? human(lim, (VkDeviceSize)cap) : "");
         free(a);
         return NULL;
     }
@@ -1336,6 +1376,12 @@ static int vk_create(const lmh_host_api *host, const lmh_backend_opts *o, lmh_ba
     pthread_mutex_init(&b->mu, NULL);
     int32_t want = 0;
     if (o && o->size >= offsetof(lmh_backend_opts, device) + sizeof o->device) want = o->device;
+    if (mem_cap() < 0) {
+        snprintf(err, err_len, "LMHOST_VK_MAX_MEMORY=%s: want bytes, or a number with K, M or G",
+                 getenv("LMHOST_VK_MAX_MEMORY"));
+        vk_destroy(b);
+        return LMH_EINVAL;
+    }
     int rc = setup_device(b, want, err, err_len);
     if (rc == LMH_OK) rc = setup_objects(b, err, err_len);
     if (rc != LMH_OK) {
