@@ -3,8 +3,10 @@
 // Qwen3 layers, random bf16 weights, the real Qwen3 vocabulary); with temperature 0 every
 // reply must equal the reference's greedy text exactly.
 //
-// usage: node e2e.mjs LMHOST SCENARIO   (http | https | auth | errors | concurrency | shutdown)
-// Needs LMHOST_TOKENIZERS (the fetched tokenizers) and tests/data/e2e.
+// usage: node e2e.mjs LMHOST SCENARIO   (http | https | auth | errors | concurrency | shutdown |
+//                                        swap | swap-quant | serve-vulkan | vulkan-oom)
+// Needs LMHOST_TOKENIZERS (the fetched tokenizers) and tests/data/e2e. LMHOST_SWAP_BACKEND
+// names the backend swap and swap-quant move to and back from (default cpu).
 import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -34,20 +36,28 @@ function check(cond, what, detail) {
 }
 const eq = (a, b, what) => check(a === b, what, `got ${JSON.stringify(a)}, want ${JSON.stringify(b)}`);
 
-// A model directory: the fixture's weights beside the real Qwen3 tokenizer.
-function modelDir() {
+// A model directory: the fixture's weights (or those of `weights`) beside the real Qwen3
+// tokenizer.
+function modelDir(weights = data) {
   if (!fs.existsSync(path.join(tokdir, 'tokenizer.json')))
     throw new Error(`no tokenizer in ${tokdir}: run tools/fetch_tokenizers.sh`);
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lmhost-e2e-'));
-  for (const f of ['config.json', 'model.safetensors']) fs.symlinkSync(path.join(data, f), path.join(dir, f));
+  for (const f of ['config.json', 'model.safetensors']) fs.symlinkSync(path.join(weights, f), path.join(dir, f));
   for (const f of ['tokenizer.json', 'tokenizer_config.json']) fs.symlinkSync(path.join(tokdir, f), path.join(dir, f));
   return dir;
 }
 
-function startServer(extra = []) {
+// The fixture quantized by `lmhost quantize` (MLX affine, 4-bit, groups of 64).
+function quantizedDir() {
+  const out = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'lmhost-e2e-q-')), 'q4');
+  execFileSync(lmhost, ['quantize', '--model', data, '--out', out, '--bits', '4', '--group-size', '64'], { stdio: 'inherit' });
+  return modelDir(out);
+}
+
+function startServer(extra = [], { model, env } = {}) {
   return new Promise((resolve, reject) => {
-    const p = spawn(lmhost, ['serve', '--model', modelDir(), '--port', '0', '--model-name', 'e2e', ...extra],
-      { stdio: ['ignore', 'inherit', 'pipe'] });
+    const p = spawn(lmhost, ['serve', '--model', model ?? modelDir(), '--port', '0', '--model-name', 'e2e', ...extra],
+      { stdio: ['ignore', 'inherit', 'pipe'], env: { ...process.env, ...env } });
     let err = '';
     const timer = setTimeout(() => reject(new Error('server did not start: ' + err)), 30000);
     p.stderr.on('data', (d) => {
@@ -95,8 +105,8 @@ async function streamText(cl, body) {
   return { text, usage, finish, chunks };
 }
 
-async function greedyCases(cl, label) {
-  for (const [i, c] of cases.entries()) {
+async function greedyCases(cl, label, n = cases.length) {
+  for (const [i, c] of cases.slice(0, n).entries()) {
     const r = await cl.chat.completions.create(chatBody(c));
     eq(r.choices[0].message.content, c.greedy_text, `${label} case ${i} non-stream content`);
     eq(r.usage.prompt_tokens, c.prompt_ids.length, `${label} case ${i} prompt_tokens`);
@@ -325,14 +335,91 @@ async function scenarioSwap() {
     // a stream in flight while the move is asked for finishes first
     const inflight = streamText(cl, chatBody(cases[1]));
     const moved = await admin(other);
-    check(moved.code === 200 && moved.body.chain.includes(other), `moved to ${other}`, JSON.stringify(moved));
+    check(moved.code === 200 && moved.body.backend === other, `moved to ${other}`, JSON.stringify(moved));
     eq((await inflight).text, cases[1].greedy_text, 'the in-flight stream finished unchanged');
-    const h = JSON.parse(curl([p.url + '/health']));
-    check(h.chain.includes(`backend=${other}`), '/health shows the new chain', h.chain);
+    const h = health(p);
+    check(onBackend(h, other) && h.chain === moved.body.chain, '/health shows the new chain', JSON.stringify(h));
     eq(await gen(), cases[0].greedy_text, 'after the move');
     const back = await admin('cpu');
-    eq(back.code, 200, 'moved back to cpu');
+    check(back.code === 200 && onBackend(health(p), 'cpu'), 'moved back to cpu', JSON.stringify(back));
     eq(await gen(), cases[0].greedy_text, 'after moving back');
+  } finally {
+    eq(await stop(p), 0, 'server exits 0');
+  }
+}
+
+const health = (p) => JSON.parse(curl([p.url + '/health']));
+// Whether /health says the whole model is on backend plugin `name` (the chain describes the
+// device, e.g. "llvmpipe (...)" for vulkan; the memory list names the plugins).
+const onBackend = (h, name) => h.memory.length === 1 && h.memory[0].backend === name;
+const adminMove = (p, b) => status(p.url + '/admin/backend', { method: 'POST', headers: { Authorization: 'Bearer adm' }, body: JSON.stringify({ backend: b }) });
+const greedy = (p, c = cases[0]) => async () => (await client(p.url).chat.completions.create(chatBody(c))).choices[0].message.content;
+
+// An MLX-quantized model moves between backend instances (cpu to a new cpu, to
+// LMHOST_SWAP_BACKEND and back): its packed weights are made again on the new backend and the
+// greedy text stays the same.
+async function scenarioSwapQuant() {
+  const other = process.env.LMHOST_SWAP_BACKEND || 'cpu';
+  const p = await startServer(['--admin-key', 'adm'], { model: quantizedDir() });
+  try {
+    const gen = greedy(p);
+    const want = await gen();
+    check(want.length > 0, 'the quantized model generates', JSON.stringify(want));
+    const h0 = health(p);
+    check(h0.memory[0].weights_bytes > 0 || h0.memory[0].mapped_weights_bytes > 0, 'weights counted', JSON.stringify(h0.memory));
+    for (const b of ['cpu', other, 'cpu']) {
+      const r = await adminMove(p, b);
+      check(r.code === 200 && onBackend(health(p), b), `quantized model moved to ${b}`, JSON.stringify(r));
+      eq(await gen(), want, `same greedy text on ${b}`);
+    }
+  } finally {
+    eq(await stop(p), 0, 'server exits 0');
+  }
+}
+
+// Started on the Vulkan backend: every greedy case, then a move to the CPU and back.
+async function scenarioServeVulkan() {
+  const p = await startServer(['--backend', 'vulkan', '--admin-key', 'adm']);
+  try {
+    const h = health(p);
+    check(onBackend(h, 'vulkan') && h.memory[0].weights_bytes > 0, '/health: the weights are on vulkan', JSON.stringify(h));
+    await greedyCases(client(p.url), 'vulkan', 3);
+    const gen = greedy(p);
+    for (const b of ['cpu', 'vulkan']) {
+      const r = await adminMove(p, b);
+      check(r.code === 200 && onBackend(health(p), b), `moved to ${b}`, JSON.stringify(r));
+      eq(await gen(), cases[0].greedy_text, `greedy text on ${b}`);
+    }
+  } finally {
+    eq(await stop(p), 0, 'server exits 0');
+  }
+}
+
+// Too little device memory (LMHOST_VK_MAX_MEMORY below the weights): `serve --backend vulkan`
+// refuses to start with a message naming the backend and the sizes, and a move of a running
+// server to Vulkan answers 409 while the CPU keeps serving.
+async function scenarioVulkanOom() {
+  const env = { LMHOST_VK_MAX_MEMORY: '1M' };
+  let err = null;
+  try {
+    const p = await startServer(['--backend', 'vulkan'], { env });
+    await stop(p);
+  } catch (e) {
+    err = String(e.message);
+  }
+  check(err !== null && /server exited [1-9]/.test(err), 'serve --backend vulkan with too little memory exits non-zero', err);
+  check(/out of vulkan memory loading \S+ \(\d+ bytes\)/.test(err) && /LMHOST_VK_MAX_MEMORY=1\.0 MiB/.test(err),
+    'the message names the backend and the sizes', err);
+  check(!/validation:/.test(err ?? ''), 'no validation layer messages');
+  const p = await startServer(['--admin-key', 'adm'], { env });
+  try {
+    const gen = greedy(p);
+    eq(await gen(), cases[0].greedy_text, 'serving on the cpu');
+    const r = await adminMove(p, 'vulkan');
+    check(r.code === 409 && /keeps serving/.test(r.body?.error?.message) && /out of vulkan memory|vulkan.*\d+ bytes/.test(r.body?.error?.message),
+      'a move to vulkan without the memory is refused, naming the backend and the size', JSON.stringify(r));
+    check(onBackend(health(p), 'cpu'), 'still on the cpu');
+    eq(await gen(), cases[0].greedy_text, 'still serving the same text');
   } finally {
     eq(await stop(p), 0, 'server exits 0');
   }
@@ -342,7 +429,7 @@ async function scenarioHttpsClient() {
   await greedyCases(client(process.argv[4], { key: 'sekrit' }), 'https');
 }
 
-const scenarios = { swap: scenarioSwap, 'https-client': scenarioHttpsClient, http: scenarioHttp, https: scenarioHttps, auth: scenarioAuth, errors: scenarioErrors, concurrency: scenarioConcurrency, shutdown: scenarioShutdown };
+const scenarios = { swap: scenarioSwap, 'swap-quant': scenarioSwapQuant, 'serve-vulkan': scenarioServeVulkan, 'vulkan-oom': scenarioVulkanOom, 'https-client': scenarioHttpsClient, http: scenarioHttp, https: scenarioHttps, auth: scenarioAuth, errors: scenarioErrors, concurrency: scenarioConcurrency, shutdown: scenarioShutdown };
 if (!scenarios[scenario]) { console.error('unknown scenario ' + scenario); process.exit(2); }
 try {
   await scenarios[scenario]();
