@@ -1001,8 +1001,8 @@ static lmh_tensor *vk_tensor_quant(lmh_backend *b, lmh_dtype qt, int32_t group, 
                  at_b = at_s + ((sb + 15) & ~(VkDeviceSize)15);
     VkDeviceSize total = at_b + sb;
     /* the shaders index scales and biases in 16-bit units with 32-bit integers */
-    if (total >= ((VkDeviceSize)1 << 31)) {
-        vk_log(b, LMH_LOG_ERROR, "a quantized tensor of %.1f MiB is larger than 2 GiB",
+    if (total >= ((VkDeviceSize)1 << 32) - 256) {
+        vk_log(b, LMH_LOG_ERROR, "a quantized tensor of %.1f MiB is larger than 4 GiB",
                (double)total / (double)MIB);
         return NULL;
     }

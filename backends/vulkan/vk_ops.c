@@ -162,10 +162,13 @@ static uint32_t attn_bq_max(const lmh_backend *b, int64_t d, int64_t dv) {
 int vk_check_op(lmh_backend *b, const lmh_op *op) {
     int rc = check_semantics(op);
     if (rc != LMH_OK) return rc;
-    /* the shaders index in 32 bits and bind every operand whole */
+    /* the shaders index in 32 bits and bind every operand whole (a quantized weight is
+     * addressed by words; tensor_quant keeps it under 4 GiB) */
     const lmh_tensor *all[5] = {op->dst, op->src[0], op->src[1], op->src[2], op->src[3]};
     for (int i = 0; i < 5; i++)
-        if (all[i] && (lmh_nelem(all[i]) >= ((int64_t)1 << 31) || !vk_bindable(b, all[i])))
+        if (all[i] &&
+            ((!lmh_dtype_is_quant(all[i]->dtype) && lmh_nelem(all[i]) >= ((int64_t)1 << 31)) ||
+             !vk_bindable(b, all[i])))
             return LMH_EUNSUPPORTED;
     const lmh_tensor *a = op->src[0], *w = op->src[1];
     switch (op->code) {
