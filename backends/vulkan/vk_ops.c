@@ -11,6 +11,7 @@ enum { ELT_ADD, ELT_MUL, ELT_SCALE, ELT_SWIGLU, ELT_GEGLU, ELT_SOFTCAP, ELT_SIGM
 #define MATVEC_MAXR     4 /* rows up to which matmuls read the weight as matrix-vector */
 #define MATVEC_WG       64
 #define MATVEC_NR       2
+#define QMATVEC_NR      4 /* quantized: 4 columns a workgroup was best of 1..16 on an H100 */
 #define ATTN_WG         128
 #define MOE_MAX_EXPERTS 1024
 #define ROUTE_MAXK      32
@@ -277,9 +278,9 @@ static int op_matmul(lmh_backend *b, const lmh_op *op) {
         if (rows <= MATVEC_MAXR) {
             x.shader = VK_SH_QMATVEC;
             x.spec[0] = MATVEC_WG;
-            x.spec[1] = MATVEC_NR;
+            x.spec[1] = QMATVEC_NR;
             x.spec[3] = (uint32_t)vec_ok(xt, in);
-            grid(&x, cdiv((uint64_t)out, MATVEC_NR));
+            grid(&x, cdiv((uint64_t)out, QMATVEC_NR));
         } else {
             x.shader = VK_SH_QMATMUL;
             x.spec[0] = 256;
@@ -514,7 +515,8 @@ static int op_moe_matmul(lmh_backend *b, const lmh_op *op) {
     so.pc[5] = (uint32_t)pairs;
     so.pc[6] = (uint32_t)E;
     so.pc[7] = item_rows;
-    so.pc[8] = mv ? cdiv((uint64_t)out, MATVEC_NR) : cdiv((uint64_t)out, 64);
+    uint32_t nr = lmh_dtype_is_quant(W->dtype) ? QMATVEC_NR : MATVEC_NR;
+    so.pc[8] = mv ? cdiv((uint64_t)out, nr) : cdiv((uint64_t)out, 64);
     so.pc[9] = list_at;
     so.pc[10] = items_at;
     so.pc[11] = (uint32_t)slot;
@@ -537,7 +539,7 @@ static int op_moe_matmul(lmh_backend *b, const lmh_op *op) {
         if (mv && quant) {
             x.shader = VK_SH_QMATVEC_MOE;
             x.spec[0] = MATVEC_WG;
-            x.spec[1] = MATVEC_NR;
+            x.spec[1] = QMATVEC_NR;
             x.spec[3] = (uint32_t)vec_ok(xt, in);
         } else if (quant) {
             x.shader = VK_SH_QMATMUL_MOE;

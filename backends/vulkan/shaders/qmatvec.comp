@@ -10,7 +10,7 @@
 // With MOE: one work item (an expert and up to MAXR of its (row, slot) pairs) per
 // gl_WorkGroupID.y, from the list moe_sort.comp made.
 layout(constant_id = 0) const uint WG = 64;
-layout(constant_id = 1) const uint NR = 2;   // output columns per workgroup
+layout(constant_id = 1) const uint NR = 4;   // output columns per workgroup
 layout(constant_id = 2) const uint SDT = 0;  // dtype of scales and biases
 layout(constant_id = 3) const uint VEC = 0;  // 16-byte loads of x are aligned
 layout(constant_id = 4) const uint BITS = 4;
