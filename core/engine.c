@@ -683,7 +683,10 @@ static int host_fwd_op(lmh_fwd *f, int32_t layer, const lmh_op *op) {
     int rc = e->slots[s].api->enqueue(e->slots[s].b, &p);
     if (rc != 0) {
         fwd_failf(f, "backend %s cannot run op %s (%s)", e->slots[s].plugin->info->name,
-                  lmh_op_name(op->code), rc == LMH_EUNSUPPORTED ? "unsupported" : "bad operands");
+                  lmh_op_name(op->code),
+                  rc == LMH_EUNSUPPORTED ? "unsupported"
+                  : rc == LMH_ENOMEM     ? "out of memory"
+                                         : "bad operands");
         return rc;
     }
     pl_written(HT(op->dst), s);

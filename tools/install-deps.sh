@@ -7,7 +7,7 @@ SUDO=
 PKGS="build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
       libltdl-dev libjson-c-dev libpcre2-dev libutf8proc-dev
       libevent-dev libssl-dev openssl curl
-      libvulkan-dev mesa-vulkan-drivers glslang-tools
+      libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers glslang-tools
       gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user ca-certificates"
 missing=
 for p in $PKGS; do

@@ -54,6 +54,10 @@ function quantizedDir() {
   return modelDir(out);
 }
 
+// Everything the servers wrote to stderr: under LMHOST_VK_VALIDATE no validation layer message
+// may appear in it (teardown included, after the last sync point that would fail on one).
+let serverLog = '';
+
 function startServer(extra = [], { model, env } = {}) {
   return new Promise((resolve, reject) => {
     const p = spawn(lmhost, ['serve', '--model', model ?? modelDir(), '--port', '0', '--model-name', 'e2e', ...extra],
@@ -62,6 +66,7 @@ function startServer(extra = [], { model, env } = {}) {
     const timer = setTimeout(() => reject(new Error('server did not start: ' + err)), 30000);
     p.stderr.on('data', (d) => {
       err += d;
+      serverLog += d;
       process.stderr.write(d);
       const m = /serving \S+ on (https?):\/\/([^:]+):(\d+)/.exec(err);
       if (m && !p.url) {
@@ -77,7 +82,7 @@ function startServer(extra = [], { model, env } = {}) {
 function stop(p) {
   return new Promise((resolve) => {
     if (p.exitCode_ !== undefined) return resolve(p.exitCode_);
-    p.on('exit', (code, sig) => resolve(code ?? sig));
+    p.on('close', (code, sig) => resolve(code ?? sig)); // after its stderr is read to the end
     p.kill('SIGTERM');
   });
 }
@@ -437,5 +442,7 @@ try {
   failures++;
   console.log('FAIL ' + (e.stack || e));
 }
+if (process.env.LMHOST_VK_VALIDATE === '1' && /vulkan/.test(scenario + (process.env.LMHOST_SWAP_BACKEND ?? '')))
+  check(!/validation:/.test(serverLog), 'no validation layer messages', serverLog.match(/.*validation:.*/)?.[0]);
 console.log(failures ? `${failures} checks failed` : 'all checks passed');
 process.exit(failures ? 1 : 0);
