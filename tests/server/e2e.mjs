@@ -365,7 +365,9 @@ const greedy = (p, c = cases[0]) => async () => (await client(p.url).chat.comple
 // greedy text stays the same.
 async function scenarioSwapQuant() {
   const other = process.env.LMHOST_SWAP_BACKEND || 'cpu';
-  const p = await startServer(['--admin-key', 'adm'], { model: quantizedDir() });
+  const model = quantizedDir();
+  const p = await startServer(['--admin-key', 'adm'], { model });
+  p.model = model;
   try {
     const gen = greedy(p);
     const want = await gen();
@@ -376,6 +378,22 @@ async function scenarioSwapQuant() {
       const r = await adminMove(p, b);
       check(r.code === 200 && onBackend(health(p), b), `quantized model moved to ${b}`, JSON.stringify(r));
       eq(await gen(), want, `same greedy text on ${b}`);
+    }
+    // a backend without quantized weights (tests/server/noquant_backend.c): refused, cleanly
+    if (process.env.LMHOST_TEST_INNER_BACKEND) {
+      const r = await adminMove(p, 'noquant');
+      check(r.code === 409 && /keeps serving/.test(r.body?.error?.message) &&
+        /backend noquant cannot run quantized weights \(a 4-bit tensor \[\d+, \d+\]\)/.test(r.body?.error?.message),
+      'a move to a backend without quantized weights is refused, saying why', JSON.stringify(r));
+      check(onBackend(health(p), 'cpu'), 'still on the cpu');
+      eq(await gen(), want, 'still serving the same text');
+      let out = '';
+      try {
+        execFileSync(lmhost, ['generate', '--model', p.model, '--backend', 'noquant', '--tokens', '1,2', '--max-tokens', '2'], { stdio: 'pipe' });
+      } catch (e) {
+        out = `status ${e.status}: ${e.stderr}`;
+      }
+      check(/^status 1: .*backend noquant cannot run quantized weights/s.test(out), 'loading it there fails with exit status 1 and says why', out);
     }
   } finally {
     eq(await stop(p), 0, 'server exits 0');
