@@ -2,7 +2,7 @@
 """Writes a model directory with random bf16 weights in a given Llama-style shape, for
 benchmarks (no download, no numpy: bytes come from os.urandom).
 
-usage: make_random_model.py OUT [--preset qwen3-0.6b] [--layers N]
+usage: make_random_model.py OUT [--preset qwen3-0.6b|qwen3-1.7b|mixtral-2g] [--layers N] [--vocab N]
 
 Weights are uniform in magnitude over [2^-7, 2^-5) with random signs (like a trained
 matrix's spread); norm weights are in [1, 2). The tokenizer is not written: `lmhost bench`
@@ -18,6 +18,12 @@ PRESETS = {
     "qwen3-0.6b": dict(model_type="qwen3", architectures=["Qwen3ForCausalLM"], hidden_size=1024,
                        num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
                        head_dim=128, intermediate_size=3072, vocab_size=151936,
+                       max_position_embeddings=40960, rms_norm_eps=1e-6,
+                       rope_theta=1000000.0, tie_word_embeddings=True, hidden_act="silu"),
+    # Qwen3-1.7B: hidden 2048, 28 layers, 16 heads / 8 KV heads of 128, MLP 6144; 3.2 GiB.
+    "qwen3-1.7b": dict(model_type="qwen3", architectures=["Qwen3ForCausalLM"], hidden_size=2048,
+                       num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
+                       head_dim=128, intermediate_size=6144, vocab_size=151936,
                        max_position_embeddings=40960, rms_norm_eps=1e-6,
                        rope_theta=1000000.0, tie_word_embeddings=True, hidden_act="silu"),
     # A Mixtral-shaped MoE of about 2.3 GB: 8 experts, top-2, for decode bytes/token.
@@ -80,18 +86,22 @@ def main():
     args = sys.argv[1:]
     if not args or args[0].startswith("-"):
         sys.exit(__doc__)
-    out, preset, layers = args[0], "qwen3-0.6b", None
+    out, preset, layers, vocab = args[0], "qwen3-0.6b", None, None
     i = 1
     while i < len(args):
         if args[i] == "--preset":
             preset = args[i + 1]; i += 2
         elif args[i] == "--layers":
             layers = int(args[i + 1]); i += 2
+        elif args[i] == "--vocab":
+            vocab = int(args[i + 1]); i += 2
         else:
             sys.exit(f"unknown option {args[i]}")
     c = dict(PRESETS[preset])
     if layers:
         c["num_hidden_layers"] = layers
+    if vocab:
+        c["vocab_size"] = vocab
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(c, f, indent=2)

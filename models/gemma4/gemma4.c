@@ -12,7 +12,9 @@
  *   after the MLP;
  * - an optional MoE block beside the dense MLP: a router (weightless norm, scale, proj,
  *   softmax, top-k renormalised, times a per-expert scale) over experts with fused
- *   gate_up [E, 2I, H] and down [E, H, I] tensors, each branch with its own norms;
+ *   gate_up [E, 2I, H] and down [E, H, I] tensors (or mlx-lm's experts.switch_glu
+ *   gate/up/down, the fused tensor split at I, as MLX quantized checkpoints have them),
+ *   each branch with its own norms;
  * - every layer's output is multiplied by its layer_scalar;
  * - attention_k_eq_v: global layers without v_proj use the raw keys as values;
  * - num_kv_shared_layers: the last layers reuse the keys and values of the last earlier
@@ -31,6 +33,7 @@ typedef struct layer {
     lmh_tensor *wg, *wu, *wd;
     /* MoE block */
     lmh_tensor *r_scale, *r_proj, *r_expert_scale, *e_gate_up, *e_down;
+    lmh_tensor *e_gate, *e_up; /* MLX layout: gate and up stacked apart, [E, I, H] each */
     lmh_tensor *ln_post_ffn1, *ln_post_ffn2, *ln_pre_ffn2;
     /* per-layer input branch */
     lmh_tensor *pl_gate, *pl_proj, *ln_post_pl;
@@ -197,13 +200,27 @@ static int load_layer(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model *m, con
         L->r_scale = lw(h, ld, pre, l, "router.scale", 1, H, 0, 0);
         L->r_proj = lw(h, ld, pre, l, "router.proj.weight", 2, E, H, 0);
         L->r_expert_scale = lw(h, ld, pre, l, "router.per_expert_scale", 1, E, 0, 0);
-        L->e_gate_up = lw(h, ld, pre, l, "experts.gate_up_proj", 3, E, 2 * I, H);
-        L->e_down = lw(h, ld, pre, l, "experts.down_proj", 3, E, H, I);
+        /* experts: Hugging Face's fused gate_up_proj [E, 2I, H] and down_proj [E, H, I], or
+         * mlx-lm's experts.switch_glu.{gate,up,down}_proj (the fused tensor split at I),
+         * quantized or not */
+        char sw[320];
+        lmh_weight_info swi;
+        snprintf(sw, sizeof sw, "%slayers.%d.experts.switch_glu.gate_proj.weight", pre, l);
+        if (h->weight_info(ld, sw, &swi) == LMH_OK) {
+            L->e_gate = lw(h, ld, pre, l, "experts.switch_glu.gate_proj.weight", 3, E, I, H);
+            L->e_up = lw(h, ld, pre, l, "experts.switch_glu.up_proj.weight", 3, E, I, H);
+            L->e_down = lw(h, ld, pre, l, "experts.switch_glu.down_proj.weight", 3, E, H, I);
+            if (!L->e_gate || !L->e_up) return LMH_EINVAL;
+        } else {
+            L->e_gate_up = lw(h, ld, pre, l, "experts.gate_up_proj", 3, E, 2 * I, H);
+            L->e_down = lw(h, ld, pre, l, "experts.down_proj", 3, E, H, I);
+            if (!L->e_gate_up) return LMH_EINVAL;
+        }
         L->ln_post_ffn1 = lw(h, ld, pre, l, "post_feedforward_layernorm_1.weight", 1, H, 0, 0);
         L->ln_post_ffn2 = lw(h, ld, pre, l, "post_feedforward_layernorm_2.weight", 1, H, 0, 0);
         L->ln_pre_ffn2 = lw(h, ld, pre, l, "pre_feedforward_layernorm_2.weight", 1, H, 0, 0);
-        if (!L->r_scale || !L->r_proj || !L->r_expert_scale || !L->e_gate_up || !L->e_down ||
-            !L->ln_post_ffn1 || !L->ln_post_ffn2 || !L->ln_pre_ffn2)
+        if (!L->r_scale || !L->r_proj || !L->r_expert_scale || !L->e_down || !L->ln_post_ffn1 ||
+            !L->ln_post_ffn2 || !L->ln_pre_ffn2)
             return LMH_EINVAL;
     }
     if (m->ple_dim) {
@@ -507,7 +524,7 @@ static int forward(lmh_model *m, const lmh_host_api *h, lmh_fwd *f, const lmh_ba
         lmh_b_matmul(&b, ul, hn, L->wu, NULL);
         lmh_b_op(&b, LMH_OP_GEGLU, gl, gl, ul, NULL);
         lmh_b_matmul(&b, o, gl, L->wd, NULL);
-        if (L->e_gate_up) {
+        if (L->e_gate_up || L->e_gate) {
             lmh_b_rms_norm(&b, o, o, L->ln_post_ffn1, m->eps, 0);
             /* router on the residual: norm, * scale / sqrt(H), proj */
             lmh_b_rms_norm(&b, hn, x, L->r_scale, m->eps, 0);
@@ -523,8 +540,19 @@ static int forward(lmh_model *m, const lmh_host_api *h, lmh_fwd *f, const lmh_ba
             lmh_b_op(&b, LMH_OP_MUL, rw, rw, rs, NULL);
             /* experts on their own norm of the residual */
             lmh_b_rms_norm(&b, hn, x, L->ln_pre_ffn2, m->eps, 0);
-            lmh_b_op(&b, LMH_OP_MOE_MATMUL, egu, hn, L->e_gate_up, ri);
-            lmh_b_op(&b, LMH_OP_GEGLU, eact, egu, NULL, NULL);
+            if (L->e_gate) { /* gate and up apart: the two halves of egu's memory */
+                int64_t ne3[3] = {n, m->top_k, m->moe_inter};
+                lmh_tensor *eg = egu ? h->fwd_view(f, egu, 0, 3, ne3) : NULL,
+                           *eu = egu ? h->fwd_view(f, egu, n * m->top_k * m->moe_inter, 3, ne3)
+                                     : NULL;
+                if (!eg || !eu) return LMH_EINVAL;
+                lmh_b_op(&b, LMH_OP_MOE_MATMUL, eg, hn, L->e_gate, ri);
+                lmh_b_op(&b, LMH_OP_MOE_MATMUL, eu, hn, L->e_up, ri);
+                lmh_b_op(&b, LMH_OP_GEGLU, eact, eg, eu, NULL);
+            } else {
+                lmh_b_op(&b, LMH_OP_MOE_MATMUL, egu, hn, L->e_gate_up, ri);
+                lmh_b_op(&b, LMH_OP_GEGLU, eact, egu, NULL, NULL);
+            }
             lmh_b_op(&b, LMH_OP_MOE_MATMUL, ey, eact, L->e_down, ri);
             lmh_b_op(&b, LMH_OP_MOE_COMBINE, o2, ey, rw, NULL);
             lmh_b_rms_norm(&b, o2, o2, L->ln_post_ffn2, m->eps, 0);
