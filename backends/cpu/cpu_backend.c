@@ -31,7 +31,23 @@ struct lmh_backend {
     cpu_pool *pool;
     char desc[96];
     atomic_uint_fast64_t weight_bytes, other_bytes, mapped_bytes, weight_read;
+    /* Per-worker blocks of dequantized weight rows for cpu_q_matmul, kept between ops (a
+     * fresh allocation per op would be mapped and faulted in each time). Ops on one backend
+     * run one at a time (its pool runs one job), so one buffer serves them all. */
+    float *qbuf;
+    int64_t qbuf_per; /* floats per worker */
 };
+
+/* b->qbuf with room for `in`-wide rows, or NULL (cpu_q_matmul then goes row by row). */
+static float *qbuf_for(lmh_backend *b, int64_t in) {
+    int64_t per = CPU_Q_ROWS * in;
+    if (b->qbuf && b->qbuf_per >= per) return b->qbuf;
+    free(b->qbuf);
+    size_t bytes = (size_t)cpu_pool_threads(b->pool) * (size_t)per * sizeof(float);
+    b->qbuf = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    b->qbuf_per = b->qbuf ? per : 0;
+    return b->qbuf;
+}
 
 #define CT(x)   ((cpu_tensor *)(x))
 #define DATA(x) (CT(x)->data)
@@ -270,36 +286,13 @@ static void do_get_rows(void *arg, int64_t i0, int64_t i1, int w) {
         if (ids[i] < 0 || ids[i] >= V)
             memset(y + i * d, 0, (size_t)d * sizeof(float));
         else if (lmh_dtype_is_quant(op->src[0]->dtype))
-            j->b->qk->dequant_row(&CT(op->src[0])->qm, ids[i], y + i * d);
+            j->b->qk->dequant(&CT(op->src[0])->qm, ids[i], 0, d, y + i * d);
         else
             row_to_f32(j->b->k, op->src[0], ids[i], d, y + i * d);
     }
 }
 
-/* x [n, in] times rows [o0, o1) of a quantized W. Decode and short prompts use the fused
- * kernels (each weight byte read once, codes never stored). From QBLOCK_MIN_N rows of x on,
- * blocks of QBLOCK weight rows are dequantized to f32 once and handed to the f32 kernel's
- * cache-blocked product, so each group is unpacked once for all n rows and prefill runs at
- * the f32 kernel's FLOP rate. */
-#define QBLOCK       16
-#define QBLOCK_MIN_N 8
-static void matmul_q(const lmh_backend *b, const float *x, const float *xsum, int64_t n,
-                     const cpu_qmat *w, int64_t o0, int64_t o1, float *y, int64_t ldy) {
-    float *buf = n >= QBLOCK_MIN_N ? malloc((size_t)(QBLOCK * w->in) * sizeof(float)) : NULL;
-    if (!buf) { /* short prompts, or no memory for the block: the fused kernel */
-        b->qk->matmul(x, xsum, n, w, o0, o1, y, ldy);
-        return;
-    }
-    for (int64_t ob = o0; ob < o1; ob += QBLOCK) {
-        const int64_t oc = o1 - ob < QBLOCK ? o1 - ob : QBLOCK;
-        for (int64_t i = 0; i < oc; i++) b->qk->dequant_row(w, ob + i, buf + i * w->in);
-        b->k->matmul_f32(x, n, w->in, buf, 0, oc, y + ob, ldy);
-    }
-    free(buf);
-}
-
 static void do_matmul(void *arg, int64_t o0, int64_t o1, int w) {
-    (void)w;
     const job *j = arg;
     const lmh_op *op = j->op;
     const cpu_kernels *k = j->b->k;
@@ -316,8 +309,9 @@ static void do_matmul(void *arg, int64_t o0, int64_t o1, int w) {
     case LMH_BF16:
         k->matmul_bf16((const float *)DATA(x), n, in, (const uint16_t *)DATA(W), o0, o1, y, out);
         break;
-    default: /* quantized; j->scratch holds the group sums of x */
-        matmul_q(j->b, (const float *)DATA(x), j->scratch, n, &CT(W)->qm, o0, o1, y, out);
+    default: /* quantized */
+        cpu_q_matmul(k, j->b->qk, (const float *)DATA(x), n, &CT(W)->qm, o0, o1, y, out,
+                     j->b->qbuf ? j->b->qbuf + (int64_t)w * j->b->qbuf_per : NULL);
         break;
     }
     if (op->src[2])
@@ -503,12 +497,17 @@ static void do_attention(void *arg, int64_t t0, int64_t t1, int w) {
         int64_t r = t / heads, h = t % heads, g = h / group;
         const float *qv = (const float *)DATA(q) + (r * heads + h) * d;
         float *out = (float *)DATA(op->dst) + (r * heads + h) * dv;
-        /* visible keys: positions (pq - window, pq] among those stored */
+        /* Visible keys: positions (pq - window, pq] among those stored, visited in position
+         * order. A ring holds positions [total - n_kv, total) with position p in row
+         * p % ring; walking it oldest first (not row order) makes the sums the same
+         * whatever the ring's size, so a sliding-window layer gives the same bits for a
+         * prompt fed in one chunk or token by token. */
         int64_t pq = qpos[r];
-        int64_t lo, hi;
+        int64_t lo, hi; /* positions (ring) or rows (flat), inclusive */
         if (ring) {
-            lo = 0;
-            hi = n_kv - 1;
+            hi = pq < total - 1 ? pq : total - 1;
+            lo = total - n_kv;
+            if (window > 0 && pq - window + 1 > lo) lo = pq - window + 1;
         } else {
             hi = pq - kv0;
             lo = window > 0 ? pq - window + 1 - kv0 : 0;
@@ -516,39 +515,31 @@ static void do_attention(void *arg, int64_t t0, int64_t t1, int w) {
             if (lo < 0) lo = 0;
         }
         memset(out, 0, (size_t)dv * sizeof(float));
+        if (hi < lo) continue;
         float mx = -INFINITY;
-        int any = 0;
-        for (int64_t s = lo; s <= hi; s++) {
-            if (ring) {
-                /* the newest position that row s holds */
-                int64_t pk = s + (int64_t)ring * ((total - 1 - s) / ring);
-                if (pk > pq || (window > 0 && pq - pk >= window)) {
-                    sc[s - lo] = -INFINITY;
-                    continue;
-                }
-            }
+        for (int64_t i = lo; i <= hi; i++) {
+            const int64_t s = ring ? i % ring : i;
             const uint8_t *kr = DATA(K) + ((size_t)s * (size_t)kvh + (size_t)g) * (size_t)d * kes;
             float v = K->dtype == LMH_F32   ? k->dot_f32(qv, (const float *)kr, d)
                       : K->dtype == LMH_F16 ? k->dot_f16(qv, (const uint16_t *)kr, d)
                                             : k->dot_bf16(qv, (const uint16_t *)kr, d);
             v *= scale;
             if (cap > 0) v = cap * tanhf(v / cap);
-            sc[s - lo] = v;
+            sc[i - lo] = v;
             if (v > mx) mx = v;
-            any = 1;
         }
-        if (!any) continue;
         float sum = 0;
-        for (int64_t s = lo; s <= hi; s++) {
-            float e = sc[s - lo] == -INFINITY ? 0.0f : expf(sc[s - lo] - mx);
-            sc[s - lo] = e;
+        for (int64_t i = lo; i <= hi; i++) {
+            float e = expf(sc[i - lo] - mx);
+            sc[i - lo] = e;
             sum += e;
         }
         float inv = 1.0f / sum;
-        for (int64_t s = lo; s <= hi; s++) {
-            if (sc[s - lo] == 0.0f) continue;
+        for (int64_t i = lo; i <= hi; i++) {
+            if (sc[i - lo] == 0.0f) continue;
+            const int64_t s = ring ? i % ring : i;
             const uint8_t *vr = DATA(V) + ((size_t)s * (size_t)kvh + (size_t)g) * (size_t)dv * ves;
-            float a = sc[s - lo] * inv;
+            float a = sc[i - lo] * inv;
             if (V->dtype == LMH_F32)
                 k->axpy_f32(out, a, (const float *)vr, dv);
             else if (V->dtype == LMH_F16)
@@ -596,7 +587,6 @@ static void do_moe_route(void *arg, int64_t r0, int64_t r1, int w) {
 typedef struct moe_job {
     const lmh_backend *b;
     const cpu_kernels *k;
-    const float *xsum; /* quantized W: group sums of xg */
     const lmh_tensor *W;
     const float *xg;
     float *yg;
@@ -606,7 +596,6 @@ typedef struct moe_job {
 } moe_job;
 
 static void do_moe_tasks(void *arg, int64_t t0, int64_t t1, int w) {
-    (void)w;
     const moe_job *m = arg;
     size_t es = lmh_dtype_size(m->W->dtype);
     for (int64_t t = t0; t < t1; t++) {
@@ -622,7 +611,8 @@ static void do_moe_tasks(void *arg, int64_t t0, int64_t t1, int w) {
             q.scales = (const uint8_t *)q.scales + (size_t)(e * m->out * q.gpr) * sbs;
             q.biases = (const uint8_t *)q.biases + (size_t)(e * m->out * q.gpr) * sbs;
             q.rows = m->out;
-            matmul_q(m->b, x, m->xsum + m->start[e] * q.gpr, n, &q, o0, o1, y, m->out);
+            cpu_q_matmul(m->k, m->b->qk, x, n, &q, o0, o1, y, m->out,
+                         m->b->qbuf ? m->b->qbuf + (int64_t)w * m->b->qbuf_per : NULL);
             continue;
         }
         switch (m->W->dtype) {
@@ -684,15 +674,9 @@ static int moe_matmul(lmh_backend *b, const lmh_op *op) {
             nt++;
         }
     }
-    float *xsum = NULL;
-    if (lmh_dtype_is_quant(W->dtype)) {
-        xsum = malloc((size_t)pairs * (size_t)(in / W->group) * sizeof(float));
-        if (!xsum) goto out;
-        cpu_q_group_sums(xg, start[E], in, W->group, xsum);
-    }
+    if (lmh_dtype_is_quant(W->dtype)) qbuf_for(b, in);
     moe_job m = {.b = b,
                  .k = b->k,
-                 .xsum = xsum,
                  .W = W,
                  .xg = xg,
                  .yg = yg,
@@ -713,7 +697,6 @@ static int moe_matmul(lmh_backend *b, const lmh_op *op) {
                lmh_dtype_is_quant(W->dtype)
                    ? qbytes(W, active * out)
                    : (size_t)active * (size_t)out * (size_t)in * lmh_dtype_size(W->dtype));
-    free(xsum);
     rc = LMH_OK;
 out:
     free(count);
@@ -898,14 +881,8 @@ static int cpu_enqueue(lmh_backend *b, const lmh_op *op) {
         int64_t g = grain_for(out, th, 16);
         g = (g + 15) & ~(int64_t)15;
         int quant = lmh_dtype_is_quant(W->dtype);
-        if (quant) { /* group sums of x, once per op rather than once per weight row */
-            int64_t in = inner(a), rows = lmh_nelem(a) / in;
-            j.scratch = malloc((size_t)(rows * (in / W->group)) * sizeof(float) + 1);
-            if (!j.scratch) return LMH_ENOMEM;
-            cpu_q_group_sums((const float *)DATA(a), rows, in, W->group, j.scratch);
-        }
+        if (quant) qbuf_for(b, CT(W)->qm.in);
         cpu_pool_run(b->pool, out, g, do_matmul, &j);
-        free(j.scratch);
         count_read(b, W, quant ? qbytes(W, out) : (size_t)lmh_nelem(W) * lmh_dtype_size(W->dtype));
         if (op->src[2]) count_read(b, op->src[2], (size_t)out * lmh_dtype_size(op->src[2]->dtype));
         break;
@@ -1009,6 +986,7 @@ static int cpu_create(const lmh_host_api *host, const lmh_backend_opts *o, lmh_b
 static void cpu_destroy(lmh_backend *b) {
     if (!b) return;
     cpu_pool_free(b->pool);
+    free(b->qbuf);
     free(b);
 }
 

@@ -9,6 +9,11 @@
 
 typedef struct cpu_kernels {
     const char *name; /* "portable", "avx2", "avx512", "neon" */
+    /* matmul sums k in blocks of kblock (a multiple of 128): each output is the blocks'
+     * partial sums added in order, each partial formed the same way for every n, so a row's
+     * result does not depend on the other rows in the batch (batch invariance).
+     * cpu_q_matmul follows the same blocks. */
+    int64_t kblock;
 
     /* y[r * ldy + o] = sum_k x[r * k_dim + k] * w[o * k_dim + k]
      * for r in [0, n) and o in [o0, o1). w is [out, k_dim] row-major in the named dtype
@@ -19,8 +24,8 @@ typedef struct cpu_kernels {
                        int64_t o1, float *y, int64_t ldy);
     void (*matmul_f16)(const float *x, int64_t n, int64_t k_dim, const uint16_t *w, int64_t o0,
                        int64_t o1, float *y, int64_t ldy);
-    void (*matmul_bf16)(const float *x, int64_t n, int64_t k_dim, const uint16_t *w,
-                        int64_t o0, int64_t o1, float *y, int64_t ldy);
+    void (*matmul_bf16)(const float *x, int64_t n, int64_t k_dim, const uint16_t *w, int64_t o0,
+                        int64_t o1, float *y, int64_t ldy);
 
     /* sum_i a[i] * b[i], b in f32 / f16 / bf16. */
     float (*dot_f32)(const float *a, const float *b, int64_t n);

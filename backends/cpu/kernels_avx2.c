@@ -9,6 +9,7 @@
  * tile of x rows runs over that block. k beyond a multiple of 8 is done in scalar code,
  * so no load ever reads past the end of a row. */
 #include "kernels.h"
+#include "reduce_avx2.h"
 
 #include <immintrin.h>
 #include <stdalign.h>
@@ -16,7 +17,7 @@
 #define VW 8   /* floats per vector */
 #define TR 3   /* x rows per tile: 3x4 accumulators + 4 weights + 1 x = 16 ymm */
 #define TO 4   /* weight rows per tile */
-#define TD 4   /* weight rows per decode step (x2 vectors of k: 8 accumulators) */
+#define TD 8   /* weight rows per decode step: 8 accumulators */
 #define OC 16  /* weight rows per prefill block */
 #define KC 512 /* k per prefill block (a multiple of VW) */
 
@@ -44,19 +45,9 @@ INLINE float sc_bf16(const uint16_t *p) {
     return cpu_bf16_to_f32(*p);
 }
 
-INLINE float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* {sum a, sum b, sum c, sum d} */
-INLINE __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
-    __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);
-    __m256 s = _mm256_hadd_ps(ab, cd);
-    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-}
+/* The reductions every AVX2 path shares (reduce_avx2.h). */
+#define hsum4 cpu_hsum4_256
+#define hsum  cpu_hsum_256
 
 /* y[r * ldy + o] (+)= horizontal sums of acc[r][o]. */
 INLINE void tile_store(int R, int O, __m256 acc[TR][TO], float *y, int64_t ldy, int add) {
@@ -127,36 +118,41 @@ DEFINE_TILE(f32, float)
 DEFINE_TILE(f16, uint16_t)
 DEFINE_TILE(bf16, uint16_t)
 
-/* Decode (n = 1): O weight rows against one x, two vectors of k per step, so there are
- * 2*O independent accumulators and O weight streams in flight: the loop is bound by
- * memory bandwidth, not by FMA latency. k past the last full vector is left to ktail. */
+/* Decode (n = 1): O weight rows against one x, O accumulators, so O weight streams are in
+ * flight and the loop is bound by memory bandwidth, not by FMA latency. k is summed in
+ * blocks of KC exactly as the prefill tiles sum it (lane-wise along k, one horizontal sum
+ * per block, blocks added in order), so a row's result is the same bits whether it was
+ * decoded alone or computed in a batch: batch invariance. k past the last full vector is
+ * left to ktail, as in every path. */
 #define DEFINE_MV(T, WT)                                                                           \
     INLINE void mv_##T(int O, const float *x, const WT *w, int64_t k_dim, float *y) {              \
-        __m256 a0[TD], a1[TD];                                                                     \
-        UNROLL for (int o = 0; o < O; o++) a0[o] = a1[o] = _mm256_setzero_ps();                    \
-        int64_t k = 0;                                                                             \
-        for (; k + 2 * VW <= k_dim; k += 2 * VW) {                                                 \
-            const __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + VW);            \
-            UNROLL for (int o = 0; o < O; o++) {                                                   \
-                a0[o] = _mm256_fmadd_ps(x0, ld_##T(w + o * k_dim + k), a0[o]);                     \
-                a1[o] = _mm256_fmadd_ps(x1, ld_##T(w + o * k_dim + k + VW), a1[o]);                \
+        const int64_t kv = k_dim / VW * VW;                                                        \
+        for (int64_t kb = 0; kb == 0 || kb < kv; kb += KC) {                                       \
+            const int64_t ke = kv - kb < KC ? kv : kb + KC;                                        \
+            __m256 a[TD];                                                                          \
+            UNROLL for (int o = 0; o < O; o++) a[o] = _mm256_setzero_ps();                         \
+            for (int64_t k = kb; k < ke; k += VW) {                                                \
+                const __m256 xv = _mm256_loadu_ps(x + k);                                          \
+                UNROLL for (int o = 0; o < O; o++) a[o] =                                          \
+                    _mm256_fmadd_ps(xv, ld_##T(w + o * k_dim + k), a[o]);                          \
+            }                                                                                      \
+            int o = 0;                                                                             \
+            UNROLL for (; o + 4 <= O; o += 4) {                                                    \
+                __m128 s = hsum4(a[o], a[o + 1], a[o + 2], a[o + 3]);                              \
+                if (kb > 0) s = _mm_add_ps(s, _mm_loadu_ps(y + o));                                \
+                _mm_storeu_ps(y + o, s);                                                           \
+            }                                                                                      \
+            UNROLL for (; o < O; o++) {                                                            \
+                float s = hsum(a[o]);                                                              \
+                y[o] = kb > 0 ? y[o] + s : s;                                                      \
             }                                                                                      \
         }                                                                                          \
-        if (k + VW <= k_dim) {                                                                     \
-            const __m256 x0 = _mm256_loadu_ps(x + k);                                              \
-            UNROLL for (int o = 0; o < O; o++) a0[o] =                                             \
-                _mm256_fmadd_ps(x0, ld_##T(w + o * k_dim + k), a0[o]);                             \
-        }                                                                                          \
-        UNROLL for (int o = 0; o < O; o++) a0[o] = _mm256_add_ps(a0[o], a1[o]);                    \
-        if (O == 4)                                                                                \
-            _mm_storeu_ps(y, hsum4(a0[0], a0[1], a0[2], a0[3]));                                   \
-        else                                                                                       \
-            UNROLL for (int o = 0; o < O; o++) y[o] = hsum(a0[o]);                                 \
     }                                                                                              \
     static void matvec_##T(const float *x, int64_t k_dim, const WT *w, int64_t o0, int64_t o1,     \
                            float *y) {                                                             \
         int64_t o = o0;                                                                            \
         for (; o + TD <= o1; o += TD) mv_##T(TD, x, w + o * k_dim, k_dim, y + o);                  \
+        for (; o + 4 <= o1; o += 4) mv_##T(4, x, w + o * k_dim, k_dim, y + o);                     \
         switch (o1 - o) {                                                                          \
         case 3:                                                                                    \
             mv_##T(3, x, w + o * k_dim, k_dim, y + o);                                             \
@@ -198,13 +194,14 @@ DEFINE_BLOCK(bf16, uint16_t)
         if (n == 1) {                                                                              \
             matvec_##T(x, k_dim, w, o0, o1, y);                                                    \
         } else if (n <= TR) {                                                                      \
-            /* A few rows: each weight is used n times only, convert it in registers. */           \
-            int64_t o = o0;                                                                        \
-            for (; o + TO <= o1; o += TO)                                                          \
-                tile_any_##T((int)n, TO, x, k_dim, w + o * k_dim, k_dim, kv, y + o, ldy, 0);       \
-            if (o < o1)                                                                            \
-                tile_any_##T((int)n, (int)(o1 - o), x, k_dim, w + o * k_dim, k_dim, kv, y + o,     \
-                             ldy, 0);                                                              \
+            /* A few rows: each weight is used n times only, convert it in registers (k in         \
+             * blocks of KC, as everywhere, for batch invariance). */                              \
+            for (int64_t kb = 0; kb == 0 || kb < kv; kb += KC) {                                   \
+                const int64_t kc = kv - kb < KC ? kv - kb : KC;                                    \
+                for (int64_t o = o0; o < o1; o += TO)                                              \
+                    tile_any_##T((int)n, o1 - o < TO ? (int)(o1 - o) : TO, x + kb, k_dim,          \
+                                 w + o * k_dim + kb, k_dim, kc, y + o, ldy, kb > 0);               \
+            }                                                                                      \
         } else {                                                                                   \
             alignas(64) float buf[OC * KC];                                                        \
             for (int64_t ob = o0; ob < o1; ob += OC) {                                             \
@@ -313,6 +310,7 @@ static void cvt_f32_to_bf16(const float *x, uint16_t *y, int64_t n) {
 
 const cpu_kernels cpu_kernels_avx2 = {
     .name = "avx2",
+    .kblock = KC,
     .matmul_f32 = matmul_f32,
     .matmul_f16 = matmul_f16,
     .matmul_bf16 = matmul_bf16,

@@ -6,6 +6,7 @@
  * part of k past the last full vector is one masked step (masked-off lanes are neither
  * read nor faulted), so there is no scalar tail in the matmul. */
 #include "kernels.h"
+#include "reduce_avx512.h"
 
 #include <immintrin.h>
 #include <stdalign.h>
@@ -47,26 +48,9 @@ INLINE __m512 ldm_bf16(const uint16_t *p, int64_t n) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
 }
 
-/* 16 lanes to 8 (AVX512F only: no DQ needed). */
-INLINE __m256 fold256(__m512 v) {
-    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-    return _mm256_add_ps(_mm512_castps512_ps256(v), hi);
-}
-
-INLINE float hsum(__m512 v) {
-    __m256 h = fold256(v);
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* {sum a, sum b, sum c, sum d} */
-INLINE __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
-    __m256 ab = _mm256_hadd_ps(fold256(a), fold256(b)), cd = _mm256_hadd_ps(fold256(c), fold256(d));
-    __m256 s = _mm256_hadd_ps(ab, cd);
-    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-}
+/* The reductions every AVX-512 path shares (reduce_avx512.h). */
+#define hsum4 cpu_hsum4_512
+#define hsum  cpu_hsum_512
 
 /* y[r * ldy + o] (+)= horizontal sums of acc[r][o]. */
 INLINE void tile_store(int R, int O, __m512 acc[TR][TO], float *y, int64_t ldy, int add) {
@@ -139,37 +123,39 @@ DEFINE_TILE(f32, float)
 DEFINE_TILE(f16, uint16_t)
 DEFINE_TILE(bf16, uint16_t)
 
-/* Decode (n = 1): O weight rows against one x, two vectors of k per step, so there are
- * 2*O independent accumulators and O weight streams in flight: the loop is bound by
- * memory bandwidth, not by FMA latency. */
+/* Decode (n = 1): O weight rows against one x, O accumulators, so O weight streams are in
+ * flight and the loop is bound by memory bandwidth, not by FMA latency. k is summed in
+ * blocks of KC exactly as the prefill tiles sum it (lane-wise along k, one horizontal sum
+ * per block, blocks added in order), so a row's result is the same bits whether it was
+ * decoded alone or computed in a batch: batch invariance. */
 #define DEFINE_MV(T, WT)                                                                           \
     INLINE void mv_##T(int O, const float *x, const WT *w, int64_t k_dim, float *y) {              \
-        __m512 a0[TD], a1[TD];                                                                     \
-        UNROLL for (int o = 0; o < O; o++) a0[o] = a1[o] = _mm512_setzero_ps();                    \
-        int64_t k = 0;                                                                             \
-        for (; k + 2 * VW <= k_dim; k += 2 * VW) {                                                 \
-            const __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + VW);            \
-            UNROLL for (int o = 0; o < O; o++) {                                                   \
-                a0[o] = _mm512_fmadd_ps(x0, ld_##T(w + o * k_dim + k), a0[o]);                     \
-                a1[o] = _mm512_fmadd_ps(x1, ld_##T(w + o * k_dim + k + VW), a1[o]);                \
+        for (int64_t kb = 0; kb < k_dim; kb += KC) {                                               \
+            const int64_t ke = k_dim - kb < KC ? k_dim : kb + KC;                                  \
+            __m512 a[TD];                                                                          \
+            UNROLL for (int o = 0; o < O; o++) a[o] = _mm512_setzero_ps();                         \
+            int64_t k = kb;                                                                        \
+            for (; k + VW <= ke; k += VW) {                                                        \
+                const __m512 xv = _mm512_loadu_ps(x + k);                                          \
+                UNROLL for (int o = 0; o < O; o++) a[o] =                                          \
+                    _mm512_fmadd_ps(xv, ld_##T(w + o * k_dim + k), a[o]);                          \
+            }                                                                                      \
+            if (k < ke) {                                                                          \
+                const __m512 xv = ldm_f32(x + k, ke - k);                                          \
+                UNROLL for (int o = 0; o < O; o++) a[o] =                                          \
+                    _mm512_fmadd_ps(xv, ldm_##T(w + o * k_dim + k, ke - k), a[o]);                 \
+            }                                                                                      \
+            int o = 0;                                                                             \
+            UNROLL for (; o + 4 <= O; o += 4) {                                                    \
+                __m128 s = hsum4(a[o], a[o + 1], a[o + 2], a[o + 3]);                              \
+                if (kb > 0) s = _mm_add_ps(s, _mm_loadu_ps(y + o));                                \
+                _mm_storeu_ps(y + o, s);                                                           \
+            }                                                                                      \
+            UNROLL for (; o < O; o++) {                                                            \
+                float s = hsum(a[o]);                                                              \
+                y[o] = kb > 0 ? y[o] + s : s;                                                      \
             }                                                                                      \
         }                                                                                          \
-        if (k + VW <= k_dim) {                                                                     \
-            const __m512 x0 = _mm512_loadu_ps(x + k);                                              \
-            UNROLL for (int o = 0; o < O; o++) a0[o] =                                             \
-                _mm512_fmadd_ps(x0, ld_##T(w + o * k_dim + k), a0[o]);                             \
-            k += VW;                                                                               \
-        }                                                                                          \
-        if (k < k_dim) {                                                                           \
-            const __m512 x1 = ldm_f32(x + k, k_dim - k);                                           \
-            UNROLL for (int o = 0; o < O; o++) a1[o] =                                             \
-                _mm512_fmadd_ps(x1, ldm_##T(w + o * k_dim + k, k_dim - k), a1[o]);                 \
-        }                                                                                          \
-        UNROLL for (int o = 0; o < O; o++) a0[o] = _mm512_add_ps(a0[o], a1[o]);                    \
-        int o = 0;                                                                                 \
-        UNROLL for (; o + 4 <= O; o += 4)                                                          \
-            _mm_storeu_ps(y + o, hsum4(a0[o], a0[o + 1], a0[o + 2], a0[o + 3]));                   \
-        UNROLL for (; o < O; o++) y[o] = hsum(a0[o]);                                              \
     }                                                                                              \
     static void matvec_##T(const float *x, int64_t k_dim, const WT *w, int64_t o0, int64_t o1,     \
                            float *y) {                                                             \
@@ -221,13 +207,14 @@ DEFINE_BLOCK(bf16, uint16_t)
             return;                                                                                \
         }                                                                                          \
         if (n <= TR) {                                                                             \
-            /* A few rows: each weight is used n times only, convert it in registers. */           \
-            int64_t o = o0;                                                                        \
-            for (; o + TO <= o1; o += TO)                                                          \
-                tile_any_##T((int)n, TO, x, k_dim, w + o * k_dim, k_dim, k_dim, y + o, ldy, 0);    \
-            if (o < o1)                                                                            \
-                tile_any_##T((int)n, (int)(o1 - o), x, k_dim, w + o * k_dim, k_dim, k_dim, y + o,  \
-                             ldy, 0);                                                              \
+            /* A few rows: each weight is used n times only, convert it in registers (k in         \
+             * blocks of KC, as everywhere, for batch invariance). */                              \
+            for (int64_t kb = 0; kb < k_dim; kb += KC) {                                           \
+                const int64_t kc = k_dim - kb < KC ? k_dim - kb : KC;                              \
+                for (int64_t o = o0; o < o1; o += TO)                                              \
+                    tile_any_##T((int)n, o1 - o < TO ? (int)(o1 - o) : TO, x + kb, k_dim,          \
+                                 w + o * k_dim + kb, k_dim, kc, y + o, ldy, kb > 0);               \
+            }                                                                                      \
             return;                                                                                \
         }                                                                                          \
         alignas(64) float buf[OC * KC];                                                            \
@@ -332,6 +319,7 @@ static void cvt_f32_to_bf16(const float *x, uint16_t *y, int64_t n) {
 
 const cpu_kernels cpu_kernels_avx512 = {
     .name = "avx512",
+    .kblock = KC,
     .matmul_f32 = matmul_f32,
     .matmul_f16 = matmul_f16,
     .matmul_bf16 = matmul_bf16,

@@ -6,6 +6,7 @@
  * prefill over f32 blocks of weight rows. k past the last full vector is done in scalar
  * code, so no load reads past the end of a row. */
 #include "kernels.h"
+#include "reduce_neon.h"
 
 #include <arm_neon.h>
 #include <stdalign.h>
@@ -13,7 +14,7 @@
 #define VW 4   /* floats per vector */
 #define TR 4   /* x rows per tile: 4x4 accumulators + 4 weights + 1 x of 32 registers */
 #define TO 4   /* weight rows per tile */
-#define TD 8   /* weight rows per decode step (x2 vectors of k: 16 accumulators) */
+#define TD 8   /* weight rows per decode step: 8 accumulators */
 #define OC 16  /* weight rows per prefill block */
 #define KC 512 /* k per prefill block (a multiple of VW) */
 
@@ -40,14 +41,9 @@ INLINE float sc_bf16(const uint16_t *p) {
     return cpu_bf16_to_f32(*p);
 }
 
-INLINE float hsum(float32x4_t v) {
-    return vaddvq_f32(v);
-}
-
-/* {sum a, sum b, sum c, sum d} */
-INLINE float32x4_t hsum4(float32x4_t a, float32x4_t b, float32x4_t c, float32x4_t d) {
-    return vpaddq_f32(vpaddq_f32(a, b), vpaddq_f32(c, d));
-}
+/* The reductions every NEON path shares (reduce_neon.h). */
+#define hsum4 cpu_hsum4_neon
+#define hsum  cpu_hsum_neon
 
 /* y[r * ldy + o] (+)= horizontal sums of acc[r][o]. */
 INLINE void tile_store(int R, int O, float32x4_t acc[TR][TO], float *y, int64_t ldy, int add) {
@@ -118,31 +114,34 @@ DEFINE_TILE(f32, float)
 DEFINE_TILE(f16, uint16_t)
 DEFINE_TILE(bf16, uint16_t)
 
-/* Decode (n = 1): O weight rows against one x, two vectors of k per step, so there are
- * 2*O independent accumulators and O weight streams in flight. k past the last full
- * vector is left to ktail. */
+/* Decode (n = 1): O weight rows against one x, O accumulators, so O weight streams are in
+ * flight. k is summed in blocks of KC exactly as the prefill tiles sum it (lane-wise along
+ * k, one horizontal sum per block, blocks added in order), so a row's result is the same
+ * bits whether it was decoded alone or computed in a batch: batch invariance. k past the
+ * last full vector is left to ktail, as in every path. */
 #define DEFINE_MV(T, WT)                                                                           \
     INLINE void mv_##T(int O, const float *x, const WT *w, int64_t k_dim, float *y) {              \
-        float32x4_t a0[TD], a1[TD];                                                                \
-        UNROLL for (int o = 0; o < O; o++) a0[o] = a1[o] = vdupq_n_f32(0);                         \
-        int64_t k = 0;                                                                             \
-        for (; k + 2 * VW <= k_dim; k += 2 * VW) {                                                 \
-            const float32x4_t x0 = vld1q_f32(x + k), x1 = vld1q_f32(x + k + VW);                   \
-            UNROLL for (int o = 0; o < O; o++) {                                                   \
-                a0[o] = vfmaq_f32(a0[o], x0, ld_##T(w + o * k_dim + k));                           \
-                a1[o] = vfmaq_f32(a1[o], x1, ld_##T(w + o * k_dim + k + VW));                      \
+        const int64_t kv = k_dim / VW * VW;                                                        \
+        for (int64_t kb = 0; kb == 0 || kb < kv; kb += KC) {                                       \
+            const int64_t ke = kv - kb < KC ? kv : kb + KC;                                        \
+            float32x4_t a[TD];                                                                     \
+            UNROLL for (int o = 0; o < O; o++) a[o] = vdupq_n_f32(0);                              \
+            for (int64_t k = kb; k < ke; k += VW) {                                                \
+                const float32x4_t xv = vld1q_f32(x + k);                                           \
+                UNROLL for (int o = 0; o < O; o++) a[o] =                                          \
+                    vfmaq_f32(a[o], xv, ld_##T(w + o * k_dim + k));                                \
+            }                                                                                      \
+            int o = 0;                                                                             \
+            UNROLL for (; o + 4 <= O; o += 4) {                                                    \
+                float32x4_t s = hsum4(a[o], a[o + 1], a[o + 2], a[o + 3]);                         \
+                if (kb > 0) s = vaddq_f32(s, vld1q_f32(y + o));                                    \
+                vst1q_f32(y + o, s);                                                               \
+            }                                                                                      \
+            UNROLL for (; o < O; o++) {                                                            \
+                float s = hsum(a[o]);                                                              \
+                y[o] = kb > 0 ? y[o] + s : s;                                                      \
             }                                                                                      \
         }                                                                                          \
-        if (k + VW <= k_dim) {                                                                     \
-            const float32x4_t x0 = vld1q_f32(x + k);                                               \
-            UNROLL for (int o = 0; o < O; o++) a0[o] =                                             \
-                vfmaq_f32(a0[o], x0, ld_##T(w + o * k_dim + k));                                   \
-        }                                                                                          \
-        UNROLL for (int o = 0; o < O; o++) a0[o] = vaddq_f32(a0[o], a1[o]);                        \
-        int o = 0;                                                                                 \
-        UNROLL for (; o + 4 <= O; o += 4)                                                          \
-            vst1q_f32(y + o, hsum4(a0[o], a0[o + 1], a0[o + 2], a0[o + 3]));                       \
-        UNROLL for (; o < O; o++) y[o] = hsum(a0[o]);                                              \
     }                                                                                              \
     static void matvec_##T(const float *x, int64_t k_dim, const WT *w, int64_t o0, int64_t o1,     \
                            float *y) {                                                             \
@@ -190,13 +189,14 @@ DEFINE_BLOCK(bf16, uint16_t)
         if (n == 1) {                                                                              \
             matvec_##T(x, k_dim, w, o0, o1, y);                                                    \
         } else if (n <= TR) {                                                                      \
-            /* A few rows: each weight is used n times only, convert it in registers. */           \
-            int64_t o = o0;                                                                        \
-            for (; o + TO <= o1; o += TO)                                                          \
-                tile_any_##T((int)n, TO, x, k_dim, w + o * k_dim, k_dim, kv, y + o, ldy, 0);       \
-            if (o < o1)                                                                            \
-                tile_any_##T((int)n, (int)(o1 - o), x, k_dim, w + o * k_dim, k_dim, kv, y + o,     \
-                             ldy, 0);                                                              \
+            /* A few rows: each weight is used n times only, convert it in registers (k in         \
+             * blocks of KC, as everywhere, for batch invariance). */                              \
+            for (int64_t kb = 0; kb == 0 || kb < kv; kb += KC) {                                   \
+                const int64_t kc = kv - kb < KC ? kv - kb : KC;                                    \
+                for (int64_t o = o0; o < o1; o += TO)                                              \
+                    tile_any_##T((int)n, o1 - o < TO ? (int)(o1 - o) : TO, x + kb, k_dim,          \
+                                 w + o * k_dim + kb, k_dim, kc, y + o, ldy, kb > 0);               \
+            }                                                                                      \
         } else {                                                                                   \
             alignas(64) float buf[OC * KC];                                                        \
             for (int64_t ob = o0; ob < o1; ob += OC) {                                             \
@@ -293,6 +293,7 @@ static void cvt_f32_to_bf16(const float *x, uint16_t *y, int64_t n) {
 
 const cpu_kernels cpu_kernels_neon = {
     .name = "neon",
+    .kblock = KC,
     .matmul_f32 = matmul_f32,
     .matmul_f16 = matmul_f16,
     .matmul_bf16 = matmul_bf16,

@@ -199,6 +199,7 @@ DEFINE_MATMUL(p_matmul_bf16, uint16_t, conv_bf16)
 
 const cpu_kernels cpu_kernels_portable = {
     .name = "portable",
+    .kblock = MM_KC,
     .matmul_f32 = p_matmul_f32,
     .matmul_f16 = p_matmul_f16,
     .matmul_bf16 = p_matmul_bf16,

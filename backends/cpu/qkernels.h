@@ -1,7 +1,10 @@
 /* Kernels over MLX affine-quantized weights (abi.h LMH_Q2..LMH_Q8), one table per
- * instruction set like kernels.h, computed on the packed data: a group of codes is
- * unpacked in registers, and since sum_k x_k (s q_k + b) = s * sum_k x_k q_k + b * sum_k x_k,
- * only the integer codes meet x; the group sums of x are computed once per row of x. */
+ * instruction set like kernels.h. The weights stay packed; a product dequantizes small
+ * blocks of them (w = s * q + b, one rounding) into a cache-resident f32 buffer and runs
+ * the f32 kernels of the same path over it, block by block of k exactly as those kernels
+ * block k. So a quantized product gives the same bits as the f32 product over the
+ * dequantized matrix, whatever the batch (batch invariance: continuous batching and
+ * chunked prefill never change a result), and it inherits the f32 kernels' speed. */
 #ifndef LMHOST_CPU_QKERNELS_H
 #define LMHOST_CPU_QKERNELS_H
 
@@ -23,14 +26,29 @@ typedef struct cpu_qmat {
 
 typedef struct cpu_qkernels {
     const char *name; /* the cpu_kernels path it goes with */
-    /* y[r * ldy + o] = sum_k x[r * in + k] * W[o, k] for r in [0, n), o in [o0, o1).
-     * xsum holds the group sums of x ([n, gpr], cpu_q_group_sums). Each group of W is
-     * unpacked once per tile of x rows; with n == 1 every weight byte is read once. */
-    void (*matmul)(const float *x, const float *xsum, int64_t n, const cpu_qmat *w, int64_t o0,
-                   int64_t o1, float *y, int64_t ldy);
-    /* y[0, in) = row `row` of W dequantized (embeddings). */
-    void (*dequant_row)(const cpu_qmat *w, int64_t row, float *y);
+    /* y[0, k1 - k0) = W[row, k0..k1) dequantized; k0 and k1 are multiples of the group.
+     * Codes are unpacked in registers and each weight byte is read once. */
+    void (*dequant)(const cpu_qmat *w, int64_t row, int64_t k0, int64_t k1, float *y);
+    /* Decode: y[o] = sum_k x[k] * W[o, k] for o in [o0, o1), dequantizing in registers
+     * with the arithmetic the f32 kernels of the path apply to dequant's output (lane-wise
+     * FMAs along k, one reduction per kblock of k, blocks added in order), so it gives
+     * the bits cpu_q_matmul gives for the same row in a batch. NULL: no fused kernel. */
+    void (*matvec)(const cpu_qmat *w, const float *x, int64_t o0, int64_t o1, float *y,
+                   int64_t kblock);
 } cpu_qkernels;
+
+struct cpu_kernels;
+/* Rows of W per block of cpu_q_matmul: dequantized whole (read from memory in order, so
+ * the hardware prefetcher streams them) into `buf`, which stays in L2, then multiplied by
+ * the f32 kernel, which blocks k itself. */
+#define CPU_Q_ROWS 8
+/* y[r * ldy + o] = sum_k x[r * in + k] * W[o, k] for r in [0, n), o in [o0, o1) (k and qk
+ * of the same path). Decode (n == 1) runs qk's fused matvec, which reads each weight
+ * byte once; n > 1 dequantizes blocks of whole rows into buf (CPU_Q_ROWS * in floats,
+ * one per thread) once for all n rows and runs k's matmul_f32 over them. Both give the
+ * same bits for a row. With buf NULL it goes row by row (slow, same bits). */
+void cpu_q_matmul(const struct cpu_kernels *k, const cpu_qkernels *qk, const float *x, int64_t n,
+                  const cpu_qmat *w, int64_t o0, int64_t o1, float *y, int64_t ldy, float *buf);
 
 /* The table that goes with kernel path `name` ("portable", "avx2", "avx512", "neon"), so
  * the quantized kernels follow the LMHOST_SIMD choice cpu_kernels_select made; the
@@ -50,7 +68,7 @@ void cpu_q_pack(const uint32_t *codes, int64_t n, int bits, uint32_t *words);
 /* Scale or bias i as f32. */
 float cpu_q_sb(const cpu_qmat *w, const void *p, int64_t i);
 /* Scale or bias i as f32, inline: the SIMD kernels read two per group, and a call per
- * value cost a third of a 4-bit matvec. `sb` is w->sb; the branch is the same for a
+ * value cost a third of a 4-bit decode. `sb` is w->sb; the branch is the same for a
  * whole tensor, so it predicts perfectly. */
 static inline float cpu_q_sb_at(int32_t sb, const void *p, int64_t i) {
     const uint16_t h = ((const uint16_t *)p)[sb == 0 ? 0 : i];
@@ -71,7 +89,5 @@ static inline float cpu_q_sb_at(int32_t sb, const void *p, int64_t i) {
     return cpu_q_sb(&(cpu_qmat){.sb = 1}, p, i);
 #endif
 }
-/* xsum[r * (in / group) + g] = sum of x[r, g * group .. (g + 1) * group). */
-void cpu_q_group_sums(const float *x, int64_t n, int64_t in, int32_t group, float *xsum);
 
 #endif

@@ -8,6 +8,7 @@
  * The 4- and 8-bit loads stay inside their group; the generic one may read up to 8 bytes
  * past it, which only the tensor's last row needs padding for. */
 #include "qkernels.h"
+#include "reduce_avx2.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -44,13 +45,6 @@ static inline __m256 unpack8(const unpacker *u, const uint8_t *p) {
     return _mm256_cvtepi32_ps(v);
 }
 
-static inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-    return _mm_cvtss_f32(s);
-}
-
 /* Sixteen 4-bit codes from the 8 bytes at p, in order: q[0] codes 0..7, q[1] 8..15. */
 static inline void unpack16_q4(const uint8_t *p, __m256 q[2]) {
     const __m128i m = _mm_set1_epi8(0x0f);
@@ -64,114 +58,158 @@ static inline __m256 unpack8_q8(const uint8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
 
-enum { GENERIC = 0, Q4 = 4, Q8 = 8 };
-
-/* Rows [r0, r0 + NR) of x times weight row o. MODE is a constant after inlining, so each
- * width gets its own loop. */
-static inline __attribute__((always_inline)) void tile(const unpacker *u, const float *x,
-                                                       const float *xsum, int64_t r0,
-                                                       const cpu_qmat *w, int64_t o, float *y,
-                                                       int64_t ldy, const int NR, const int MODE) {
-    const int64_t in = w->in, gpr = w->gpr;
+static void dequant_avx2(const cpu_qmat *w, int64_t row, int64_t k0, int64_t k1, float *y) {
     const int32_t G = w->group, bits = w->bits;
     const int64_t gb = (int64_t)G * bits / 8; /* bytes per group */
+    const unpacker u = make_unpacker(bits);
+    const uint8_t *base = (const uint8_t *)(w->q + row * w->wpr);
+    /* cpu_q_matmul dequantizes CPU_Q_ROWS rows, then multiplies them out of cache: fetch
+     * the next block's rows meanwhile so that memory never idles (a prefetch past the
+     * tensor's end is harmless: it never faults). */
+    const int64_t ahead = (int64_t)CPU_Q_ROWS * w->wpr * 4;
     /* the generic loads of the tensor's last row would run past its data */
-    const int pad_tail = MODE == GENERIC && o == w->rows - 1;
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                     _mm256_setzero_ps()};
-    float bsum[4] = {0, 0, 0, 0};
+    const int pad_tail = bits != 4 && bits != 8 && row == w->rows - 1;
     uint8_t pad[128 + 16];
-    const uint8_t *row = (const uint8_t *)(w->q + o * w->wpr);
-    for (int64_t g = 0; g < gpr; g++) {
-        const uint8_t *p = row + g * gb;
+    for (int64_t g = k0 / G; g < k1 / G; g++) {
+        const uint8_t *p = base + g * gb;
+        if (((uintptr_t)p & 63) < (uintptr_t)gb)
+            _mm_prefetch((const char *)(p + ahead), _MM_HINT_T0); /* once per cache line */
         if (pad_tail) {
             memcpy(pad, p, (size_t)gb);
             memset(pad + gb, 0, 16);
             p = pad;
         }
-        const float *xg = x + r0 * in + g * G;
-        __m256 d[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                       _mm256_setzero_ps()};
-        if (MODE == Q4) {
+        const __m256 s = _mm256_set1_ps(cpu_q_sb_at(w->sb, w->scales, row * w->gpr + g));
+        const __m256 b = _mm256_set1_ps(cpu_q_sb_at(w->sb, w->biases, row * w->gpr + g));
+        float *yg = y + g * G - k0;
+        if (bits == 4) {
             for (int32_t c = 0; c < G; c += 16, p += 8) {
                 __m256 q[2];
                 unpack16_q4(p, q);
-                for (int r = 0; r < NR; r++) {
-                    d[r] = _mm256_fmadd_ps(q[0], _mm256_loadu_ps(xg + r * in + c), d[r]);
-                    d[r] = _mm256_fmadd_ps(q[1], _mm256_loadu_ps(xg + r * in + c + 8), d[r]);
+                _mm256_storeu_ps(yg + c, _mm256_fmadd_ps(q[0], s, b));
+                _mm256_storeu_ps(yg + c + 8, _mm256_fmadd_ps(q[1], s, b));
+            }
+        } else if (bits == 8) {
+            for (int32_t c = 0; c < G; c += 8, p += 8)
+                _mm256_storeu_ps(yg + c, _mm256_fmadd_ps(unpack8_q8(p), s, b));
+        } else {
+            for (int32_t c = 0; c < G; c += 8, p += bits)
+                _mm256_storeu_ps(yg + c, _mm256_fmadd_ps(unpack8(&u, p), s, b));
+        }
+    }
+}
+
+enum { GENERIC = 0, Q4 = 4, Q8 = 8 };
+#define PF_AHEAD 1024 /* bytes of a weight row fetched ahead by mv_rows */
+
+/* R (1..4) weight rows from o against x: R accumulator chains and R weight streams. The
+ * arithmetic is dequant_avx2's (w = fma(q, s, b)) followed by kernels_avx2.c's decode
+ * (acc = fma(x, w, acc) lane-wise along k, a cpu_hsum4_256 per kblock, blocks added in
+ * order), so the result is the bits of the f32 product over the dequantized rows. */
+static inline __attribute__((always_inline)) void mv_rows(const cpu_qmat *w, const unpacker *u,
+                                                          const float *x, int64_t o, float *y,
+                                                          int64_t kblock, const int R,
+                                                          const int MODE) {
+    const int32_t G = w->group, bits = w->bits;
+    const int64_t gb = (int64_t)G * bits / 8, in = w->in, gpr = w->gpr;
+    const uint8_t *row[4];
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) row[r] =
+        (const uint8_t *)(w->q + (o + r) * w->wpr);
+    for (int64_t kb = 0; kb < in; kb += kblock) {
+        const int64_t ke = in - kb < kblock ? in : kb + kblock;
+        __m256 acc[4];
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+        for (int64_t g = kb / G; g < ke / G; g++) {
+            const float *xg = x + g * G;
+            __m256 s[4], b[4];
+            const uint8_t *p[4];
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+                s[r] = _mm256_set1_ps(cpu_q_sb_at(w->sb, w->scales, (o + r) * gpr + g));
+                b[r] = _mm256_set1_ps(cpu_q_sb_at(w->sb, w->biases, (o + r) * gpr + g));
+                p[r] = row[r] + g * gb;
+                /* R interleaved streams (and their scales): fetch ahead, once per line */
+                if (((uintptr_t)p[r] & 63) < (uintptr_t)gb)
+                    _mm_prefetch((const char *)(p[r] + PF_AHEAD), _MM_HINT_T0);
+                if ((g & 15) == 0) { /* and their scales and biases (16+ per line) */
+                    const int64_t at = ((o + r) * gpr + g + 64) * (w->sb == 0 ? 4 : 2);
+                    _mm_prefetch((const char *)w->scales + at, _MM_HINT_T0);
+                    _mm_prefetch((const char *)w->biases + at, _MM_HINT_T0);
                 }
             }
+            if (MODE == Q4) {
+                _Pragma("GCC unroll 2") for (int32_t c = 0; c < G; c += 16) {
+                    const __m256 x0 = _mm256_loadu_ps(xg + c), x1 = _mm256_loadu_ps(xg + c + 8);
+                    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+                        __m256 q[2];
+                        unpack16_q4(p[r] + c / 2, q);
+                        acc[r] = _mm256_fmadd_ps(x0, _mm256_fmadd_ps(q[0], s[r], b[r]), acc[r]);
+                        acc[r] = _mm256_fmadd_ps(x1, _mm256_fmadd_ps(q[1], s[r], b[r]), acc[r]);
+                    }
+                }
+            } else {
+                for (int32_t c = 0; c < G; c += 8) {
+                    const __m256 x0 = _mm256_loadu_ps(xg + c);
+                    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+                        __m256 q =
+                            MODE == Q8 ? unpack8_q8(p[r] + c) : unpack8(u, p[r] + c / 8 * bits);
+                        acc[r] = _mm256_fmadd_ps(x0, _mm256_fmadd_ps(q, s[r], b[r]), acc[r]);
+                    }
+                }
+            }
+        }
+        if (R == 4) {
+            __m128 s4 = cpu_hsum4_256(acc[0], acc[1], acc[2], acc[3]);
+            if (kb > 0) s4 = _mm_add_ps(s4, _mm_loadu_ps(y + o));
+            _mm_storeu_ps(y + o, s4);
         } else {
-            for (int32_t c = 0; c < G; c += 8, p += bits) {
-                __m256 q = MODE == Q8 ? unpack8_q8(p) : unpack8(u, p);
-                for (int r = 0; r < NR; r++)
-                    d[r] = _mm256_fmadd_ps(q, _mm256_loadu_ps(xg + r * in + c), d[r]);
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+                float t = cpu_hsum_256(acc[r]);
+                y[o + r] = kb > 0 ? y[o + r] + t : t;
             }
         }
-        __m256 s = _mm256_set1_ps(cpu_q_sb_at(w->sb, w->scales, o * gpr + g));
-        for (int r = 0; r < NR; r++) {
-            acc[r] = _mm256_fmadd_ps(s, d[r], acc[r]);
-            bsum[r] += cpu_q_sb_at(w->sb, w->biases, o * gpr + g) * xsum[(r0 + r) * gpr + g];
-        }
     }
-    for (int r = 0; r < NR; r++) y[(r0 + r) * ldy + o] = hsum(acc[r]) + bsum[r];
 }
 
-static inline __attribute__((always_inline)) void matmul_mode(const float *x, const float *xsum,
-                                                              int64_t n, const cpu_qmat *w,
+/* The same for one row through dequant (its loads are padded for the tensor's last row). */
+static void mv_row_dequant(const cpu_qmat *w, const float *x, int64_t o, float *y, int64_t kblock) {
+    _Alignas(64) float buf[1024];
+    const int64_t step = kblock < 1024 ? kblock : 1024;
+    for (int64_t kb = 0; kb < w->in; kb += step) {
+        const int64_t ke = w->in - kb < step ? w->in : kb + step;
+        dequant_avx2(w, o, kb, ke, buf);
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t k = kb; k < ke; k += 8)
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), _mm256_load_ps(buf + k - kb), acc);
+        float t = cpu_hsum_256(acc);
+        y[o] = kb > 0 ? y[o] + t : t;
+    }
+}
+
+static inline __attribute__((always_inline)) void matvec_mode(const cpu_qmat *w, const float *x,
                                                               int64_t o0, int64_t o1, float *y,
-                                                              int64_t ldy, const int MODE) {
+                                                              int64_t kblock, const int MODE) {
     const unpacker u = make_unpacker(w->bits);
-    /* Blocks of 16 weight rows stay in L1/L2 while every tile of 4 x rows passes. */
-    for (int64_t ob = o0; ob < o1; ob += 16) {
-        int64_t oe = ob + 16 < o1 ? ob + 16 : o1;
-        for (int64_t r0 = 0; r0 < n; r0 += 4) {
-            int64_t nr = n - r0;
-            for (int64_t o = ob; o < oe; o++) {
-                if (nr >= 4)
-                    tile(&u, x, xsum, r0, w, o, y, ldy, 4, MODE);
-                else if (nr == 3)
-                    tile(&u, x, xsum, r0, w, o, y, ldy, 3, MODE);
-                else if (nr == 2)
-                    tile(&u, x, xsum, r0, w, o, y, ldy, 2, MODE);
-                else
-                    tile(&u, x, xsum, r0, w, o, y, ldy, 1, MODE);
-            }
-        }
-    }
+    /* the generic loads of the tensor's last row would run past its data */
+    const int64_t end = MODE == GENERIC && o1 == w->rows ? o1 - 1 : o1;
+    int64_t o = o0;
+    for (; o + 4 <= end; o += 4) mv_rows(w, &u, x, o, y, kblock, 4, MODE);
+    for (; o < end; o++) mv_rows(w, &u, x, o, y, kblock, 1, MODE);
+    if (end < o1) mv_row_dequant(w, x, end, y, kblock);
 }
 
-static void matmul_avx2(const float *x, const float *xsum, int64_t n, const cpu_qmat *w, int64_t o0,
-                        int64_t o1, float *y, int64_t ldy) {
+static void matvec_avx2(const cpu_qmat *w, const float *x, int64_t o0, int64_t o1, float *y,
+                        int64_t kblock) {
+    if (kblock > 1024) kblock = 1024; /* the paths' blocks are 512; keeps mv_row_dequant's buffer */
     if (w->bits == 4)
-        matmul_mode(x, xsum, n, w, o0, o1, y, ldy, Q4);
+        matvec_mode(w, x, o0, o1, y, kblock, Q4);
     else if (w->bits == 8)
-        matmul_mode(x, xsum, n, w, o0, o1, y, ldy, Q8);
+        matvec_mode(w, x, o0, o1, y, kblock, Q8);
     else
-        matmul_mode(x, xsum, n, w, o0, o1, y, ldy, GENERIC);
-}
-
-static void dequant_row_avx2(const cpu_qmat *w, int64_t row, float *y) {
-    const unpacker u = make_unpacker(w->bits);
-    const int64_t gb = (int64_t)w->group * w->bits / 8;
-    const uint8_t *base = (const uint8_t *)(w->q + row * w->wpr);
-    uint8_t pad[128 + 16];
-    for (int64_t g = 0; g < w->gpr; g++) {
-        const uint8_t *p = base + g * gb;
-        if (row == w->rows - 1) { /* as in tile: the last row's loads get padding */
-            memcpy(pad, p, (size_t)gb);
-            memset(pad + gb, 0, 16);
-            p = pad;
-        }
-        __m256 s = _mm256_set1_ps(cpu_q_sb_at(w->sb, w->scales, row * w->gpr + g)),
-               b = _mm256_set1_ps(cpu_q_sb_at(w->sb, w->biases, row * w->gpr + g));
-        for (int32_t c = 0; c < w->group; c += 8, p += w->bits)
-            _mm256_storeu_ps(y + g * w->group + c, _mm256_fmadd_ps(unpack8(&u, p), s, b));
-    }
+        matvec_mode(w, x, o0, o1, y, kblock, GENERIC);
 }
 
 const cpu_qkernels cpu_qkernels_avx2 = {
     .name = "avx2",
-    .matmul = matmul_avx2,
-    .dequant_row = dequant_row_avx2,
+    .dequant = dequant_avx2,
+    .matvec = matvec_avx2,
 };

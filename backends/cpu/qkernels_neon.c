@@ -4,6 +4,7 @@
  * directly. Other widths are unpacked a group at a time by the portable bit stream into a
  * small buffer. The products are vector FMAs over a tile of x rows. */
 #include "qkernels.h"
+#include "reduce_neon.h"
 
 #include <arm_neon.h>
 
@@ -31,101 +32,109 @@ static inline void widen16(uint8x16_t c, float32x4_t q[4]) {
     q[3] = vcvtq_f32_u32(vmovl_u16(vget_high_u16(hi)));
 }
 
-enum { GENERIC = 0, Q4 = 4, Q8 = 8 };
-
-static inline __attribute__((always_inline)) void tile(const float *x, const float *xsum,
-                                                       int64_t r0, const cpu_qmat *w, int64_t o,
-                                                       float *y, int64_t ldy, const int NR,
-                                                       const int MODE) {
-    const int64_t in = w->in, gpr = w->gpr;
+static void dequant_neon(const cpu_qmat *w, int64_t row, int64_t k0, int64_t k1, float *y) {
     const int32_t G = w->group, bits = w->bits;
-    const int64_t gb = (int64_t)G * bits / 8;
-    float32x4_t acc[4] = {vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0)};
-    float bsum[4] = {0, 0, 0, 0};
-    float qf[128];
-    const uint8_t *row = (const uint8_t *)(w->q + o * w->wpr);
-    for (int64_t g = 0; g < gpr; g++) {
-        const uint8_t *p = row + g * gb;
-        const float *xg = x + r0 * in + g * G;
-        float32x4_t d[4] = {vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0)};
-        if (MODE == Q4 || MODE == Q8) {
-            /* 32 codes (4 bits, 16 bytes) or 16 codes (8 bits) per step */
-            const int step = MODE == Q4 ? 32 : 16;
+    const int64_t gb = (int64_t)G * bits / 8; /* bytes per group */
+    const uint8_t *base = (const uint8_t *)(w->q + row * w->wpr);
+    /* cpu_q_matmul dequantizes CPU_Q_ROWS rows, then multiplies them out of cache: fetch
+     * the next block's rows meanwhile so that memory never idles (a prefetch past the
+     * tensor's end is harmless: it never faults). */
+    const int64_t ahead = (int64_t)CPU_Q_ROWS * w->wpr * 4;
+    for (int64_t g = k0 / G; g < k1 / G; g++) {
+        const uint8_t *p = base + g * gb;
+        if (((uintptr_t)p & 63) < (uintptr_t)gb)
+            __builtin_prefetch(p + ahead); /* once per cache line */
+        const float32x4_t s = vdupq_n_f32(cpu_q_sb_at(w->sb, w->scales, row * w->gpr + g));
+        const float32x4_t b = vdupq_n_f32(cpu_q_sb_at(w->sb, w->biases, row * w->gpr + g));
+        float *yg = y + g * G - k0;
+        if (bits == 4 || bits == 8) { /* 32 codes (4 bits) or 16 (8 bits) per 16 bytes */
+            const int step = bits == 4 ? 32 : 16;
             for (int32_t c = 0; c < G; c += step, p += 16) {
                 uint8x16_t v = vld1q_u8(p);
                 float32x4_t q[8];
-                if (MODE == Q4) {
+                if (bits == 4) {
                     uint8x16_t lo = vandq_u8(v, vdupq_n_u8(0x0f)), hi = vshrq_n_u8(v, 4);
                     widen16(vzip1q_u8(lo, hi), q);
                     widen16(vzip2q_u8(lo, hi), q + 4);
                 } else {
                     widen16(v, q);
                 }
-                for (int r = 0; r < NR; r++)
-                    for (int k = 0; k < step / 4; k++)
-                        d[r] = vfmaq_f32(d[r], q[k], vld1q_f32(xg + r * in + c + 4 * k));
+                for (int i = 0; i < step / 4; i++) vst1q_f32(yg + c + 4 * i, vfmaq_f32(b, q[i], s));
             }
         } else {
-            unpack_group((const uint32_t *)p, G, bits, qf);
-            for (int r = 0; r < NR; r++)
-                for (int32_t k = 0; k < G; k += 4)
-                    d[r] = vfmaq_f32(d[r], vld1q_f32(qf + k), vld1q_f32(xg + r * in + k));
-        }
-        for (int r = 0; r < NR; r++) {
-            acc[r] = vfmaq_n_f32(acc[r], d[r], cpu_q_sb_at(w->sb, w->scales, o * gpr + g));
-            bsum[r] += cpu_q_sb_at(w->sb, w->biases, o * gpr + g) * xsum[(r0 + r) * gpr + g];
+            unpack_group((const uint32_t *)p, G, bits, yg);
+            for (int32_t c = 0; c < G; c += 4)
+                vst1q_f32(yg + c, vfmaq_f32(b, vld1q_f32(yg + c), s));
         }
     }
-    for (int r = 0; r < NR; r++) y[(r0 + r) * ldy + o] = vaddvq_f32(acc[r]) + bsum[r];
 }
 
-static inline __attribute__((always_inline)) void matmul_mode(const float *x, const float *xsum,
-                                                              int64_t n, const cpu_qmat *w,
-                                                              int64_t o0, int64_t o1, float *y,
-                                                              int64_t ldy, const int MODE) {
-    /* Blocks of 16 weight rows stay in L1/L2 while every tile of 4 x rows passes. */
-    for (int64_t ob = o0; ob < o1; ob += 16) {
-        int64_t oe = ob + 16 < o1 ? ob + 16 : o1;
-        for (int64_t r0 = 0; r0 < n; r0 += 4) {
-            int64_t nr = n - r0;
-            for (int64_t o = ob; o < oe; o++) {
-                if (nr >= 4)
-                    tile(x, xsum, r0, w, o, y, ldy, 4, MODE);
-                else if (nr == 3)
-                    tile(x, xsum, r0, w, o, y, ldy, 3, MODE);
-                else if (nr == 2)
-                    tile(x, xsum, r0, w, o, y, ldy, 2, MODE);
-                else
-                    tile(x, xsum, r0, w, o, y, ldy, 1, MODE);
+/* R (1..4) weight rows from o against x: R accumulator chains and R weight streams. The
+ * arithmetic is dequant_neon's (w = b + q * s, fused) followed by kernels_neon.c's decode
+ * (acc += x * w lane-wise along k, a cpu_hsum4_neon per kblock, blocks added in order), so
+ * the result is the bits of the f32 product over the dequantized rows. */
+static inline __attribute__((always_inline)) void
+mv_rows(const cpu_qmat *w, const float *x, int64_t o, float *y, int64_t kblock, const int R) {
+    const int32_t G = w->group, bits = w->bits;
+    const int64_t gb = (int64_t)G * bits / 8, in = w->in, gpr = w->gpr;
+    float qf[4][128];
+    for (int64_t kb = 0; kb < in; kb += kblock) {
+        const int64_t ke = in - kb < kblock ? in : kb + kblock;
+        float32x4_t acc[4];
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) acc[r] = vdupq_n_f32(0);
+        for (int64_t g = kb / G; g < ke / G; g++) {
+            const float *xg = x + g * G;
+            float32x4_t s[4], b[4];
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+                s[r] = vdupq_n_f32(cpu_q_sb_at(w->sb, w->scales, (o + r) * gpr + g));
+                b[r] = vdupq_n_f32(cpu_q_sb_at(w->sb, w->biases, (o + r) * gpr + g));
+                const uint8_t *p = (const uint8_t *)(w->q + (o + r) * w->wpr) + g * gb;
+                if (bits == 4 || bits == 8) { /* codes to floats, 16 bytes at a time */
+                    for (int32_t c = 0; c < G; c += bits == 4 ? 32 : 16, p += 16) {
+                        uint8x16_t v = vld1q_u8(p);
+                        float32x4_t q[8];
+                        if (bits == 4) {
+                            uint8x16_t lo = vandq_u8(v, vdupq_n_u8(0x0f)), hi = vshrq_n_u8(v, 4);
+                            widen16(vzip1q_u8(lo, hi), q);
+                            widen16(vzip2q_u8(lo, hi), q + 4);
+                        } else {
+                            widen16(v, q);
+                        }
+                        for (int i = 0; i < (bits == 4 ? 8 : 4); i++)
+                            vst1q_f32(qf[r] + c + 4 * i, q[i]);
+                    }
+                } else {
+                    unpack_group((const uint32_t *)p, G, bits, qf[r]);
+                }
+            }
+            for (int32_t c = 0; c < G; c += 4) {
+                const float32x4_t xv = vld1q_f32(xg + c);
+                _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) acc[r] =
+                    vfmaq_f32(acc[r], xv, vfmaq_f32(b[r], vld1q_f32(qf[r] + c), s[r]));
+            }
+        }
+        if (R == 4) {
+            float32x4_t s4 = cpu_hsum4_neon(acc[0], acc[1], acc[2], acc[3]);
+            if (kb > 0) s4 = vaddq_f32(s4, vld1q_f32(y + o));
+            vst1q_f32(y + o, s4);
+        } else {
+            for (int r = 0; r < R; r++) {
+                float t = cpu_hsum_neon(acc[r]);
+                y[o + r] = kb > 0 ? y[o + r] + t : t;
             }
         }
     }
 }
 
-static void matmul_neon(const float *x, const float *xsum, int64_t n, const cpu_qmat *w, int64_t o0,
-                        int64_t o1, float *y, int64_t ldy) {
-    if (w->bits == 4)
-        matmul_mode(x, xsum, n, w, o0, o1, y, ldy, Q4);
-    else if (w->bits == 8)
-        matmul_mode(x, xsum, n, w, o0, o1, y, ldy, Q8);
-    else
-        matmul_mode(x, xsum, n, w, o0, o1, y, ldy, GENERIC);
-}
-
-static void dequant_row_neon(const cpu_qmat *w, int64_t row, float *y) {
-    const int64_t gw = (int64_t)w->group * w->bits / 32;
-    for (int64_t g = 0; g < w->gpr; g++) {
-        float *yp = y + g * w->group;
-        unpack_group(w->q + row * w->wpr + g * gw, w->group, w->bits, yp);
-        float32x4_t s = vdupq_n_f32(cpu_q_sb_at(w->sb, w->scales, row * w->gpr + g)),
-                    b = vdupq_n_f32(cpu_q_sb_at(w->sb, w->biases, row * w->gpr + g));
-        for (int32_t k = 0; k < w->group; k += 4)
-            vst1q_f32(yp + k, vfmaq_f32(b, vld1q_f32(yp + k), s));
-    }
+static void matvec_neon(const cpu_qmat *w, const float *x, int64_t o0, int64_t o1, float *y,
+                        int64_t kblock) {
+    int64_t o = o0;
+    for (; o + 4 <= o1; o += 4) mv_rows(w, x, o, y, kblock, 4);
+    for (; o < o1; o++) mv_rows(w, x, o, y, kblock, 1);
 }
 
 const cpu_qkernels cpu_qkernels_neon = {
     .name = "neon",
-    .matmul = matmul_neon,
-    .dequant_row = dequant_row_neon,
+    .dequant = dequant_neon,
+    .matvec = matvec_neon,
 };

@@ -2,6 +2,8 @@
 #include "qkernels.h"
 #include "kernels.h"
 
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 void cpu_q_pack(const uint32_t *codes, int64_t n, int bits, uint32_t *words) {
@@ -24,17 +26,6 @@ float cpu_q_sb(const cpu_qmat *w, const void *p, int64_t i) {
     }
 }
 
-void cpu_q_group_sums(const float *x, int64_t n, int64_t in, int32_t group, float *xsum) {
-    int64_t gpr = in / group;
-    for (int64_t r = 0; r < n; r++)
-        for (int64_t g = 0; g < gpr; g++) {
-            const float *p = x + r * in + g * group;
-            float s = 0;
-            for (int32_t k = 0; k < group; k++) s += p[k];
-            xsum[r * gpr + g] = s;
-        }
-}
-
 /* A group starts on a word boundary (group * bits is a multiple of 32): stream its words
  * through a 64-bit buffer. */
 static void unpack_group(const uint32_t *wp, int32_t group, int bits, float *out) {
@@ -52,49 +43,52 @@ static void unpack_group(const uint32_t *wp, int32_t group, int bits, float *out
     }
 }
 
-#define TILE 4
-
-static void matmul_portable(const float *x, const float *xsum, int64_t n, const cpu_qmat *w,
-                            int64_t o0, int64_t o1, float *y, int64_t ldy) {
-    const int64_t in = w->in, gpr = w->gpr, gw = (int64_t)w->group * w->bits / 32;
-    float q[128];
-    for (int64_t r0 = 0; r0 < n; r0 += TILE) {
-        int64_t nr = n - r0 < TILE ? n - r0 : TILE;
-        for (int64_t o = o0; o < o1; o++) {
-            const uint32_t *row = w->q + o * w->wpr;
-            double acc[TILE] = {0};
-            for (int64_t g = 0; g < gpr; g++) {
-                unpack_group(row + g * gw, w->group, w->bits, q); /* once per tile */
-                float s = cpu_q_sb(w, w->scales, o * gpr + g);
-                float b = cpu_q_sb(w, w->biases, o * gpr + g);
-                for (int64_t r = 0; r < nr; r++) {
-                    const float *xp = x + (r0 + r) * in + g * w->group;
-                    float d = 0;
-                    for (int32_t k = 0; k < w->group; k++) d += xp[k] * q[k];
-                    acc[r] += (double)(s * d + b * xsum[(r0 + r) * gpr + g]);
-                }
-            }
-            for (int64_t r = 0; r < nr; r++) y[(r0 + r) * ldy + o] = (float)acc[r];
-        }
-    }
-}
-
-static void dequant_row_portable(const cpu_qmat *w, int64_t row, float *y) {
+static void dequant_portable(const cpu_qmat *w, int64_t row, int64_t k0, int64_t k1, float *y) {
     const int64_t gw = (int64_t)w->group * w->bits / 32;
-    for (int64_t g = 0; g < w->gpr; g++) {
-        float *yp = y + g * w->group;
+    for (int64_t g = k0 / w->group; g < k1 / w->group; g++) {
+        float *yp = y + g * w->group - k0;
         unpack_group(w->q + row * w->wpr + g * gw, w->group, w->bits, yp);
         float s = cpu_q_sb(w, w->scales, row * w->gpr + g);
         float b = cpu_q_sb(w, w->biases, row * w->gpr + g);
-        for (int32_t k = 0; k < w->group; k++) yp[k] = s * yp[k] + b;
+        for (int32_t k = 0; k < w->group; k++) yp[k] = fmaf(yp[k], s, b);
     }
 }
 
 const cpu_qkernels cpu_qkernels_portable = {
     .name = "portable",
-    .matmul = matmul_portable,
-    .dequant_row = dequant_row_portable,
+    .dequant = dequant_portable,
+    .matvec = NULL, /* the row-by-row path of cpu_q_matmul: the f32 kernel's dot products */
 };
+
+void cpu_q_matmul(const cpu_kernels *k, const cpu_qkernels *qk, const float *x, int64_t n,
+                  const cpu_qmat *w, int64_t o0, int64_t o1, float *y, int64_t ldy, float *buf) {
+    const int64_t in = w->in;
+    if (n == 1 && qk->matvec) {
+        qk->matvec(w, x, o0, o1, y, k->kblock);
+        return;
+    }
+    if (buf) {
+        for (int64_t ob = o0; ob < o1; ob += CPU_Q_ROWS) {
+            const int64_t oc = o1 - ob < CPU_Q_ROWS ? o1 - ob : CPU_Q_ROWS;
+            for (int64_t i = 0; i < oc; i++) qk->dequant(w, ob + i, 0, in, buf + i * in);
+            k->matmul_f32(x, n, in, buf, 0, oc, y + ob, ldy);
+        }
+        return;
+    }
+    /* No buffer: one row at a time, block by block of k, adding the partial
+     * sums in order as matmul_f32 does, which gives the same bits. */
+    float part[1024], yo;
+    const int64_t kb = k->kblock < 1024 ? k->kblock : 1024;
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t o = o0; o < o1; o++) {
+            for (int64_t k0 = 0; k0 < in; k0 += kb) {
+                const int64_t kc = in - k0 < kb ? in - k0 : kb;
+                qk->dequant(w, o, k0, k0 + kc, part);
+                k->matmul_f32(x + r * in + k0, 1, kc, part, 0, 1, &yo, 1);
+                y[r * ldy + o] = k0 > 0 ? y[r * ldy + o] + yo : yo;
+            }
+        }
+}
 
 #if defined(__x86_64__)
 extern const cpu_qkernels cpu_qkernels_avx2, cpu_qkernels_avx512;

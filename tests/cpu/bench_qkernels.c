@@ -1,6 +1,6 @@
 /* Timings, not a test: y = x W^T for a 4-bit group-64 W [14336, 4096] (bf16 scales and
  * biases) and one row of x, the decode shape of an 8B model's MLP, on every SIMD path.
- * usage: bench_qkernels [threads] [bits] [rows] [in] */
+ * usage: bench_qkernels [threads] [bits] [rows] [in] [path] */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "kernels.h"
 #include "qkernels.h"
@@ -12,16 +12,18 @@
 #include <time.h>
 
 typedef struct arg {
+    const cpu_kernels *k;
     const cpu_qkernels *qk;
     const cpu_qmat *w;
-    const float *x, *xs;
+    const float *x;
+    float *buf; /* CPU_Q_ROWS rows per worker */
     float *y;
 } arg;
 
 static void run(void *p, int64_t o0, int64_t o1, int w) {
-    (void)w;
     const arg *a = p;
-    a->qk->matmul(a->x, a->xs, 1, a->w, o0, o1, a->y, a->w->rows);
+    cpu_q_matmul(a->k, a->qk, a->x, 1, a->w, o0, o1, a->y, a->w->rows,
+                 a->buf + (int64_t)w * CPU_Q_ROWS * a->w->in);
 }
 
 static double now(void) {
@@ -34,27 +36,34 @@ int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 2, bits = argc > 2 ? atoi(argv[2]) : 4;
     const int64_t out = argc > 3 ? atoll(argv[3]) : 14336, in = argc > 4 ? atoll(argv[4]) : 4096;
     const int64_t group = 64;
-    cpu_qmat w = {.sb = 2, .bits = bits, .group = (int32_t)group, .rows = out, .in = in,
-                  .wpr = in * bits / 32, .gpr = in / group};
+    cpu_qmat w = {.sb = 2,
+                  .bits = bits,
+                  .group = (int32_t)group,
+                  .rows = out,
+                  .in = in,
+                  .wpr = in * bits / 32,
+                  .gpr = in / group};
     size_t qb = (size_t)(out * w.wpr) * 4, sb = (size_t)(out * w.gpr) * 2;
     uint32_t *q = malloc(qb);
     uint16_t *sc = malloc(sb), *bi = malloc(sb);
-    float *x = malloc((size_t)in * 4), *xs = malloc((size_t)w.gpr * 4), *y = malloc((size_t)out * 4);
-    if (!q || !sc || !bi || !x || !xs || !y) return 1;
+    float *x = malloc((size_t)in * 4), *y = malloc((size_t)out * 4);
+    if (!q || !sc || !bi || !x || !y) return 1;
     for (size_t i = 0; i < qb / 4; i++) q[i] = (uint32_t)(i * 2654435761u);
     for (size_t i = 0; i < sb / 2; i++) {
         sc[i] = cpu_f32_to_bf16(0.01f);
         bi[i] = cpu_f32_to_bf16(-0.05f);
     }
     for (int64_t i = 0; i < in; i++) x[i] = (float)(i % 7) * 0.1f;
-    cpu_q_group_sums(x, 1, in, (int32_t)group, xs);
     w.q = q;
     w.scales = sc;
     w.biases = bi;
     cpu_pool *pool = cpu_pool_new(threads);
+    float *qbuf = malloc((size_t)(threads * CPU_Q_ROWS * in) * sizeof(float));
+    if (!qbuf) return 1;
     double mb = (double)(qb + 2 * sb) / 1e6;
     for (const cpu_kernels *const *k = cpu_kernels_available(); *k; k++) {
-        arg a = {.qk = cpu_qkernels_for((*k)->name), .w = &w, .x = x, .xs = xs, .y = y};
+        if (argc > 5 && strcmp(argv[5], (*k)->name) != 0) continue;
+        arg a = {.k = *k, .qk = cpu_qkernels_for((*k)->name), .w = &w, .x = x, .y = y, .buf = qbuf};
         int64_t grain = (out / (threads * 4) + 15) & ~(int64_t)15;
         cpu_pool_run(pool, out, grain, run, &a); /* warm */
         double best = 1e9;
@@ -69,11 +78,11 @@ int main(int argc, char **argv) {
                mb / 1e3 / best, mb);
     }
     cpu_pool_free(pool);
+    free(qbuf);
     free(q);
     free(sc);
     free(bi);
     free(x);
-    free(xs);
     free(y);
     return 0;
 }

@@ -533,6 +533,44 @@ static void test_matmul_large(const cpu_kernels *const *tabs) {
     }
 }
 
+/* Batch invariance: a row of x gives the same bits whatever else is in the batch and
+ * however the output rows are split, so continuous batching, chunked prefill and the
+ * number of threads never change a result. Every n (decode, small tiles, prefill blocks),
+ * k past one and two KC blocks and not a multiple of any vector, and random non-integer
+ * values (where summation order shows). */
+static void test_batch_invariance(const cpu_kernels *const *tabs) {
+    static const int64_t kds[] = {5, 37, 512, 1100};
+    const int64_t out = 21, nmax = 13;
+    for (int dt = 0; dt < 3; dt++)
+        for (int ki = 0; ki < 4; ki++) {
+            const int64_t kd = kds[ki];
+            double *xv = malloc((size_t)(nmax * kd) * 8);
+            float *x = make_x((size_t)(nmax * kd), 0, xv);
+            wbuf wb = make_weights(dt, (size_t)(out * kd), 0);
+            for (const cpu_kernels *const *t = tabs; *t; t++) {
+                float *solo = malloc((size_t)(nmax * out) * 4),
+                      *y = malloc((size_t)(nmax * out) * 4);
+                for (int64_t r = 0; r < nmax; r++) /* each row alone, all output rows */
+                    run_matmul(*t, dt, x + r * kd, 1, kd, wb.raw, 0, out, solo + r * out, out);
+                for (int64_t n = 2; n <= nmax; n++) {
+                    /* output rows in two uneven parts, as two workers would split them */
+                    run_matmul(*t, dt, x, n, kd, wb.raw, 0, 7, y, out);
+                    run_matmul(*t, dt, x, n, kd, wb.raw, 7, out, y, out);
+                    checks++;
+                    if (memcmp(y, solo, (size_t)(n * out) * 4) != 0)
+                        FAIL("%s matmul_%s k=%lld: %lld rows together differ from each alone",
+                             (*t)->name, dt_name[dt], (long long)kd, (long long)n);
+                }
+                free(solo);
+                free(y);
+            }
+            free(xv);
+            free(x);
+            free(wb.raw);
+            free(wb.val);
+        }
+}
+
 int main(void) {
     const cpu_kernels *const *tabs = cpu_kernels_available();
     /* The reference path first, so the cross-path comparison is against portable. */
@@ -558,6 +596,7 @@ int main(void) {
     test_dot_axpy(order);
     test_matmul(order);
     test_matmul_large(order);
+    test_batch_invariance(order);
 
     printf("%d checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;
