@@ -1136,6 +1136,43 @@ static int has_device_ext(VkPhysicalDevice pd, const char *name) {
     return found;
 }
 
+/* Whether matmul_coop runs: asked for with LMHOST_VK_COOPMAT=1 (its f16 operands cost
+ * accuracy: see matmul_coop.comp), and the NV cooperative matrix extension with a 16x16x16
+ * f16 x f16 -> f32 subgroup configuration, f16 arithmetic and subgroups of 32. (The KHR
+ * form would serve as well, but Debian 12's glslang cannot compile shaders for it.) */
+static int coopmat_usable(lmh_backend *b) {
+    const char *on = getenv("LMHOST_VK_COOPMAT");
+    if (!on || !*on || !strcmp(on, "0") || b->subgroup_size != 32 ||
+        !has_device_ext(b->pd, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME))
+        return 0;
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV cmf = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+    VkPhysicalDeviceVulkan12Features f12 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .pNext = &cmf};
+    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+                                    .pNext = &f12};
+    vkGetPhysicalDeviceFeatures2(b->pd, &f2);
+    if (!cmf.cooperativeMatrix || !f12.shaderFloat16) return 0;
+    PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV props =
+        (PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)(uintptr_t)vkGetInstanceProcAddr(
+            b->inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV");
+    uint32_t n = 0;
+    if (!props || props(b->pd, &n, NULL) != VK_SUCCESS || n == 0 || n > 64) return 0;
+    VkCooperativeMatrixPropertiesNV list[64];
+    for (uint32_t i = 0; i < n; i++)
+        list[i] = (VkCooperativeMatrixPropertiesNV){
+            .sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV};
+    if (props(b->pd, &n, list) != VK_SUCCESS) return 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (list[i].MSize == 16 && list[i].NSize == 16 && list[i].KSize == 16 &&
+            list[i].AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+            list[i].BType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+            list[i].CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+            list[i].DType == VK_COMPONENT_TYPE_FLOAT32_NV && list[i].scope == VK_SCOPE_SUBGROUP_NV)
+            return 1;
+    return 0;
+}
+
 static int has_layer(const char *name) {
     uint32_t n = 0;
     vkEnumerateInstanceLayerProperties(&n, NULL);
@@ -1287,13 +1324,26 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
     VkDeviceCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
                              .queueCreateInfoCount = 1,
                              .pQueueCreateInfos = &qi};
-    static const char *const push_ext = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
+    const char *exts[2];
+    uint32_t next = 0;
     const char *np = getenv("LMHOST_VK_NO_PUSH_DESCRIPTOR");
-    int push = has_device_ext(b->pd, push_ext) && !(np && *np && strcmp(np, "0"));
-    if (push) {
-        di.enabledExtensionCount = 1;
-        di.ppEnabledExtensionNames = &push_ext;
+    int push = has_device_ext(b->pd, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME) &&
+               !(np && *np && strcmp(np, "0"));
+    if (push) exts[next++] = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
+    /* Matrix cores for prefill: f16 products into f32 in subgroups of 32 (matmul_coop). */
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV cmf = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
+        .cooperativeMatrix = VK_TRUE};
+    VkPhysicalDeviceVulkan12Features f12 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .shaderFloat16 = VK_TRUE};
+    b->coopmat = coopmat_usable(b);
+    if (b->coopmat) {
+        exts[next++] = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
+        cmf.pNext = &f12;
+        di.pNext = &cmf;
     }
+    di.enabledExtensionCount = next;
+    di.ppEnabledExtensionNames = next ? exts : NULL;
     r = vkCreateDevice(b->pd, &di, NULL, &b->dev);
     if (r != VK_SUCCESS) {
         b->dev = VK_NULL_HANDLE;
@@ -1304,12 +1354,12 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
     if (push)
         b->push_set = (PFN_vkCmdPushDescriptorSetKHR)(uintptr_t)vkGetDeviceProcAddr(
             b->dev, "vkCmdPushDescriptorSetKHR");
-    snprintf(b->desc, sizeof b->desc, "%s (%s, Vulkan %u.%u.%u, subgroup %u%s%s)",
+    snprintf(b->desc, sizeof b->desc, "%s (%s, Vulkan %u.%u.%u, subgroup %u%s%s%s)",
              b->props.deviceName, type_name(b->props.deviceType),
              VK_API_VERSION_MAJOR(b->props.apiVersion), VK_API_VERSION_MINOR(b->props.apiVersion),
              VK_API_VERSION_PATCH(b->props.apiVersion), b->subgroup_size,
              b->subgroup_arith ? " reductions" : ", shared-memory reductions",
-             b->push_set ? ", push descriptors" : "");
+             b->push_set ? ", push descriptors" : "", b->coopmat ? ", matrix cores" : "");
     return LMH_OK;
 }
 

@@ -61,6 +61,7 @@ enum vk_shader {
     VK_SH_QMATVEC_MOE,
     VK_SH_QMATMUL_MOE,
     VK_SH_QGET_ROWS,
+    VK_SH_MATMUL_COOP, /* prefill on matrix cores (VK_NV_cooperative_matrix) */
     VK_SH_COUNT
 };
 
@@ -130,6 +131,7 @@ struct lmh_backend {
     VkPhysicalDeviceProperties props;
     VkPhysicalDeviceMemoryProperties mem;
     int subgroup_arith; /* subgroupAdd in compute shaders */
+    int coopmat;        /* VK_NV_cooperative_matrix 16x16x16 f16 -> f32, subgroups of 32 */
     uint32_t subgroup_size;
     VkDeviceSize align;       /* offset alignment of storage buffer bindings (>= 16) */
     VkDeviceSize max_range;   /* maxStorageBufferRange */

@@ -300,8 +300,9 @@ static int op_matmul(lmh_backend *b, const lmh_op *op) {
         x.spec[3] = (uint32_t)vec;
         grid(&x, cdiv((uint64_t)out, MATVEC_NR));
     } else {
-        x.shader = VK_SH_MATMUL;
-        x.spec[0] = 256;
+        /* matrix cores where the device has them (f16 operands, f32 sums), else f32 tiles */
+        x.shader = b->coopmat ? VK_SH_MATMUL_COOP : VK_SH_MATMUL;
+        x.spec[0] = b->coopmat ? 128 : 256;
         x.spec[2] = dtc(W->dtype);
         x.groups[0] = cdiv((uint64_t)out, 64);
         x.groups[1] = cdiv((uint64_t)rows, 64);

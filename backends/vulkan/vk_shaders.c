@@ -8,6 +8,7 @@
 #include "spv_eltwise.h"
 #include "spv_get_rows.h"
 #include "spv_matmul.h"
+#include "spv_matmul_coop.h"
 #include "spv_matmul_moe.h"
 #include "spv_matvec.h"
 #include "spv_matvec_moe.h"
@@ -44,4 +45,5 @@ const vk_spirv vk_shaders[VK_SH_COUNT] = {
     [VK_SH_MOE_COMBINE] = SH(moe_combine),  [VK_SH_QMATVEC] = SH_SG(qmatvec),
     [VK_SH_QMATMUL] = SH(qmatmul),          [VK_SH_QMATVEC_MOE] = SH_SG(qmatvec_moe),
     [VK_SH_QMATMUL_MOE] = SH(qmatmul_moe),  [VK_SH_QGET_ROWS] = SH(qget_rows),
+    [VK_SH_MATMUL_COOP] = SH(matmul_coop),
 };

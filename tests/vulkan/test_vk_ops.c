@@ -292,6 +292,9 @@ static void t_get_rows(void) {
 }
 
 static void t_matmul(void) {
+    /* Tiled products on matrix cores (LMHOST_VK_COOPMAT=1) take f16 operands: each
+     * product rounds at 2^-11 relative, so sums of up to 128 agree within about 2e-3. */
+    const double mm_tol = strstr(g_be[1].api->describe(g_be[1].b), "matrix cores") ? 3e-3 : TOL;
     static const int64_t shapes[][3] = {{1, 64, 48},   {1, 37, 19},  {3, 128, 200}, {4, 72, 33},
                                         {2, 24, 9},    {5, 64, 130}, {70, 96, 65},  {130, 37, 129},
                                         {1, 256, 513}, {9, 8, 1}};
@@ -307,7 +310,8 @@ static void t_matmul(void) {
                 char what[96];
                 snprintf(what, sizeof what, "matmul %lldx%lld -> %lld %s bias %d", (long long)rows,
                          (long long)in, (long long)out, lmh_dtype_name(fdt[w]), bias);
-                if (!run(what, LMH_OP_MATMUL, y, x, W, bt, NULL, NULL, NULL)) check(what, y, TOL);
+                if (!run(what, LMH_OP_MATMUL, y, x, W, bt, NULL, NULL, NULL))
+                    check(what, y, rows > 4 ? mm_tol : TOL);
                 free_all();
             }
     /* an input view that starts off the binding alignment */
@@ -318,7 +322,7 @@ static void t_matmul(void) {
         tt *yb = mk(LMH_F32, 1, r * 40 + 1, 0, 0, 7, 7, 0);
         tt *y = view(yb, 1, LMH_F32, 2, r, 40, 0);
         if (!run("matmul unaligned views", LMH_OP_MATMUL, y, x, W, NULL, NULL, NULL, NULL))
-            check("matmul unaligned views (and the element before)", yb, TOL);
+            check("matmul unaligned views (and the element before)", yb, r > 4 ? mm_tol : TOL);
         free_all();
     }
 }
