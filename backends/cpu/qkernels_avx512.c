@@ -68,14 +68,16 @@ static void dequant_avx512(const cpu_qmat *w, int64_t row, int64_t k0, int64_t k
      * the next block's rows meanwhile so that memory never idles (a prefetch past the
      * tensor's end is harmless: it never faults). */
     const int64_t ahead = (int64_t)CPU_Q_ROWS * w->wpr * 4;
-    /* the generic loads of the tensor's last row would run past its data */
-    const int pad_tail = bits != 4 && bits != 8 && row == w->rows - 1;
+    /* the generic loads read up to 16 bytes past a group: pad the groups that close to
+     * the end of the tensor (its last rows, when rows are short) */
+    const uint8_t *end = (const uint8_t *)(w->q + w->rows * w->wpr);
+    const int generic = bits != 4 && bits != 8;
     uint8_t pad[128 + 16];
     for (int64_t g = k0 / G; g < k1 / G; g++) {
         const uint8_t *p = base + g * gb;
         if (((uintptr_t)p & 63) < (uintptr_t)gb)
             _mm_prefetch((const char *)(p + ahead), _MM_HINT_T0); /* once per cache line */
-        if (pad_tail) {
+        if (generic && end - p < gb + 16) {
             memcpy(pad, p, (size_t)gb);
             memset(pad + gb, 0, 16);
             p = pad;
@@ -190,12 +192,17 @@ static inline __attribute__((always_inline)) void matvec_mode(const cpu_qmat *w,
                                                               int64_t o0, int64_t o1, float *y,
                                                               int64_t kblock, const int MODE) {
     const unpacker u = make_unpacker(w->bits);
-    /* the generic loads of the tensor's last row would run past its data */
-    const int64_t end = MODE == GENERIC && o1 == w->rows ? o1 - 1 : o1;
+    /* The generic loads read up to 16 bytes past a group: the rows within 16 bytes of the
+     * tensor's end go through dequant, which pads them (same arithmetic, same bits). */
+    int64_t end = o1;
+    if (MODE == GENERIC) {
+        const int64_t rb = w->wpr * 4, safe = w->rows - 1 - (16 + rb - 1) / rb;
+        if (end > safe + 1) end = safe + 1 > o0 ? safe + 1 : o0;
+    }
     int64_t o = o0;
     for (; o + 4 <= end; o += 4) mv_rows(w, &u, x, o, y, kblock, 4, MODE);
     for (; o < end; o++) mv_rows(w, &u, x, o, y, kblock, 1, MODE);
-    if (end < o1) mv_row_dequant(w, x, end, y, kblock);
+    for (; o < o1; o++) mv_row_dequant(w, x, o, y, kblock);
 }
 
 static void matvec_avx512(const cpu_qmat *w, const float *x, int64_t o0, int64_t o1, float *y,
