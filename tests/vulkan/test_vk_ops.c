@@ -328,8 +328,8 @@ static void t_matmul(void) {
 }
 
 static void t_norm(void) {
-    static const int64_t dims[] = {64, 37, 1000};
-    for (int di = 0; di < 3; di++)
+    static const int64_t dims[] = {64, 37, 1000, 4099}; /* workgroups of 128, 256, 1024 */
+    for (int di = 0; di < 4; di++)
         for (int w = 0; w < 4; w++)
             for (int off = 0; off < 2; off++) {
                 int64_t d = dims[di];
