@@ -295,9 +295,10 @@ static void t_matmul(void) {
     /* Tiled products on matrix cores (LMHOST_VK_COOPMAT=1) take f16 operands: each
      * product rounds at 2^-11 relative, so sums of up to 128 agree within about 2e-3. */
     const double mm_tol = strstr(g_be[1].api->describe(g_be[1].b), "matrix cores") ? 3e-3 : TOL;
-    static const int64_t shapes[][3] = {{1, 64, 48},   {1, 37, 19},  {3, 128, 200}, {4, 72, 33},
-                                        {2, 24, 9},    {5, 64, 130}, {70, 96, 65},  {130, 37, 129},
-                                        {1, 256, 513}, {9, 8, 1}};
+    static const int64_t shapes[][3] = {
+        {1, 64, 48},   {1, 37, 19},  {3, 128, 200},  {4, 72, 33},   {2, 24, 9},
+        {5, 64, 130},  {70, 96, 65}, {130, 37, 129}, {1, 256, 513}, {9, 8, 1},
+        {1, 4104, 33}, {3, 2056, 17}}; /* the last two: matvec's 4-chunk steps */
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int w = 0; w < 3; w++)
             for (int bias = 0; bias < 4; bias++) {

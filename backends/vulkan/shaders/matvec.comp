@@ -39,6 +39,37 @@ layout(push_constant) uniform PC {
 
 shared float red[NR * MAXR * WG];
 
+// acc[r][j] += chunk c of weight row o0 + r (loaded into w[r]) . chunk c of x row j
+void chunk(uint c, uint CH, uvec4 w[NR], uint nrows, uint xrow[MAXR], inout float acc[NR][MAXR]) {
+    vec4 xa[MAXR], xb[MAXR];
+    [[unroll]] for (uint j = 0; j < MAXR; j++) {
+        if (j < nrows) {
+            uint xq = (pc.oa + xrow[j] * pc.in_) / 4u + c * (CH / 4u);
+            xa[j] = uintBitsToFloat(X4[xq]);
+            xb[j] = CH == 8u ? uintBitsToFloat(X4[xq + 1u]) : vec4(0.0);
+        }
+    }
+    [[unroll]] for (uint r = 0; r < NR; r++) {
+        vec4 wa, wb;
+        if (WDT == DT_F32) {
+            wa = uintBitsToFloat(w[r]);
+            wb = vec4(0.0);
+        } else if (WDT == DT_F16) {
+            vec2 p0 = unpackHalf2x16(w[r].x), p1 = unpackHalf2x16(w[r].y);
+            vec2 p2 = unpackHalf2x16(w[r].z), p3 = unpackHalf2x16(w[r].w);
+            wa = vec4(p0, p1);
+            wb = vec4(p2, p3);
+        } else {
+            wa = uintBitsToFloat(uvec4(w[r].x << 16, w[r].x & 0xffff0000u, w[r].y << 16,
+                                       w[r].y & 0xffff0000u));
+            wb = uintBitsToFloat(uvec4(w[r].z << 16, w[r].z & 0xffff0000u, w[r].w << 16,
+                                       w[r].w & 0xffff0000u));
+        }
+        [[unroll]] for (uint j = 0; j < MAXR; j++)
+            if (j < nrows) acc[r][j] += dot(wa, xa[j]) + dot(wb, xb[j]);
+    }
+}
+
 void main() {
     uint l = gl_LocalInvocationID.x;
     uint nrows, wbase = pc.ob;
@@ -66,38 +97,26 @@ void main() {
     if (VEC != 0u) {
         // a chunk is 16 bytes of W: 8 elements of f16/bf16, 4 of f32
         const uint CH = WDT == DT_F32 ? 4u : 8u;
-        uint nch = pc.in_ / CH;
-        for (uint c = l; c < nch; c += WG) {
-            vec4 xa[MAXR], xb[MAXR];
-            [[unroll]] for (uint j = 0; j < MAXR; j++) {
-                if (j < nrows) {
-                    uint xq = (pc.oa + xrow[j] * pc.in_) / 4u + c * (CH / 4u);
-                    xa[j] = uintBitsToFloat(X4[xq]);
-                    xb[j] = CH == 8u ? uintBitsToFloat(X4[xq + 1u]) : vec4(0.0);
+        uint nch = pc.in_ / CH, c = l;
+        // Four chunks a thread per step, their weight loads all issued before the first is
+        // used: a thread then waits for memory once per four chunks, not once per chunk
+        // (decode is a few chunks a thread, so latency, not bandwidth, set its time).
+        for (; c + 3u * WG < nch; c += 4u * WG) {
+            uvec4 wv[4][NR];
+            [[unroll]] for (uint u = 0; u < 4u; u++)
+                [[unroll]] for (uint r = 0; r < NR; r++) {
+                    uint o = o0 + r;
+                    wv[u][r] = o < pc.out_ ? W4[(wbase + o * pc.in_) / CH + c + u * WG] : uvec4(0u);
                 }
-            }
+            [[unroll]] for (uint u = 0; u < 4u; u++) chunk(c + u * WG, CH, wv[u], nrows, xrow, acc);
+        }
+        for (; c < nch; c += WG) {
+            uvec4 wv[NR];
             [[unroll]] for (uint r = 0; r < NR; r++) {
                 uint o = o0 + r;
-                if (o >= pc.out_) break;
-                uvec4 w = W4[(wbase + o * pc.in_) / CH + c];
-                vec4 wa, wb;
-                if (WDT == DT_F32) {
-                    wa = uintBitsToFloat(w);
-                    wb = vec4(0.0);
-                } else if (WDT == DT_F16) {
-                    vec2 p0 = unpackHalf2x16(w.x), p1 = unpackHalf2x16(w.y);
-                    vec2 p2 = unpackHalf2x16(w.z), p3 = unpackHalf2x16(w.w);
-                    wa = vec4(p0, p1);
-                    wb = vec4(p2, p3);
-                } else {
-                    wa = uintBitsToFloat(uvec4(w.x << 16, w.x & 0xffff0000u, w.y << 16,
-                                               w.y & 0xffff0000u));
-                    wb = uintBitsToFloat(uvec4(w.z << 16, w.z & 0xffff0000u, w.w << 16,
-                                               w.w & 0xffff0000u));
-                }
-                [[unroll]] for (uint j = 0; j < MAXR; j++)
-                    if (j < nrows) acc[r][j] += dot(wa, xa[j]) + dot(wb, xb[j]);
+                wv[r] = o < pc.out_ ? W4[(wbase + o * pc.in_) / CH + c] : uvec4(0u);
             }
+            chunk(c, CH, wv, nrows, xrow, acc);
         }
     } else {
         for (uint i = l; i < pc.in_; i += WG) {
