@@ -7,7 +7,10 @@
  *    four 128-bit lanes, a byte shuffle that puts each code's two bytes in its 32-bit
  *    lane, a variable shift and a mask unpack them with the same four instructions.
  * The 4- and 8-bit loads stay inside their group; the generic one may read up to 16 bytes
- * past it, which only the tensor's last row needs padding for. */
+ * past it, so groups that close to the tensor's end are padded (dequant) or go through
+ * dequant (matvec). Two entry points: dequant (rows into f32, for cpu_q_matmul's batches and
+ * embeddings) and matvec (decode, fused, with the arithmetic of the f32 kernels over
+ * dequant's output so that both give the same bits). */
 #include "qkernels.h"
 #include "reduce_avx512.h"
 

@@ -2,7 +2,8 @@
  * registers: for 4 bits, 16 bytes hold 32 codes whose low and high nibbles are split and
  * zipped back into code order, then widened to 32-bit lanes; 8-bit codes are widened
  * directly. Other widths are unpacked a group at a time by the portable bit stream into a
- * small buffer. The products are vector FMAs over a tile of x rows. */
+ * small buffer. dequant writes rows as f32 (cpu_q_matmul's batches, embeddings); matvec
+ * decodes with the arithmetic of the f32 kernels over dequant's output (same bits). */
 #include "qkernels.h"
 #include "reduce_neon.h"
 
