@@ -33,6 +33,28 @@ static inline void widen16(uint8x16_t c, float32x4_t q[4]) {
     q[3] = vcvtq_f32_u32(vmovl_u16(vget_high_u16(hi)));
 }
 
+/* The G codes of the group at p as floats: 4- and 8-bit ones 16 bytes at a time in
+ * registers, other widths through the portable bit stream. */
+static inline void group_codes(const uint8_t *p, int32_t G, int bits, float *out) {
+    if (bits != 4 && bits != 8) {
+        unpack_group((const uint32_t *)p, G, bits, out);
+        return;
+    }
+    const int step = bits == 4 ? 32 : 16; /* codes per 16 bytes */
+    for (int32_t c = 0; c < G; c += step, p += 16) {
+        uint8x16_t v = vld1q_u8(p);
+        float32x4_t q[8];
+        if (bits == 4) {
+            uint8x16_t lo = vandq_u8(v, vdupq_n_u8(0x0f)), hi = vshrq_n_u8(v, 4);
+            widen16(vzip1q_u8(lo, hi), q);
+            widen16(vzip2q_u8(lo, hi), q + 4);
+        } else {
+            widen16(v, q);
+        }
+        for (int i = 0; i < step / 4; i++) vst1q_f32(out + c + 4 * i, q[i]);
+    }
+}
+
 static void dequant_neon(const cpu_qmat *w, int64_t row, int64_t k0, int64_t k1, float *y) {
     const int32_t G = w->group, bits = w->bits;
     const int64_t gb = (int64_t)G * bits / 8; /* bytes per group */
@@ -48,25 +70,8 @@ static void dequant_neon(const cpu_qmat *w, int64_t row, int64_t k0, int64_t k1,
         const float32x4_t s = vdupq_n_f32(cpu_q_sb_at(w->sb, w->scales, row * w->gpr + g));
         const float32x4_t b = vdupq_n_f32(cpu_q_sb_at(w->sb, w->biases, row * w->gpr + g));
         float *yg = y + g * G - k0;
-        if (bits == 4 || bits == 8) { /* 32 codes (4 bits) or 16 (8 bits) per 16 bytes */
-            const int step = bits == 4 ? 32 : 16;
-            for (int32_t c = 0; c < G; c += step, p += 16) {
-                uint8x16_t v = vld1q_u8(p);
-                float32x4_t q[8];
-                if (bits == 4) {
-                    uint8x16_t lo = vandq_u8(v, vdupq_n_u8(0x0f)), hi = vshrq_n_u8(v, 4);
-                    widen16(vzip1q_u8(lo, hi), q);
-                    widen16(vzip2q_u8(lo, hi), q + 4);
-                } else {
-                    widen16(v, q);
-                }
-                for (int i = 0; i < step / 4; i++) vst1q_f32(yg + c + 4 * i, vfmaq_f32(b, q[i], s));
-            }
-        } else {
-            unpack_group((const uint32_t *)p, G, bits, yg);
-            for (int32_t c = 0; c < G; c += 4)
-                vst1q_f32(yg + c, vfmaq_f32(b, vld1q_f32(yg + c), s));
-        }
+        group_codes(p, G, bits, yg);
+        for (int32_t c = 0; c < G; c += 4) vst1q_f32(yg + c, vfmaq_f32(b, vld1q_f32(yg + c), s));
     }
 }
 
@@ -90,23 +95,7 @@ mv_rows(const cpu_qmat *w, const float *x, int64_t o, float *y, int64_t kblock, 
                 s[r] = vdupq_n_f32(cpu_q_sb_at(w->sb, w->scales, (o + r) * gpr + g));
                 b[r] = vdupq_n_f32(cpu_q_sb_at(w->sb, w->biases, (o + r) * gpr + g));
                 const uint8_t *p = (const uint8_t *)(w->q + (o + r) * w->wpr) + g * gb;
-                if (bits == 4 || bits == 8) { /* codes to floats, 16 bytes at a time */
-                    for (int32_t c = 0; c < G; c += bits == 4 ? 32 : 16, p += 16) {
-                        uint8x16_t v = vld1q_u8(p);
-                        float32x4_t q[8];
-                        if (bits == 4) {
-                            uint8x16_t lo = vandq_u8(v, vdupq_n_u8(0x0f)), hi = vshrq_n_u8(v, 4);
-                            widen16(vzip1q_u8(lo, hi), q);
-                            widen16(vzip2q_u8(lo, hi), q + 4);
-                        } else {
-                            widen16(v, q);
-                        }
-                        for (int i = 0; i < (bits == 4 ? 8 : 4); i++)
-                            vst1q_f32(qf[r] + c + 4 * i, q[i]);
-                    }
-                } else {
-                    unpack_group((const uint32_t *)p, G, bits, qf[r]);
-                }
+                group_codes(p, G, bits, qf[r]);
             }
             for (int32_t c = 0; c < G; c += 4) {
                 const float32x4_t xv = vld1q_f32(xg + c);
