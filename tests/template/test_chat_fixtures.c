@@ -4,6 +4,7 @@
  * tools/fetch_tokenizers.sh). A missing tokenizer fails: it never passes silently.
  * usage: test_chat_fixtures NAME CASES_DIR */
 #include "chat_template.h"
+#include "../test_io.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,33 +13,15 @@
 
 #include <json-c/json.h>
 
-/* prints s[from..to) with escapes, for diffs */
-static void show(const char *s, size_t len, size_t from, size_t to) {
-    if (to > len) to = len;
-    putchar('"');
-    for (size_t i = from; i < to; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (ch == '\n')
-            fputs("\\n", stdout);
-        else if (ch == '"' || ch == '\\')
-            printf("\\%c", ch);
-        else if (ch < 0x20)
-            printf("\\x%02x", ch);
-        else
-            putchar(ch);
-    }
-    putchar('"');
-}
-
 static void diff(const char *want, const char *got) {
     size_t wl = strlen(want), gl = strlen(got), i = 0;
     while (i < wl && i < gl && want[i] == got[i]) i++;
     size_t from = i > 60 ? i - 60 : 0;
     printf("    first difference at byte %zu (expected %zu bytes, got %zu)\n", i, wl, gl);
     printf("    expected: ...");
-    show(want, wl, from, i + 60);
+    test_show(want + from, (wl < i + 60 ? wl : i + 60) - from);
     printf("\n    got:      ...");
-    show(got, gl, from, i + 60);
+    test_show(got + from, (gl < i + 60 ? gl : i + 60) - from);
     printf("\n");
 }
 

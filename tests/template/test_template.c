@@ -11,6 +11,7 @@
  * usage: test_template DIR   (DIR: tests/template, where the tables are) */
 #include "chat_template.h"
 #include "template_cli.h"
+#include "../test_io.h"
 
 #include <ctype.h>
 #include <fcntl.h>
@@ -40,31 +41,15 @@ static void fail(const char *fmt, ...) {
     failures++;
 }
 
-static void show(const char *s, size_t n) {
-    putchar('"');
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (ch == '\n')
-            fputs("\\n", stdout);
-        else if (ch == '"' || ch == '\\')
-            printf("\\%c", ch);
-        else if (ch < 0x20)
-            printf("\\x%02x", ch);
-        else
-            putchar(ch);
-    }
-    putchar('"');
-}
-
 static void diff(const char *what, const char *want, size_t wl, const char *got, size_t gl) {
     size_t i = 0;
     while (i < wl && i < gl && want[i] == got[i]) i++;
     size_t from = i > 50 ? i - 50 : 0;
     fail("%s: differs at byte %zu (expected %zu bytes, got %zu)", what, i, wl, gl);
     printf("    expected ...");
-    show(want + from, (wl < i + 50 ? wl : i + 50) - from);
+    test_show(want + from, (wl < i + 50 ? wl : i + 50) - from);
     printf("\n    got      ...");
-    show(got + from, (gl < i + 50 ? gl : i + 50) - from);
+    test_show(got + from, (gl < i + 50 ? gl : i + 50) - from);
     printf("\n");
 }
 
@@ -90,23 +75,6 @@ static int run(const char *src, size_t len, json_object *vars, const tpl_limits 
     int rc = tpl_render(t, vars, &l, out, out_len, err);
     tpl_free(t);
     return rc;
-}
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) b[n] = 0;
-    if (len) *len = (size_t)n;
-    return b;
 }
 
 /* ---- the JSON tables ------------------------------------------------------------------- */
@@ -651,8 +619,8 @@ static int run_cli(char **argv, int argc, char **out, char **errs) {
     close(se);
     close(fo);
     close(fe);
-    *out = slurp(op, NULL);
-    *errs = slurp(ep, NULL);
+    *out = test_slurp(op, NULL);
+    *errs = test_slurp(ep, NULL);
     return rc;
 }
 

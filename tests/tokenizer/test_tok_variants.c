@@ -56,7 +56,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     size_t len;
-    char *spec_text = slurp(argv[1], &len);
+    char *spec_text = test_slurp(argv[1], &len);
     json_object *spec = spec_text ? json_tokener_parse(spec_text) : NULL;
     free(spec_text);
     json_object *inputs = spec ? json_object_object_get(spec, "inputs") : NULL;
@@ -83,7 +83,7 @@ int main(int argc, char **argv) {
             tok_free(probe);
             char path[4200];
             snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-            char *text = slurp(path, &len);
+            char *text = test_slurp(path, &len);
             base_json[b] = text ? json_tokener_parse(text) : NULL;
             free(text);
             if (!base_json[b] || n_bases == 8) {

@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
     tok_tokenizer *t = load_real(name, dir, sizeof dir);
     if (!t) return 1;
     size_t clen;
-    char *cases_text = slurp(argv[2], &clen);
+    char *cases_text = test_slurp(argv[2], &clen);
     json_object *cases = cases_text ? json_tokener_parse(cases_text) : NULL;
     free(cases_text);
     if (!cases || !json_object_is_type(cases, json_type_array)) {

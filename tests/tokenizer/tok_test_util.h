@@ -4,6 +4,7 @@
 #define LMHOST_TOK_TEST_UTIL_H
 
 #include "tokenizer.h"
+#include "../test_io.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -138,23 +139,6 @@ static inline uint32_t rnd(void) {
     rng ^= rng >> 7;
     rng ^= rng << 17;
     return (uint32_t)(rng >> 16);
-}
-
-static inline char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) b[n] = 0;
-    *len = (size_t)n;
-    return b;
 }
 
 /* Loads the real tokenizer NAME from $LMHOST_TOKENIZERS/NAME (default
