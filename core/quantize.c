@@ -81,10 +81,14 @@ static uint16_t f32_to_f16(float f) {
 
 static float get(const void *p, lmh_dtype dt, size_t i) {
     switch (dt) {
-    case LMH_F32: return ((const float *)p)[i];
-    case LMH_F16: return f16_to_f32(((const uint16_t *)p)[i]);
-    case LMH_BF16: return bf16_to_f32(((const uint16_t *)p)[i]);
-    default: return 0;
+    case LMH_F32:
+        return ((const float *)p)[i];
+    case LMH_F16:
+        return f16_to_f32(((const uint16_t *)p)[i]);
+    case LMH_BF16:
+        return bf16_to_f32(((const uint16_t *)p)[i]);
+    default:
+        return 0;
     }
 }
 
@@ -184,8 +188,6 @@ static out_tensor *add(plan *p) {
     return o;
 }
 
-static int is_float(lmh_dtype d) { return d == LMH_F32 || d == LMH_F16 || d == LMH_BF16; }
-
 static int ends_with(const char *s, const char *suf) {
     size_t a = strlen(s), b = strlen(suf);
     return a >= b && strcmp(s + a - b, suf) == 0;
@@ -211,15 +213,17 @@ static int expert_parts(const char *name, char *pre, size_t pl, int *idx, char *
     snprintf(pre, pl, "%.*s", (int)(e - name), name);
     char raw[64];
     snprintf(raw, sizeof raw, "%.*s", (int)rl, r);
-    const char *map = !strcmp(raw, "w1") ? "gate_proj" : !strcmp(raw, "w2") ? "down_proj"
-                      : !strcmp(raw, "w3") ? "up_proj" : raw;
+    const char *map = !strcmp(raw, "w1")   ? "gate_proj"
+                      : !strcmp(raw, "w2") ? "down_proj"
+                      : !strcmp(raw, "w3") ? "up_proj"
+                                           : raw;
     snprintf(proj, jl, "%s", map);
     *idx = (int)n;
     return 1;
 }
 
 static int quantizable(const st_tensor *t, int group, int bits) {
-    return t->ndim == 2 && is_float(t->dtype) && ends_with(t->name, ".weight") &&
+    return t->ndim == 2 && lmh_dtype_is_float(t->dtype) && ends_with(t->name, ".weight") &&
            t->ne[1] % group == 0 && (t->ne[1] * bits) % 32 == 0;
 }
 
@@ -342,13 +346,13 @@ static int module_quant(json_object *cfg, const char *base, int *bits, int *grou
     json_object *q = cfg_lookup(cfg, "quantization");
     if (!q) q = cfg_lookup(cfg, "quantization_config");
     if (!q || !json_object_is_type(q, json_type_object)) return 0;
-    json_object *b = json_object_object_get(q, "bits"), *g = json_object_object_get(q, "group_size");
+    json_object *b = json_object_object_get(q, "bits"),
+                *g = json_object_object_get(q, "group_size");
     if (!b || !g) return 0;
     *bits = json_object_get_int(b);
     *group = json_object_get_int(g);
     json_object *ov = json_object_object_get(q, base);
-    if (ov && json_object_is_type(ov, json_type_boolean) && !json_object_get_boolean(ov))
-        return 0;
+    if (ov && json_object_is_type(ov, json_type_boolean) && !json_object_get_boolean(ov)) return 0;
     if (ov && json_object_is_type(ov, json_type_object)) {
         if ((b = json_object_object_get(ov, "bits"))) *bits = json_object_get_int(b);
         if ((g = json_object_object_get(ov, "group_size"))) *group = json_object_get_int(g);
@@ -388,7 +392,7 @@ static int build_dequant_plan(model_dir *md, plan *p, char *err, size_t err_len)
             return errf(err, err_len, "%s has scales but config.json has no quantization for it",
                         t->name);
         if (t->dtype != LMH_U32 || bits < 2 || bits > 8 || group <= 0 ||
-            !is_float(o->scales->dtype) || o->scales->dtype != o->biases->dtype)
+            !lmh_dtype_is_float(o->scales->dtype) || o->scales->dtype != o->biases->dtype)
             return errf(err, err_len, "%s: unsupported quantized layout", t->name);
         int64_t in = t->ne[t->ndim - 1] * 32 / bits;
         if (in % group || o->scales->ne[o->scales->ndim - 1] != in / group)
@@ -471,7 +475,8 @@ static int write_safetensors(const char *path, plan *p, const char *format, char
         off += o->bytes;
         json_object *e = json_object_new_object(), *sh = json_object_new_array(),
                     *of = json_object_new_array();
-        for (int d = 0; d < o->ndim; d++) json_object_array_add(sh, json_object_new_int64(o->ne[d]));
+        for (int d = 0; d < o->ndim; d++)
+            json_object_array_add(sh, json_object_new_int64(o->ne[d]));
         json_object_array_add(of, json_object_new_int64((int64_t)o->offset));
         json_object_array_add(of, json_object_new_int64((int64_t)(o->offset + o->bytes)));
         json_object_object_add(e, "dtype", json_object_new_string(st_dtype(o->dtype)));
@@ -539,12 +544,15 @@ static void free_plan(plan *p) {
 static int run(int quantize, int argc, char **argv) {
     const char *model = NULL, *out = NULL, *bits_s = NULL, *group_s = NULL, *router_s = NULL;
     int help = 0;
-    cli_opt qopts[] = {{"--model", &model, NULL, 0},     {"--out", &out, NULL, 0},
-                       {"--bits", &bits_s, NULL, 0},     {"--group-size", &group_s, NULL, 0},
-                       {"--router-bits", &router_s, NULL, 0}, {"--help", NULL, &help, 0},
+    cli_opt qopts[] = {{"--model", &model, NULL, 0},
+                       {"--out", &out, NULL, 0},
+                       {"--bits", &bits_s, NULL, 0},
+                       {"--group-size", &group_s, NULL, 0},
+                       {"--router-bits", &router_s, NULL, 0},
+                       {"--help", NULL, &help, 0},
                        {0}};
-    cli_opt dopts[] = {{"--model", &model, NULL, 0}, {"--out", &out, NULL, 0},
-                       {"--help", NULL, &help, 0}, {0}};
+    cli_opt dopts[] = {
+        {"--model", &model, NULL, 0}, {"--out", &out, NULL, 0}, {"--help", NULL, &help, 0}, {0}};
     if (cli_parse(argc, argv, quantize ? qopts : dopts)) return 2;
     if (help) {
         printf(quantize ? "usage: lmhost quantize --model DIR --out DIR [--bits 4] "
@@ -629,5 +637,9 @@ static int run(int quantize, int argc, char **argv) {
     return rc ? 1 : 0;
 }
 
-int cli_quantize(int argc, char **argv) { return run(1, argc, argv); }
-int cli_dequantize(int argc, char **argv) { return run(0, argc, argv); }
+int cli_quantize(int argc, char **argv) {
+    return run(1, argc, argv);
+}
+int cli_dequantize(int argc, char **argv) {
+    return run(0, argc, argv);
+}

@@ -29,13 +29,13 @@ extern "C" {
 /* Return codes: 0 is success, negatives are errors. */
 enum {
     LMH_OK = 0,
-    LMH_EINVAL = -1,      /* bad argument or value */
-    LMH_ENOTFOUND = -2,   /* a key, tensor or sequence is missing */
-    LMH_ENOMEM = -3,      /* out of (host or device) memory */
+    LMH_EINVAL = -1,       /* bad argument or value */
+    LMH_ENOTFOUND = -2,    /* a key, tensor or sequence is missing */
+    LMH_ENOMEM = -3,       /* out of (host or device) memory */
     LMH_EUNSUPPORTED = -4, /* op, dtype or feature not supported here */
-    LMH_ESHAPE = -5,      /* a tensor has the wrong shape */
-    LMH_ETYPE = -6,       /* a value has the wrong type */
-    LMH_EIO = -7,         /* reading a file or device failed */
+    LMH_ESHAPE = -5,       /* a tensor has the wrong shape */
+    LMH_ETYPE = -6,        /* a value has the wrong type */
+    LMH_EIO = -7,          /* reading a file or device failed */
     LMH_EINTERNAL = -8,
 };
 
@@ -87,12 +87,16 @@ static inline size_t lmh_dtype_size(lmh_dtype d) {
     switch (d) {
     case LMH_F32:
     case LMH_I32:
-    case LMH_U32: return 4;
+    case LMH_U32:
+        return 4;
     case LMH_F16:
-    case LMH_BF16: return 2;
+    case LMH_BF16:
+        return 2;
     case LMH_U8:
-    case LMH_I8: return 1;
-    default: return 0;
+    case LMH_I8:
+        return 1;
+    default:
+        return 0;
     }
 }
 
@@ -102,7 +106,16 @@ static inline const char *lmh_dtype_name(lmh_dtype d) {
     return (unsigned)d < LMH_DTYPE_COUNT ? names[d] : "?";
 }
 
-static inline int lmh_dtype_is_quant(lmh_dtype d) { return d >= LMH_Q2 && d <= LMH_Q8; }
+static inline int lmh_dtype_is_quant(lmh_dtype d) {
+    return d >= LMH_Q2 && d <= LMH_Q8;
+}
+static inline int lmh_dtype_is_float(lmh_dtype d) {
+    return d == LMH_F32 || d == LMH_F16 || d == LMH_BF16;
+}
+/* The innermost (fastest-varying) dimension: row length. */
+static inline int64_t lmh_inner(const lmh_tensor *t) {
+    return t->ne[t->ndim - 1];
+}
 
 /* Bits per value of a quantized dtype; 0 for the others. */
 static inline int lmh_quant_bits(lmh_dtype d) {
@@ -113,13 +126,20 @@ static inline int lmh_quant_bits(lmh_dtype d) {
 /* The quantized dtype of `bits` (2, 3, 4, 5, 6, 8); LMH_DTYPE_COUNT for other values. */
 static inline lmh_dtype lmh_quant_dtype(int bits) {
     switch (bits) {
-    case 2: return LMH_Q2;
-    case 3: return LMH_Q3;
-    case 4: return LMH_Q4;
-    case 5: return LMH_Q5;
-    case 6: return LMH_Q6;
-    case 8: return LMH_Q8;
-    default: return LMH_DTYPE_COUNT;
+    case 2:
+        return LMH_Q2;
+    case 3:
+        return LMH_Q3;
+    case 4:
+        return LMH_Q4;
+    case 5:
+        return LMH_Q5;
+    case 6:
+        return LMH_Q6;
+    case 8:
+        return LMH_Q8;
+    default:
+        return LMH_DTYPE_COUNT;
     }
 }
 
@@ -137,13 +157,13 @@ struct lmh_layer_state;
 /* What lmhost_plugin_entry() returns. The first three members never move, so the host
  * can check the version of any plugin before reading anything else. */
 typedef struct lmh_plugin_info {
-    uint32_t abi_major;   /* LMH_ABI_MAJOR the plugin was built with */
-    uint32_t abi_minor;   /* LMH_ABI_MINOR the plugin was built with */
-    uint32_t size;        /* sizeof(lmh_plugin_info) as the plugin knows it */
+    uint32_t abi_major; /* LMH_ABI_MAJOR the plugin was built with */
+    uint32_t abi_minor; /* LMH_ABI_MINOR the plugin was built with */
+    uint32_t size;      /* sizeof(lmh_plugin_info) as the plugin knows it */
     lmh_plugin_kind kind;
-    const char *name;     /* short, unique per kind: "cpu", "plain", "llama" */
-    const char *version;  /* the plugin's own version string */
-    const char *summary;  /* one line for `lmhost plugins` */
+    const char *name;    /* short, unique per kind: "cpu", "plain", "llama" */
+    const char *version; /* the plugin's own version string */
+    const char *summary; /* one line for `lmhost plugins` */
     /* Called once after loading, before the table is used; non-zero refuses the plugin
      * (e.g. the CPU lacks an instruction set it needs). May be NULL. */
     int (*init)(const lmh_host_api *host, char *err, size_t err_len);
@@ -218,10 +238,10 @@ struct lmh_host_api {
      * "sliding_attention"/"full_attention", or the legacy rope_local_base_freq); NULL
      * for the model-wide one. Multimodal checkpoints' text_config is read where the
      * settings sit there. Computes default, linear, yarn and proportional; other types are
-     * an error here, for the plugin that knows them to compute (see rope_setting). inv_freq must hold rot_dims/2 floats. Errors (unknown
-     * rope_type, bad values) go through fail(). */
-    int (*rope_freqs)(lmh_load_ctx *ld, const char *layer_type, int32_t rot_dims,
-                      float *inv_freq, lmh_rope_info *info);
+     * an error here, for the plugin that knows them to compute (see rope_setting). inv_freq must
+     * hold rot_dims/2 floats. Errors (unknown rope_type, bad values) go through fail(). */
+    int (*rope_freqs)(lmh_load_ctx *ld, const char *layer_type, int32_t rot_dims, float *inv_freq,
+                      lmh_rope_info *info);
 
     /* The rope settings behind rope_freqs, for plugins that compute a rope type the host
      * does not know: rope_type ("default" when none) and any number of the same parameter
@@ -270,12 +290,12 @@ struct lmh_host_api {
     /* Stores this pass's k, v rows ([rows, kv_heads, head_dim]) in the layer's cache and
      * writes attention of q ([rows, heads, head_dim]) over each row's sequence into out
      * ([rows, heads, head_dim_v]). The cache plugin chosen for the request does both. */
-    int (*fwd_attention)(lmh_fwd *f, int32_t layer, lmh_tensor *q, lmh_tensor *k,
-                         lmh_tensor *v, lmh_tensor *out, const struct lmh_attn_params *p);
+    int (*fwd_attention)(lmh_fwd *f, int32_t layer, lmh_tensor *q, lmh_tensor *k, lmh_tensor *v,
+                         lmh_tensor *out, const struct lmh_attn_params *p);
 };
 
 /* Pseudo layer indices for placement of tensors outside the layer stack. */
-#define LMH_LAYER_INPUT (-1)  /* embeddings, per-layer inputs */
+#define LMH_LAYER_INPUT  (-1) /* embeddings, per-layer inputs */
 #define LMH_LAYER_OUTPUT (-2) /* final norm, lm_head */
 
 #ifdef __cplusplus

@@ -212,15 +212,9 @@ static int cpu_download(lmh_backend *b, const lmh_tensor *x, size_t off, void *d
 
 /* ---- helpers ---------------------------------------------------------------------- */
 
-static int64_t inner(const lmh_tensor *t) {
-    return t->ne[t->ndim - 1];
-}
-static int is_float(lmh_dtype d) {
-    return d == LMH_F32 || d == LMH_F16 || d == LMH_BF16;
-}
 /* A weight operand: a float dtype, or quantized (made by tensor_quant). */
 static int is_weight(lmh_dtype d) {
-    return is_float(d) || lmh_dtype_is_quant(d);
+    return lmh_dtype_is_float(d) || lmh_dtype_is_quant(d);
 }
 
 /* Bytes of a quantized tensor's rows [r0, r0 + n) that a kernel reads: codes, scales and
@@ -280,7 +274,7 @@ static void do_get_rows(void *arg, int64_t i0, int64_t i1, int w) {
     const job *j = arg;
     const lmh_op *op = j->op;
     const int32_t *ids = (const int32_t *)DATA(op->src[1]);
-    int64_t d = inner(op->src[0]), V = lmh_nelem(op->src[0]) / d;
+    int64_t d = lmh_inner(op->src[0]), V = lmh_nelem(op->src[0]) / d;
     float *y = (float *)DATA(op->dst);
     for (int64_t i = i0; i < i1; i++) {
         if (ids[i] < 0 || ids[i] >= V)
@@ -297,7 +291,7 @@ static void do_matmul(void *arg, int64_t o0, int64_t o1, int w) {
     const lmh_op *op = j->op;
     const cpu_kernels *k = j->b->k;
     const lmh_tensor *x = op->src[0], *W = op->src[1];
-    int64_t in = inner(x), n = lmh_nelem(x) / in, out = W->ne[0];
+    int64_t in = lmh_inner(x), n = lmh_nelem(x) / in, out = W->ne[0];
     float *y = (float *)DATA(op->dst);
     switch (W->dtype) {
     case LMH_F32:
@@ -323,7 +317,7 @@ static void do_rms_norm(void *arg, int64_t r0, int64_t r1, int w) {
     (void)w;
     const job *j = arg;
     const lmh_op *op = j->op;
-    int64_t d = inner(op->src[0]);
+    int64_t d = lmh_inner(op->src[0]);
     const float *x = (const float *)DATA(op->src[0]);
     float *y = (float *)DATA(op->dst);
     const float eps = op->p.f[0], off = op->p.f[1];
@@ -387,7 +381,7 @@ static void do_elementwise(void *arg, int64_t i0, int64_t i1, int w) {
                 for (int64_t i = i0; i < i1; i++) y[i] = silu(a[i]) * bb[i];
         } else {
             /* fused: each source row is [gate | up] */
-            const int64_t d = inner(op->dst);
+            const int64_t d = lmh_inner(op->dst);
             for (int64_t i = i0; i < i1; i++) {
                 const float *row = a + (i / d) * 2 * d;
                 float g = row[i % d];
@@ -713,7 +707,7 @@ static void do_sigmoid_gate(void *arg, int64_t r0, int64_t r1, int w) {
     (void)w;
     const job *j = arg;
     const lmh_op *op = j->op;
-    int64_t d = inner(op->src[0]);
+    int64_t d = lmh_inner(op->src[0]);
     const float *x = (const float *)DATA(op->src[0]), *g = (const float *)DATA(op->src[1]);
     float *y = (float *)DATA(op->dst);
     for (int64_t r = r0; r < r1; r++) {
@@ -743,26 +737,27 @@ static int check_op(const lmh_op *op) {
     switch (op->code) {
     case LMH_OP_GET_ROWS:
         if (!b || !is_weight(a->dtype) || b->dtype != LMH_I32 || d->dtype != LMH_F32) break;
-        if (lmh_nelem(d) != lmh_nelem(b) * inner(a)) return LMH_ESHAPE;
+        if (lmh_nelem(d) != lmh_nelem(b) * lmh_inner(a)) return LMH_ESHAPE;
         return LMH_OK;
     case LMH_OP_MATMUL: {
         if (!b || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !is_weight(b->dtype)) break;
-        if (b->ndim != 2 || inner(a) != b->ne[1]) return LMH_ESHAPE;
-        int64_t rows = lmh_nelem(a) / inner(a);
+        if (b->ndim != 2 || lmh_inner(a) != b->ne[1]) return LMH_ESHAPE;
+        int64_t rows = lmh_nelem(a) / lmh_inner(a);
         if (lmh_nelem(d) != rows * b->ne[0]) return LMH_ESHAPE;
-        if (c && (!is_float(c->dtype) || lmh_nelem(c) != b->ne[0])) return LMH_ESHAPE;
+        if (c && (!lmh_dtype_is_float(c->dtype) || lmh_nelem(c) != b->ne[0])) return LMH_ESHAPE;
         return LMH_OK;
     }
     case LMH_OP_RMS_NORM:
         if (a->dtype != LMH_F32 || d->dtype != LMH_F32) break;
-        if (lmh_nelem(a) != lmh_nelem(d) || inner(a) != inner(d)) return LMH_ESHAPE;
-        if (b && (!is_float(b->dtype) || lmh_nelem(b) != inner(a))) return LMH_ESHAPE;
+        if (lmh_nelem(a) != lmh_nelem(d) || lmh_inner(a) != lmh_inner(d)) return LMH_ESHAPE;
+        if (b && (!lmh_dtype_is_float(b->dtype) || lmh_nelem(b) != lmh_inner(a))) return LMH_ESHAPE;
         return LMH_OK;
     case LMH_OP_ADD:
     case LMH_OP_MUL:
-        if (!b || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !is_float(b->dtype)) break;
+        if (!b || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !lmh_dtype_is_float(b->dtype))
+            break;
         if (lmh_nelem(a) != lmh_nelem(d)) return LMH_ESHAPE;
-        if (lmh_nelem(b) != lmh_nelem(a) && lmh_nelem(b) != inner(a) && lmh_nelem(b) != 1)
+        if (lmh_nelem(b) != lmh_nelem(a) && lmh_nelem(b) != lmh_inner(a) && lmh_nelem(b) != 1)
             return LMH_ESHAPE;
         if (lmh_nelem(b) == 0) return LMH_ESHAPE;
         return LMH_OK;
@@ -775,8 +770,9 @@ static int check_op(const lmh_op *op) {
     case LMH_OP_GEGLU:
         if (a->dtype != LMH_F32 || d->dtype != LMH_F32 || (b && b->dtype != LMH_F32)) break;
         if (!b) /* fused [rows, 2d] -> [rows, d] */
-            return inner(a) == 2 * inner(d) && lmh_nelem(a) == 2 * lmh_nelem(d) ? LMH_OK
-                                                                                : LMH_ESHAPE;
+            return lmh_inner(a) == 2 * lmh_inner(d) && lmh_nelem(a) == 2 * lmh_nelem(d)
+                       ? LMH_OK
+                       : LMH_ESHAPE;
         return lmh_nelem(a) == lmh_nelem(d) && lmh_nelem(b) == lmh_nelem(d) ? LMH_OK : LMH_ESHAPE;
     case LMH_OP_TRANSPOSE:
         if (a->dtype != LMH_F32 || d->dtype != LMH_F32) break;
@@ -796,13 +792,13 @@ static int check_op(const lmh_op *op) {
             return LMH_EINVAL;
         return LMH_OK;
     case LMH_OP_COPY:
-        if (!is_float(a->dtype) || !is_float(d->dtype)) break;
+        if (!lmh_dtype_is_float(a->dtype) || !lmh_dtype_is_float(d->dtype)) break;
         if (a->dtype != LMH_F32 && d->dtype != LMH_F32 && a->dtype != d->dtype) break;
         return lmh_nelem(a) == lmh_nelem(d) ? LMH_OK : LMH_ESHAPE;
     case LMH_OP_ATTENTION: {
         const lmh_tensor *K = b, *V = c, *pos = op->src[3];
-        if (!K || !V || !pos || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !is_float(K->dtype) ||
-            !is_float(V->dtype) || pos->dtype != LMH_I32)
+        if (!K || !V || !pos || a->dtype != LMH_F32 || d->dtype != LMH_F32 ||
+            !lmh_dtype_is_float(K->dtype) || !lmh_dtype_is_float(V->dtype) || pos->dtype != LMH_I32)
             break;
         if (a->ndim != 3 || K->ndim != 3 || V->ndim != 3 || d->ndim != 3) return LMH_ESHAPE;
         if (K->ne[1] <= 0 || a->ne[1] % K->ne[1] || V->ne[1] != K->ne[1] || K->ne[2] != a->ne[2] ||
@@ -825,14 +821,14 @@ static int check_op(const lmh_op *op) {
             c->dtype != LMH_I32)
             break;
         if (b->ndim != 3 || c->ndim != 2 || d->ndim != 3 || d->ne[0] != c->ne[0] ||
-            d->ne[1] != c->ne[1] || d->ne[2] != b->ne[1] || inner(a) != b->ne[2] ||
+            d->ne[1] != c->ne[1] || d->ne[2] != b->ne[1] || lmh_inner(a) != b->ne[2] ||
             !((a->ndim == 2 && a->ne[0] == c->ne[0]) ||
               (a->ndim == 3 && a->ne[0] == c->ne[0] && a->ne[1] == c->ne[1])))
             return LMH_ESHAPE;
         return LMH_OK;
     case LMH_OP_SIGMOID_GATE:
         if (!b || a->dtype != LMH_F32 || b->dtype != LMH_F32 || d->dtype != LMH_F32) break;
-        if (lmh_nelem(a) != lmh_nelem(d) || lmh_nelem(b) * inner(a) != lmh_nelem(a))
+        if (lmh_nelem(a) != lmh_nelem(d) || lmh_nelem(b) * lmh_inner(a) != lmh_nelem(a))
             return LMH_ESHAPE;
         return LMH_OK;
     case LMH_OP_MOE_COMBINE:
@@ -870,7 +866,7 @@ static int cpu_enqueue(lmh_backend *b, const lmh_op *op) {
         count_read(b, a,
                    lmh_dtype_is_quant(a->dtype)
                        ? qbytes(a, n)
-                       : (size_t)n * (size_t)inner(a) * lmh_dtype_size(a->dtype));
+                       : (size_t)n * (size_t)lmh_inner(a) * lmh_dtype_size(a->dtype));
         break;
     }
     case LMH_OP_MATMUL: {
@@ -888,7 +884,7 @@ static int cpu_enqueue(lmh_backend *b, const lmh_op *op) {
         break;
     }
     case LMH_OP_RMS_NORM: {
-        int64_t rows = lmh_nelem(a) / inner(a);
+        int64_t rows = lmh_nelem(a) / lmh_inner(a);
         cpu_pool_run(b->pool, rows, grain_for(rows, th, 4), do_rms_norm, &j);
         break;
     }
@@ -931,7 +927,7 @@ static int cpu_enqueue(lmh_backend *b, const lmh_op *op) {
     case LMH_OP_MOE_MATMUL:
         return moe_matmul(b, op);
     case LMH_OP_SIGMOID_GATE:
-        cpu_pool_run(b->pool, lmh_nelem(a) / inner(a), 16, do_sigmoid_gate, &j);
+        cpu_pool_run(b->pool, lmh_nelem(a) / lmh_inner(a), 16, do_sigmoid_gate, &j);
         break;
     case LMH_OP_MOE_COMBINE:
         cpu_pool_run(b->pool, a->ne[0], 4, do_moe_combine, &j);

@@ -16,15 +16,9 @@ enum { ELT_ADD, ELT_MUL, ELT_SCALE, ELT_SWIGLU, ELT_GEGLU, ELT_SOFTCAP, ELT_SIGM
 #define MOE_MAX_EXPERTS 1024
 #define ROUTE_MAXK      32
 
-static int64_t inner(const lmh_tensor *t) {
-    return t->ne[t->ndim - 1];
-}
-static int is_float(lmh_dtype d) {
-    return d == LMH_F32 || d == LMH_F16 || d == LMH_BF16;
-}
 /* A weight operand: a float dtype, or quantized (made by tensor_quant). */
 static int is_weight(lmh_dtype d) {
-    return is_float(d) || lmh_dtype_is_quant(d);
+    return lmh_dtype_is_float(d) || lmh_dtype_is_quant(d);
 }
 static uint32_t dtc(lmh_dtype d) {
     return d == LMH_F16 ? 1u : d == LMH_BF16 ? 2u : 0u;
@@ -45,26 +39,27 @@ static int check_semantics(const lmh_op *op) {
     switch (op->code) {
     case LMH_OP_GET_ROWS:
         if (!b || !is_weight(a->dtype) || b->dtype != LMH_I32 || d->dtype != LMH_F32) break;
-        if (lmh_nelem(d) != lmh_nelem(b) * inner(a)) return LMH_ESHAPE;
+        if (lmh_nelem(d) != lmh_nelem(b) * lmh_inner(a)) return LMH_ESHAPE;
         return LMH_OK;
     case LMH_OP_MATMUL: {
         if (!b || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !is_weight(b->dtype)) break;
-        if (b->ndim != 2 || inner(a) != b->ne[1]) return LMH_ESHAPE;
-        int64_t rows = lmh_nelem(a) / inner(a);
+        if (b->ndim != 2 || lmh_inner(a) != b->ne[1]) return LMH_ESHAPE;
+        int64_t rows = lmh_nelem(a) / lmh_inner(a);
         if (lmh_nelem(d) != rows * b->ne[0]) return LMH_ESHAPE;
-        if (c && (!is_float(c->dtype) || lmh_nelem(c) != b->ne[0])) return LMH_ESHAPE;
+        if (c && (!lmh_dtype_is_float(c->dtype) || lmh_nelem(c) != b->ne[0])) return LMH_ESHAPE;
         return LMH_OK;
     }
     case LMH_OP_RMS_NORM:
         if (a->dtype != LMH_F32 || d->dtype != LMH_F32) break;
-        if (lmh_nelem(a) != lmh_nelem(d) || inner(a) != inner(d)) return LMH_ESHAPE;
-        if (b && (!is_float(b->dtype) || lmh_nelem(b) != inner(a))) return LMH_ESHAPE;
+        if (lmh_nelem(a) != lmh_nelem(d) || lmh_inner(a) != lmh_inner(d)) return LMH_ESHAPE;
+        if (b && (!lmh_dtype_is_float(b->dtype) || lmh_nelem(b) != lmh_inner(a))) return LMH_ESHAPE;
         return LMH_OK;
     case LMH_OP_ADD:
     case LMH_OP_MUL:
-        if (!b || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !is_float(b->dtype)) break;
+        if (!b || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !lmh_dtype_is_float(b->dtype))
+            break;
         if (lmh_nelem(a) != lmh_nelem(d)) return LMH_ESHAPE;
-        if (lmh_nelem(b) != lmh_nelem(a) && lmh_nelem(b) != inner(a) && lmh_nelem(b) != 1)
+        if (lmh_nelem(b) != lmh_nelem(a) && lmh_nelem(b) != lmh_inner(a) && lmh_nelem(b) != 1)
             return LMH_ESHAPE;
         if (lmh_nelem(b) == 0) return LMH_ESHAPE;
         return LMH_OK;
@@ -77,8 +72,9 @@ static int check_semantics(const lmh_op *op) {
     case LMH_OP_GEGLU:
         if (a->dtype != LMH_F32 || d->dtype != LMH_F32 || (b && b->dtype != LMH_F32)) break;
         if (!b) /* fused [rows, 2d] -> [rows, d] */
-            return inner(a) == 2 * inner(d) && lmh_nelem(a) == 2 * lmh_nelem(d) ? LMH_OK
-                                                                                : LMH_ESHAPE;
+            return lmh_inner(a) == 2 * lmh_inner(d) && lmh_nelem(a) == 2 * lmh_nelem(d)
+                       ? LMH_OK
+                       : LMH_ESHAPE;
         return lmh_nelem(a) == lmh_nelem(d) && lmh_nelem(b) == lmh_nelem(d) ? LMH_OK : LMH_ESHAPE;
     case LMH_OP_TRANSPOSE:
         if (a->dtype != LMH_F32 || d->dtype != LMH_F32) break;
@@ -98,13 +94,13 @@ static int check_semantics(const lmh_op *op) {
             return LMH_EINVAL;
         return LMH_OK;
     case LMH_OP_COPY:
-        if (!is_float(a->dtype) || !is_float(d->dtype)) break;
+        if (!lmh_dtype_is_float(a->dtype) || !lmh_dtype_is_float(d->dtype)) break;
         if (a->dtype != LMH_F32 && d->dtype != LMH_F32 && a->dtype != d->dtype) break;
         return lmh_nelem(a) == lmh_nelem(d) ? LMH_OK : LMH_ESHAPE;
     case LMH_OP_ATTENTION: {
         const lmh_tensor *K = b, *V = c, *pos = op->src[3];
-        if (!K || !V || !pos || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !is_float(K->dtype) ||
-            !is_float(V->dtype) || pos->dtype != LMH_I32)
+        if (!K || !V || !pos || a->dtype != LMH_F32 || d->dtype != LMH_F32 ||
+            !lmh_dtype_is_float(K->dtype) || !lmh_dtype_is_float(V->dtype) || pos->dtype != LMH_I32)
             break;
         if (a->ndim != 3 || K->ndim != 3 || V->ndim != 3 || d->ndim != 3) return LMH_ESHAPE;
         if (K->ne[1] <= 0 || a->ne[1] % K->ne[1] || V->ne[1] != K->ne[1] || K->ne[2] != a->ne[2] ||
@@ -127,14 +123,14 @@ static int check_semantics(const lmh_op *op) {
             c->dtype != LMH_I32)
             break;
         if (b->ndim != 3 || c->ndim != 2 || d->ndim != 3 || d->ne[0] != c->ne[0] ||
-            d->ne[1] != c->ne[1] || d->ne[2] != b->ne[1] || inner(a) != b->ne[2] ||
+            d->ne[1] != c->ne[1] || d->ne[2] != b->ne[1] || lmh_inner(a) != b->ne[2] ||
             !((a->ndim == 2 && a->ne[0] == c->ne[0]) ||
               (a->ndim == 3 && a->ne[0] == c->ne[0] && a->ne[1] == c->ne[1])))
             return LMH_ESHAPE;
         return LMH_OK;
     case LMH_OP_SIGMOID_GATE:
         if (!b || a->dtype != LMH_F32 || b->dtype != LMH_F32 || d->dtype != LMH_F32) break;
-        if (lmh_nelem(a) != lmh_nelem(d) || lmh_nelem(b) * inner(a) != lmh_nelem(a))
+        if (lmh_nelem(a) != lmh_nelem(d) || lmh_nelem(b) * lmh_inner(a) != lmh_nelem(a))
             return LMH_ESHAPE;
         return LMH_OK;
     case LMH_OP_MOE_COMBINE:
@@ -187,7 +183,7 @@ int vk_check_op(lmh_backend *b, const lmh_op *op) {
             return LMH_EUNSUPPORTED;
         break;
     case LMH_OP_MATMUL:
-        if (cdiv((uint64_t)(lmh_nelem(a) / inner(a)), 64) > 65535) return LMH_EUNSUPPORTED;
+        if (cdiv((uint64_t)(lmh_nelem(a) / lmh_inner(a)), 64) > 65535) return LMH_EUNSUPPORTED;
         break;
     default:
         break;
@@ -218,7 +214,7 @@ static uint64_t row_bytes(const lmh_tensor *w) {
     const vk_tensor *t = VT(w);
     if (lmh_dtype_is_quant(w->dtype))
         return (uint64_t)t->q_wpr * 4 + 2 * (uint64_t)t->q_gpr * (t->q_sdt ? 2 : 4);
-    return (uint64_t)inner(w) * lmh_dtype_size(w->dtype);
+    return (uint64_t)lmh_inner(w) * lmh_dtype_size(w->dtype);
 }
 
 /* The specialization constants and push constants (after the matmul ones) of the q*.comp
@@ -241,7 +237,7 @@ static int vec_ok(const lmh_tensor *t, int64_t row_elems) {
 
 static int op_get_rows(lmh_backend *b, const lmh_op *op) {
     const lmh_tensor *tab = op->src[0], *ids = op->src[1];
-    int64_t d = inner(tab), n = lmh_nelem(ids);
+    int64_t d = lmh_inner(tab), n = lmh_nelem(ids);
     vk_dispatch x = {.shader = VK_SH_GET_ROWS, .spec = {256, dtc(tab->dtype)}, .writes = 1};
     x.bind[0] = VT(op->dst);
     x.bind[1] = VT(tab);
@@ -265,7 +261,7 @@ static int op_get_rows(lmh_backend *b, const lmh_op *op) {
 
 static int op_matmul(lmh_backend *b, const lmh_op *op) {
     const lmh_tensor *xt = op->src[0], *W = op->src[1], *bias = op->src[2];
-    int64_t in = inner(xt), rows = lmh_nelem(xt) / in, out = W->ne[0];
+    int64_t in = lmh_inner(xt), rows = lmh_nelem(xt) / in, out = W->ne[0];
     vk_dispatch x = {.writes = 1};
     x.bind[0] = VT(op->dst);
     x.bind[1] = VT(xt);
@@ -315,7 +311,7 @@ static int op_matmul(lmh_backend *b, const lmh_op *op) {
 
 static int op_rms_norm(lmh_backend *b, const lmh_op *op) {
     const lmh_tensor *a = op->src[0], *w = op->src[1];
-    int64_t d = inner(a), rows = lmh_nelem(a) / d;
+    int64_t d = lmh_inner(a), rows = lmh_nelem(a) / d;
     /* One workgroup per row, each thread summing d / wg elements in a dependent chain of
      * loads: wide rows get wide workgroups (up to 1024, at most 4 elements a thread), so
      * a decode step's norm is not a string of memory latencies (7.8 us at 128 threads for
@@ -357,7 +353,7 @@ static int op_eltwise(lmh_backend *b, const lmh_op *op) {
     x.pc[5] = (uint32_t)n;
     x.pc[6] = uses_b ? (uint32_t)lmh_nelem(s1) : 1;
     x.pc[7] = uses_b ? dtc(s1->dtype) : 0;
-    x.pc[8] = (uint32_t)inner(op->dst);
+    x.pc[8] = (uint32_t)lmh_inner(op->dst);
     x.pc[9] = (kind == ELT_SWIGLU || kind == ELT_GEGLU) && !s1;
     x.pc[10] = fbits(op->p.f[0]);
     grid(&x, cdiv((uint64_t)n, 256));
