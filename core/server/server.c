@@ -97,17 +97,62 @@ static void maybe_exit(server *s) {
     }
 }
 
-static void on_sent(struct evhttp_request *req, void *arg) {
-    (void)req;
-    server *s = arg;
+/* A reply handed to libevent, counted in s->flushing until its last byte is written or its
+ * client leaves. The connection's close callback is ours from then on. */
+typedef struct flush {
+    server *s;
+    struct evhttp_request *req;
+    int stream_open; /* a stream whose final chunk is queued and whose end is not */
+} flush;
+
+static void flush_done(flush *f) {
+    server *s = f->s;
+    free(f);
     s->flushing--;
     maybe_exit(s);
 }
 
-/* Counts a reply as in flight until libevent has written its last byte. */
-static void track_reply(server *s, struct evhttp_request *req) {
+static void on_sent(struct evhttp_request *req, void *arg) {
+    struct evhttp_connection *c = evhttp_request_get_connection(req);
+    if (c) evhttp_connection_set_closecb(c, NULL, NULL);
+    flush_done(arg);
+}
+
+static void on_flush_close(struct evhttp_connection *c, void *arg) {
+    (void)c;
+    flush *f = arg;
+    /* libevent 2.1 detaches a request that is not ended yet from a connection that dies,
+     * and leaves it to us to free; an ended one it frees itself. */
+    if (f->stream_open && !evhttp_request_get_connection(f->req)) evhttp_request_free(f->req);
+    flush_done(f);
+}
+
+static flush *track_reply(server *s, struct evhttp_request *req) {
+    struct evhttp_connection *c = evhttp_request_get_connection(req);
+    flush *f = calloc(1, sizeof *f);
+    if (!f) { /* the reply still goes out; shutdown just does not wait for it */
+        evhttp_connection_set_closecb(c, NULL, NULL);
+        return NULL;
+    }
+    f->s = s;
+    f->req = req;
     s->flushing++;
-    evhttp_request_set_on_complete_cb(req, on_sent, s);
+    evhttp_request_set_on_complete_cb(req, on_sent, f);
+    evhttp_connection_set_closecb(c, on_flush_close, f);
+    return f;
+}
+
+/* A stream ends here, from the "output drained" callback of its final chunk. Ending it at
+ * once raced libevent 2.1's TLS bufferevent, which runs that callback deferred: one queued
+ * by an earlier chunk could fire after evhttp_send_reply_end had queued the last bytes and
+ * armed its completion hook, which then closed the request with those bytes unsent and the
+ * client waiting for them until the connection timed out. When this callback runs nothing
+ * older can be pending. */
+static void end_stream(struct evhttp_connection *c, void *arg) {
+    (void)c;
+    flush *f = arg;
+    f->stream_open = 0;
+    evhttp_send_reply_end(f->req);
 }
 
 static double now_s(void) {
@@ -217,17 +262,21 @@ static void finish_reply(job *j, finish_reason why) {
         }
         struct evbuffer *b = evbuffer_new();
         evbuffer_add_printf(b, "data: [DONE]\n\n");
-        evhttp_send_reply_chunk(j->req, b);
+        flush *f = track_reply(s, j->req);
+        if (f) {
+            f->stream_open = 1;
+            evhttp_send_reply_chunk_with_cb(j->req, b, end_stream, f);
+        } else {
+            evhttp_send_reply_chunk(j->req, b);
+            evhttp_send_reply_end(j->req);
+        }
         evbuffer_free(b);
-        track_reply(s, j->req);
-        evhttp_send_reply_end(j->req);
         count_status(s, 200);
     } else {
         json_object *o = api_response(j);
         send_json(s, j->req, 200, o);
         json_object_put(o);
     }
-    evhttp_connection_set_closecb(evhttp_request_get_connection(j->req), NULL, NULL);
     j->req = NULL;
 }
 
@@ -301,7 +350,6 @@ static void on_prep_done(job *j) {
         send_error(s, j->req, j->error_code, j->error_code == 400 ? "invalid_request_error"
                                                                     : "server_error",
                    j->error_param, "%s", j->error);
-        evhttp_connection_set_closecb(evhttp_request_get_connection(j->req), NULL, NULL);
         j->req = NULL;
         release(j);
         return;
@@ -319,7 +367,6 @@ static void on_prep_done(job *j) {
         send_error(s, j->req, 429, "rate_limit_exceeded", NULL,
                    "the server is busy: %d requests are running and the wait queue is full",
                    s->o.parallel);
-        evhttp_connection_set_closecb(evhttp_request_get_connection(j->req), NULL, NULL);
         j->req = NULL;
         release(j);
         return;
@@ -460,7 +507,10 @@ static void release(job *j) {
 static void on_close(struct evhttp_connection *c, void *arg) {
     (void)c;
     job *j = arg;
-    j->req = NULL; /* libevent frees the request after this */
+    /* A client that leaves mid-reply: libevent 2.1 detaches the request (no connection) and
+     * leaves it to us; one still attached it frees after this callback. */
+    if (j->req && !evhttp_request_get_connection(j->req)) evhttp_request_free(j->req);
+    j->req = NULL;
     j->http_done = 1;
     atomic_store(&j->sr.cancel, 1);
     metrics_disconnect(&j->srv->m);
