@@ -10,8 +10,13 @@
  * device has subgroup arithmetic (for tests of that path). LMHOST_VK_VALIDATE=1 runs under
  * the Khronos validation layer with synchronization validation: every message it reports
  * is logged as an error and makes the next sync point fail, so tests cannot miss one.
- * LMHOST_VK_PROFILE=1 times every dispatch on the GPU and logs the time per shader when
- * the backend is destroyed. LMHOST_VK_NO_PUSH_DESCRIPTOR=1 uses descriptor pools even where
+ * LMHOST_VK_PROFILE=1 times every dispatch on the GPU and logs the time per shader, and the
+ * host's time recording and waiting, when the backend is destroyed. LMHOST_VK_NO_FUSE=1
+ * records every op as a dispatch of its own (no fused pairs: residual add + RMSNorm, head
+ * RMSNorm + rope), for tests and measurement; LMHOST_VK_SUBMIT_MIN=N sets the batch size
+ * (dispatches) handed to an idle device (default 16) and LMHOST_VK_MATVEC=WGxNR the
+ * matrix-vector workgroup (threads x output columns, default 64x2), for measurement.
+ * LMHOST_VK_NO_PUSH_DESCRIPTOR=1 uses descriptor pools even where
  * VK_KHR_push_descriptor is available (for tests of that path). LMHOST_VK_MAX_MEMORY=N[K|M|G]
  * caps the device memory it allocates (for tests of running out: an allocation past the cap
  * fails as VK_ERROR_OUT_OF_DEVICE_MEMORY would). */
@@ -30,6 +35,7 @@
 #define BLOCK_MAX    (256 * MIB)
 #define STAGING_SIZE (16 * MIB) /* host-visible upload memory per batch */
 #define MAX_DISPATCH 256        /* dispatches per batch before it is submitted */
+#define SUBMIT_MIN   16         /* dispatches per batch before an idle device gets it */
 #define POOL_SETS    256        /* descriptor sets per pool */
 #define STAT_SLOTS   1024       /* MoE statistics per batch */
 
@@ -421,6 +427,12 @@ static void hostbuf_free(lmh_backend *b, vk_hostbuf *h) {
 
 /* ---- batches ---------------------------------------------------------------------- */
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static void cmd_barrier(VkCommandBuffer cb, VkPipelineStageFlags dst_stage, VkAccessFlags dst) {
     VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                           .srcAccessMask =
@@ -475,7 +487,9 @@ static int wait_upto(lmh_backend *b, uint64_t serial) {
                 (!old || b->batch[i].serial < old->serial))
                 old = &b->batch[i];
         if (!old) break;
+        double t0 = b->profile ? now_s() : 0;
         VkResult r = vkWaitForFences(b->dev, 1, &old->fence, VK_TRUE, UINT64_MAX);
+        if (b->profile) b->prof_wait_s += now_s() - t0;
         if (r == VK_SUCCESS) r = vkResetFences(b->dev, 1, &old->fence);
         if (r != VK_SUCCESS) {
             int rc = vk_fail(b, r, "waiting for the device");
@@ -485,9 +499,9 @@ static int wait_upto(lmh_backend *b, uint64_t serial) {
         retire(b, old);
     }
     free_deferred(b);
-    int busy = b->cur >= 0;
-    for (int i = 0; i < VK_NBATCH; i++) busy |= b->batch[i].state == 2;
-    if (!busy) b->nrd = b->nwr = 0; /* nothing in flight: no hazard left */
+    /* The ranges since the last barrier stay tracked: a fence wait on the host orders
+     * nothing between the device's work in one submission and the next, so a later batch
+     * that reads what an earlier one wrote still needs its barrier. */
     return LMH_OK;
 }
 
@@ -509,7 +523,16 @@ static int submit(lmh_backend *b) {
         return b->err;
     }
     bt->state = 2;
+    b->prof_submits++;
     return LMH_OK;
+}
+
+/* Whether every submitted batch has completed: the device has nothing to do. */
+static int device_idle(lmh_backend *b) {
+    for (int i = 0; i < VK_NBATCH; i++)
+        if (b->batch[i].state == 2 && vkGetFenceStatus(b->dev, b->batch[i].fence) != VK_SUCCESS)
+            return 0;
+    return 1;
 }
 
 static vk_batch *batch_begin(lmh_backend *b) {
@@ -701,7 +724,24 @@ int vk_bindable(const lmh_backend *b, const lmh_tensor *x) {
     return bind_range(b, VT(x), &base) <= b->max_range;
 }
 
+static int record(lmh_backend *b, const vk_dispatch *d);
+
+/* Records one dispatch. A batch goes to the device when it is full, or, once it holds
+ * submit_min dispatches, as soon as the device has run out of work: the device then starts
+ * on a step's first ops while the host records the rest, instead of waiting for the whole
+ * step (or 256 dispatches) to be recorded. */
 int vk_record(lmh_backend *b, const vk_dispatch *d) {
+    double t0 = b->profile ? now_s() : 0;
+    int rc = record(b, d);
+    if (!rc && b->cur >= 0) {
+        int n = b->batch[b->cur].ndispatch;
+        if (n >= MAX_DISPATCH || (n >= b->submit_min && device_idle(b))) rc = submit(b);
+    }
+    if (b->profile) b->prof_record_s += now_s() - t0;
+    return rc;
+}
+
+static int record(lmh_backend *b, const vk_dispatch *d) {
     if (b->err) return b->err;
     vk_batch *bt = batch_begin(b);
     if (!bt) return b->err ? b->err : LMH_EIO;
@@ -764,7 +804,7 @@ int vk_record(lmh_backend *b, const vk_dispatch *d) {
     for (int i = 0; i < VK_NBIND; i++)
         (d->bind[i] ? d->bind[i] : b->dummy)->a->last_use = bt->serial;
     if (d->indirect) d->indirect->a->last_use = bt->serial;
-    if (++bt->ndispatch >= MAX_DISPATCH) return submit(b);
+    bt->ndispatch++;
     return LMH_OK;
 }
 
@@ -854,6 +894,24 @@ void vk_tensor_release(lmh_backend *b, vk_tensor *t) {
     free(t);
 }
 
+/* ---- fusion ------------------------------------------------------------------------ */
+
+/* vk_enqueue holds back an op that may lead a fused pair (vk_can_lead) until the next op
+ * says whether they fuse. Any other call that could read, overwrite or free what the held
+ * op touches records it alone first. */
+static void flush_held(lmh_backend *b) {
+    if (!b->has_held) return;
+    b->has_held = 0;
+    int rc = vk_enqueue_op(b, &b->held);
+    if (rc && !b->held_err) b->held_err = rc;
+}
+
+static int take_held_err(lmh_backend *b) {
+    int rc = b->held_err;
+    b->held_err = 0;
+    return rc;
+}
+
 static lmh_tensor *vk_tensor_new(lmh_backend *b, lmh_dtype dt, int32_t ndim, const int64_t *ne,
                                  uint32_t flags) {
     if (!valid_shape(dt, ndim, ne)) return NULL;
@@ -899,6 +957,7 @@ static lmh_tensor *vk_tensor_view(lmh_backend *b, lmh_tensor *base, size_t offse
 static void vk_tensor_free(lmh_backend *b, lmh_tensor *x) {
     if (!x) return;
     pthread_mutex_lock(&b->mu);
+    flush_held(b);
     vk_tensor_release(b, VT(x));
     pthread_mutex_unlock(&b->mu);
 }
@@ -940,7 +999,9 @@ static int vk_upload(lmh_backend *b, lmh_tensor *x, size_t off, const void *src,
         (n && !src))
         return LMH_EINVAL;
     pthread_mutex_lock(&b->mu);
-    int rc = b->err ? b->err : upload_locked(b, VT(x), off, src, n);
+    flush_held(b);
+    int rc = b->err ? b->err : take_held_err(b);
+    if (!rc) rc = upload_locked(b, VT(x), off, src, n);
     pthread_mutex_unlock(&b->mu);
     return rc;
 }
@@ -975,7 +1036,9 @@ static int vk_download(lmh_backend *b, const lmh_tensor *x, size_t off, void *ds
         (n && !dst))
         return LMH_EINVAL;
     pthread_mutex_lock(&b->mu);
-    int rc = b->err ? b->err : download_locked(b, VT(x), off, dst, n);
+    flush_held(b);
+    int rc = b->err ? b->err : take_held_err(b);
+    if (!rc) rc = download_locked(b, VT(x), off, dst, n);
     pthread_mutex_unlock(&b->mu);
     return rc;
 }
@@ -1007,6 +1070,7 @@ static lmh_tensor *vk_tensor_quant(lmh_backend *b, lmh_dtype qt, int32_t group, 
         return NULL;
     }
     pthread_mutex_lock(&b->mu);
+    flush_held(b);
     vk_tensor *t = b->err ? NULL : tensor_make(qt, ndim, ne);
     int rc = LMH_ENOMEM;
     if (t) {
@@ -1056,14 +1120,37 @@ static int vk_supports(lmh_backend *b, const lmh_op *op) {
 static int vk_enqueue(lmh_backend *b, const lmh_op *op) {
     pthread_mutex_lock(&b->mu);
     int rc = b->err ? b->err : vk_check_op(b, op);
-    if (rc == LMH_OK) rc = vk_enqueue_op(b, op);
+    if (rc != LMH_OK) { /* refused: the held op stays held */
+        pthread_mutex_unlock(&b->mu);
+        return rc;
+    }
+    int done = 0;
+    if (b->has_held) {
+        b->has_held = 0;
+        rc = vk_enqueue_pair(b, &b->held, op);
+        if (rc == 1)
+            rc = vk_enqueue_op(b, &b->held);
+        else
+            done = 1;
+    }
+    if (rc == LMH_OK && !done) {
+        if (!b->no_fuse && vk_can_lead(op)) {
+            b->held = *op;
+            b->has_held = 1;
+        } else {
+            rc = vk_enqueue_op(b, op);
+        }
+    }
+    if (rc == LMH_OK) rc = take_held_err(b);
     pthread_mutex_unlock(&b->mu);
     return rc;
 }
 
 static int vk_sync(lmh_backend *b) {
     pthread_mutex_lock(&b->mu);
-    int rc = b->err ? b->err : wait_all(b);
+    flush_held(b);
+    int rc = b->err ? b->err : take_held_err(b);
+    if (!rc) rc = wait_all(b);
     pthread_mutex_unlock(&b->mu);
     return rc;
 }
@@ -1299,6 +1386,17 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
                         (sg.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT) &&
                         (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) &&
                         !(nosg && *nosg && strcmp(nosg, "0"));
+    const char *nofuse = getenv("LMHOST_VK_NO_FUSE");
+    b->no_fuse = nofuse && *nofuse && strcmp(nofuse, "0");
+    const char *mv = getenv("LMHOST_VK_MATVEC");
+    unsigned mv_wg = 0, mv_nr = 0;
+    if (!mv || sscanf(mv, "%ux%u", &mv_wg, &mv_nr) != 2 || mv_wg < 32 || mv_wg > 256 ||
+        (mv_wg & (mv_wg - 1)) || mv_nr < 1 || mv_nr > 8)
+        mv_wg = 64, mv_nr = 2;
+    b->matvec_wg = mv_wg;
+    b->matvec_nr = mv_nr;
+    const char *smin = getenv("LMHOST_VK_SUBMIT_MIN");
+    b->submit_min = smin && atoi(smin) > 0 ? atoi(smin) : SUBMIT_MIN;
     const char *prof = getenv("LMHOST_VK_PROFILE");
     b->profile = prof && *prof && strcmp(prof, "0") && b->props.limits.timestampComputeAndGraphics;
     const VkPhysicalDeviceLimits *lim = &b->props.limits;
@@ -1446,6 +1544,7 @@ static int vk_create(const lmh_host_api *host, const lmh_backend_opts *o, lmh_ba
 static void vk_destroy(lmh_backend *b) {
     if (!b) return;
     if (b->dev) {
+        flush_held(b);
         if (!b->err) wait_all(b);
         vkDeviceWaitIdle(b->dev);
         for (int i = 0; i < b->ndefer; i++) free(b->defer[i]);
@@ -1457,6 +1556,11 @@ static void vk_destroy(lmh_backend *b) {
             double total = 0;
             for (int i = 0; i < VK_SH_COUNT; i++) total += b->prof_us[i];
             vk_log(b, LMH_LOG_INFO, "profile: %.3f ms of GPU time in dispatches", total * 1e-3);
+            vk_log(b, LMH_LOG_INFO,
+                   "profile: host %.3f ms recording, %.3f ms waiting for the device; "
+                   "%llu submits",
+                   b->prof_record_s * 1e3, b->prof_wait_s * 1e3,
+                   (unsigned long long)b->prof_submits);
             for (int i = 0; i < VK_SH_COUNT; i++)
                 if (b->prof_n[i])
                     vk_log(b, LMH_LOG_INFO,

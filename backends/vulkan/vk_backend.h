@@ -46,6 +46,8 @@ enum vk_shader {
     VK_SH_GET_ROWS,
     VK_SH_TRANSPOSE,
     VK_SH_RMS_NORM,
+    VK_SH_RMS_NORM_ADD,
+    VK_SH_RMS_NORM_ROPE,
     VK_SH_ROPE,
     VK_SH_MATVEC,
     VK_SH_MATMUL,
@@ -176,6 +178,18 @@ struct lmh_backend {
     int profile; /* LMHOST_VK_PROFILE=1: GPU time per shader, logged at destroy */
     double prof_us[VK_SH_COUNT];
     uint64_t prof_n[VK_SH_COUNT];
+    double prof_record_s, prof_wait_s; /* host time recording dispatches, waiting on fences */
+    uint64_t prof_submits;
+    /* a batch of at least this many dispatches is submitted as soon as the device is idle */
+    int submit_min;
+    /* an op held back to be fused with the next one (vk_enqueue), recorded alone by any
+     * other call first */
+    lmh_op held;
+    int has_held;
+    int held_err; /* recording it failed: the next call that returns a status says so */
+    int no_fuse;  /* LMHOST_VK_NO_FUSE=1 */
+    /* matrix-vector workgroup: threads and output columns (LMHOST_VK_MATVEC=WGxNR) */
+    uint32_t matvec_wg, matvec_nr;
 };
 
 /* vk_backend.c */
@@ -198,6 +212,11 @@ int vk_bindable(const lmh_backend *b, const lmh_tensor *t);
 /* vk_ops.c */
 int vk_check_op(lmh_backend *b, const lmh_op *op);
 int vk_enqueue_op(lmh_backend *b, const lmh_op *op);
+/* Fusion of two consecutive ops (vk_backend.c holds back an op that can lead one):
+ * whether op can lead a pair, and the pair recorded as one dispatch (1 when the two do
+ * not form one and nothing was recorded, else an LMH_ status). */
+int vk_can_lead(const lmh_op *op);
+int vk_enqueue_pair(lmh_backend *b, const lmh_op *lead, const lmh_op *op);
 
 /* vk_shaders.c */
 typedef struct vk_spirv {

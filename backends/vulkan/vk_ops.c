@@ -290,11 +290,11 @@ static int op_matmul(lmh_backend *b, const lmh_op *op) {
     } else if (rows <= MATVEC_MAXR) {
         int vec = vec_ok(W, in) && vec_ok(xt, in);
         x.shader = VK_SH_MATVEC;
-        x.spec[0] = MATVEC_WG;
-        x.spec[1] = MATVEC_NR;
+        x.spec[0] = b->matvec_wg;
+        x.spec[1] = b->matvec_nr;
         x.spec[2] = dtc(W->dtype);
         x.spec[3] = (uint32_t)vec;
-        grid(&x, cdiv((uint64_t)out, MATVEC_NR));
+        grid(&x, cdiv((uint64_t)out, b->matvec_nr));
     } else {
         /* matrix cores where the device has them (f16 operands, f32 sums), else f32 tiles */
         x.shader = b->coopmat ? VK_SH_MATMUL_COOP : VK_SH_MATMUL;
@@ -309,8 +309,12 @@ static int op_matmul(lmh_backend *b, const lmh_op *op) {
     return vk_record(b, &x);
 }
 
-static int op_rms_norm(lmh_backend *b, const lmh_op *op) {
-    const lmh_tensor *a = op->src[0], *w = op->src[1];
+/* RMSNorm; with add (an ADD whose result the norm reads), the add in the same dispatch:
+ * the residual stream's x = x + o and the norm of it then cost one step of the
+ * dependency chain instead of two. With rope (a ROPE of the norm's result in place), the
+ * rotation of each normalized row in the same dispatch (Qwen3's and Gemma's q/k norms). */
+static int rms_norm(lmh_backend *b, const lmh_op *op, const lmh_op *add, const lmh_op *rope) {
+    const lmh_tensor *a = add ? add->src[0] : op->src[0], *w = op->src[1];
     int64_t d = lmh_inner(a), rows = lmh_nelem(a) / d;
     /* One workgroup per row, each thread summing d / wg elements in a dependent chain of
      * loads: wide rows get wide workgroups (up to 1024, at most 4 elements a thread), so
@@ -320,10 +324,27 @@ static int op_rms_norm(lmh_backend *b, const lmh_op *op) {
     if (b->props.limits.maxComputeWorkGroupSize[0] < lim)
         lim = b->props.limits.maxComputeWorkGroupSize[0];
     while (wg < 1024 && (int64_t)wg * 4 < d && wg * 2 <= lim) wg *= 2;
-    vk_dispatch x = {.shader = VK_SH_RMS_NORM, .spec = {wg}, .writes = 1};
+    vk_dispatch x = {.shader = add    ? VK_SH_RMS_NORM_ADD
+                               : rope ? VK_SH_RMS_NORM_ROPE
+                                      : VK_SH_RMS_NORM,
+                     .spec = {wg},
+                     .writes = 1};
     x.bind[0] = VT(op->dst);
     x.bind[1] = VT(a);
     x.bind[2] = w ? VT(w) : NULL;
+    if (add) {
+        x.bind[3] = VT(add->src[1]);
+        x.bind[4] = VT(add->dst);
+        x.writes |= 1u << 4;
+    }
+    if (rope) {
+        x.bind[3] = VT(rope->src[1]);
+        x.bind[4] = VT(rope->src[2]);
+        x.pc[11] = (uint32_t)rope->src[0]->ne[1];
+        x.pc[12] = (uint32_t)rope->p.i[0];
+        x.pc[13] = (uint32_t)rope->p.i[1];
+        x.pc[14] = fbits(rope->p.f[0]);
+    }
     x.pc[5] = (uint32_t)d;
     x.pc[6] = (uint32_t)rows;
     x.pc[7] = w != NULL;
@@ -591,7 +612,7 @@ int vk_enqueue_op(lmh_backend *b, const lmh_op *op) {
     case LMH_OP_MATMUL:
         return op_matmul(b, op);
     case LMH_OP_RMS_NORM:
-        return op_rms_norm(b, op);
+        return rms_norm(b, op, NULL, NULL);
     case LMH_OP_ADD:
     case LMH_OP_MUL:
     case LMH_OP_SCALE:
@@ -617,4 +638,47 @@ int vk_enqueue_op(lmh_backend *b, const lmh_op *op) {
     default:
         return LMH_EUNSUPPORTED;
     }
+}
+
+static int same_f32(const lmh_tensor *t, int64_t n) {
+    return t && t->dtype == LMH_F32 && lmh_nelem(t) == n;
+}
+
+static int disjoint(const lmh_tensor *x, const lmh_tensor *y) {
+    const vk_tensor *a = VT(x), *c = VT(y);
+    return a->a->blk != c->a->blk || a->off + a->bytes <= c->off || c->off + c->bytes <= a->off;
+}
+
+#define FUSE_ROPE_MAXD 512 /* MAXD in rms_norm.comp */
+
+int vk_can_lead(const lmh_op *op) {
+    int64_t n = lmh_nelem(op->dst);
+    /* an element-wise f32 add without broadcast: add + rms_norm */
+    if (op->code == LMH_OP_ADD)
+        return same_f32(op->dst, n) && same_f32(op->src[0], n) && same_f32(op->src[1], n);
+    /* an f32 norm of rows short enough for one workgroup's shared memory: rms_norm + rope */
+    if (op->code == LMH_OP_RMS_NORM)
+        return same_f32(op->dst, n) && same_f32(op->src[0], n) &&
+               lmh_inner(op->dst) <= FUSE_ROPE_MAXD;
+    return 0;
+}
+
+static int same_range(const lmh_tensor *x, const lmh_tensor *y) {
+    const vk_tensor *a = VT(x), *c = VT(y);
+    return a->a == c->a && a->off == c->off && a->bytes == c->bytes;
+}
+
+int vk_enqueue_pair(lmh_backend *b, const lmh_op *lead, const lmh_op *op) {
+    if (lead->code == LMH_OP_ADD && op->code == LMH_OP_RMS_NORM &&
+        same_range(op->src[0], lead->dst) && op->dst->dtype == LMH_F32 &&
+        lmh_inner(op->src[0]) == lmh_inner(lead->dst) && disjoint(op->dst, lead->dst) &&
+        disjoint(op->dst, lead->src[0]) && disjoint(op->dst, lead->src[1]))
+        return rms_norm(b, op, lead, NULL);
+    /* the rope in place on the norm's output, its rows the norm's rows */
+    if (lead->code == LMH_OP_RMS_NORM && op->code == LMH_OP_ROPE &&
+        same_range(op->src[0], lead->dst) && same_range(op->dst, lead->dst) &&
+        op->src[0]->ndim == 3 && op->src[0]->ne[2] == lmh_inner(lead->dst) &&
+        op->p.i[0] <= op->src[0]->ne[2])
+        return rms_norm(b, lead, NULL, op);
+    return 1; /* not a pair: the caller records them one by one */
 }

@@ -26,6 +26,10 @@
 #include "spv_qmatvec_sg.h"
 #include "spv_rms_norm.h"
 #include "spv_rms_norm_sg.h"
+#include "spv_rms_norm_add.h"
+#include "spv_rms_norm_add_sg.h"
+#include "spv_rms_norm_rope.h"
+#include "spv_rms_norm_rope_sg.h"
 #include "spv_rope.h"
 #include "spv_transpose.h"
 
@@ -35,15 +39,27 @@
     { spv_##n, spv_##n##_sg, sizeof spv_##n, sizeof spv_##n##_sg, #n }
 
 const vk_spirv vk_shaders[VK_SH_COUNT] = {
-    [VK_SH_ELTWISE] = SH(eltwise),          [VK_SH_COPY] = SH(copy),
-    [VK_SH_GET_ROWS] = SH(get_rows),        [VK_SH_TRANSPOSE] = SH(transpose),
-    [VK_SH_RMS_NORM] = SH_SG(rms_norm),     [VK_SH_ROPE] = SH(rope),
-    [VK_SH_MATVEC] = SH_SG(matvec),         [VK_SH_MATMUL] = SH(matmul),
-    [VK_SH_MATVEC_MOE] = SH_SG(matvec_moe), [VK_SH_MATMUL_MOE] = SH(matmul_moe),
-    [VK_SH_ATTENTION] = SH(attention),      [VK_SH_ATTN_COMBINE] = SH(attn_combine),
-    [VK_SH_MOE_ROUTE] = SH(moe_route),      [VK_SH_MOE_SORT] = SH(moe_sort),
-    [VK_SH_MOE_COMBINE] = SH(moe_combine),  [VK_SH_QMATVEC] = SH_SG(qmatvec),
-    [VK_SH_QMATMUL] = SH(qmatmul),          [VK_SH_QMATVEC_MOE] = SH_SG(qmatvec_moe),
-    [VK_SH_QMATMUL_MOE] = SH(qmatmul_moe),  [VK_SH_QGET_ROWS] = SH(qget_rows),
+    [VK_SH_ELTWISE] = SH(eltwise),
+    [VK_SH_COPY] = SH(copy),
+    [VK_SH_GET_ROWS] = SH(get_rows),
+    [VK_SH_TRANSPOSE] = SH(transpose),
+    [VK_SH_RMS_NORM] = SH_SG(rms_norm),
+    [VK_SH_RMS_NORM_ADD] = SH_SG(rms_norm_add),
+    [VK_SH_RMS_NORM_ROPE] = SH_SG(rms_norm_rope),
+    [VK_SH_ROPE] = SH(rope),
+    [VK_SH_MATVEC] = SH_SG(matvec),
+    [VK_SH_MATMUL] = SH(matmul),
+    [VK_SH_MATVEC_MOE] = SH_SG(matvec_moe),
+    [VK_SH_MATMUL_MOE] = SH(matmul_moe),
+    [VK_SH_ATTENTION] = SH(attention),
+    [VK_SH_ATTN_COMBINE] = SH(attn_combine),
+    [VK_SH_MOE_ROUTE] = SH(moe_route),
+    [VK_SH_MOE_SORT] = SH(moe_sort),
+    [VK_SH_MOE_COMBINE] = SH(moe_combine),
+    [VK_SH_QMATVEC] = SH_SG(qmatvec),
+    [VK_SH_QMATMUL] = SH(qmatmul),
+    [VK_SH_QMATVEC_MOE] = SH_SG(qmatvec_moe),
+    [VK_SH_QMATMUL_MOE] = SH(qmatmul_moe),
+    [VK_SH_QGET_ROWS] = SH(qget_rows),
     [VK_SH_MATMUL_COOP] = SH(matmul_coop),
 };

@@ -220,12 +220,11 @@ static int forward(lmh_model *m, const lmh_host_api *h, lmh_fwd *f, const lmh_ba
         lmh_b_matmul(&b, q, hn, L->wq, NULL);
         lmh_b_matmul(&b, k, hn, L->wk, NULL);
         lmh_b_matmul(&b, v, hn, L->wv, NULL);
-        if (L->q_norm) {
-            lmh_b_rms_norm(&b, q3, q3, L->q_norm, m->eps, 1);
-            lmh_b_rms_norm(&b, k3, k3, L->k_norm, m->eps, 1);
-        }
+        /* each head norm right before its rope: a backend may run the two as one kernel */
+        if (L->q_norm) lmh_b_rms_norm(&b, q3, q3, L->q_norm, m->eps, 1);
         lmh_b_rope(&b, q3, bt->positions, m->inv_freq[r], (int32_t)hd, LMH_ROPE_HALF,
                    m->rope_factor[r]);
+        if (L->q_norm) lmh_b_rms_norm(&b, k3, k3, L->k_norm, m->eps, 1);
         lmh_b_rope(&b, k3, bt->positions, m->inv_freq[r], (int32_t)hd, LMH_ROPE_HALF,
                    m->rope_factor[r]);
         lmh_attn_params ap = {.scale = m->attn_scale, .softcap = m->attn_softcap,

@@ -368,11 +368,10 @@ static int forward(lmh_model *m, const lmh_host_api *h, lmh_fwd *f, const lmh_ba
         lmh_b_matmul(&b, q, hn, L->wq, L->bq);
         lmh_b_matmul(&b, k, hn, L->wk, L->bk);
         lmh_b_matmul(&b, v, hn, L->wv, L->bv);
-        if (L->q_norm) {
-            lmh_b_rms_norm(&b, q3, q3, L->q_norm, m->eps, 0);
-            lmh_b_rms_norm(&b, k3, k3, L->k_norm, m->eps, 0);
-        }
+        /* each head norm right before its rope: a backend may run the two as one kernel */
+        if (L->q_norm) lmh_b_rms_norm(&b, q3, q3, L->q_norm, m->eps, 0);
         lmh_b_rope(&b, q3, bt->positions, m->inv_freq, (int32_t)hd, LMH_ROPE_HALF, m->rope_factor);
+        if (L->q_norm) lmh_b_rms_norm(&b, k3, k3, L->k_norm, m->eps, 0);
         lmh_b_rope(&b, k3, bt->positions, m->inv_freq, (int32_t)hd, LMH_ROPE_HALF, m->rope_factor);
         lmh_attn_params ap = {.scale = scale, .softcap = 0, .window = L->window};
         if (!q3 || h->fwd_attention(f, l, q3, k3, v3, att3, &ap) != LMH_OK) return LMH_EINVAL;

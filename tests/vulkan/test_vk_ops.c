@@ -6,7 +6,8 @@
  * windows, rings, soft-cap and GQA, split keys, MoE; MLX-quantized weights of every bit width,
  * group size and scale dtype in get_rows, matmul and moe_matmul) and compares. It does so twice:
  * with the device's subgroup reductions and push descriptors, and with the shared-memory reductions
- * and descriptor pools (LMHOST_VK_NO_SUBGROUP=1, LMHOST_VK_NO_PUSH_DESCRIPTOR=1).
+ * and descriptor pools (LMHOST_VK_NO_SUBGROUP=1, LMHOST_VK_NO_PUSH_DESCRIPTOR=1). Pairs of ops
+ * the backend fuses into one dispatch are checked the same way (t_fused).
  *
  * Tolerance: float results agree within 1e-4 x the largest |value| of the CPU result
  * (both accumulate in f32, in different orders; 1e-4 leaves room for sums of a few
@@ -412,6 +413,86 @@ static void t_rope(void) {
         }
 }
 
+/* Pairs the Vulkan backend runs as one dispatch (a residual add and the norm of its sum;
+ * a head norm and the rope of its result in place), the cases that must not fuse, and a
+ * held op that the next call flushes (a download, an op that is no pair, a refused op). */
+static void t_fused(void) {
+    static const int64_t dims[] = {64, 37, 1000, 4099};
+    for (int di = 0; di < 4; di++)
+        for (int w = 0; w < 4; w++)
+            for (int inplace = 0; inplace < 2; inplace++) {
+                int64_t d = dims[di], rows = di & 1 ? 1 : 5;
+                tt *x = mk(LMH_F32, 2, rows, d, 0, -3, 3, 0),
+                   *o = mk(LMH_F32, 2, rows, d, 0, -1, 1, 0);
+                tt *sum = inplace ? x : mk(LMH_F32, 2, rows, d, 0, 0, 0, 0);
+                tt *wt = w ? mk(fdt[w - 1], 1, d, 0, 0, -1, 1, LMH_TENSOR_WEIGHT) : NULL;
+                tt *y = mk(LMH_F32, 2, rows, d, 0, 0, 0, 0);
+                float f[8] = {1e-6f, (float)(w & 1)};
+                char what[96];
+                snprintf(what, sizeof what, "add + rms_norm d=%lld rows=%lld w=%d%s", (long long)d,
+                         (long long)rows, w, inplace ? " in place" : "");
+                if (!run(what, LMH_OP_ADD, sum, x, o, NULL, NULL, NULL, NULL) &&
+                    !run(what, LMH_OP_RMS_NORM, y, sum, wt, NULL, NULL, f, NULL)) {
+                    check(what, y, TOL);
+                    check(what, sum, TOL);
+                }
+                /* the norm writing over the add's operand: recorded one by one */
+                if (!run("add + rms_norm over o", LMH_OP_ADD, sum, x, o, NULL, NULL, NULL, NULL) &&
+                    !run("add + rms_norm over o", LMH_OP_RMS_NORM, o, sum, wt, NULL, NULL, f,
+                         NULL)) {
+                    check("add + rms_norm over o", o, TOL);
+                    check("add + rms_norm over o (sum)", sum, TOL);
+                }
+                /* an add followed by what does not pair with it */
+                float sc[8] = {0.5f};
+                if (!run("add, scale", LMH_OP_ADD, sum, x, o, NULL, NULL, NULL, NULL) &&
+                    !run("add, scale", LMH_OP_SCALE, y, sum, NULL, NULL, NULL, sc, NULL))
+                    check("add, scale", y, TOL);
+                free_all();
+            }
+    /* an add held when the next op is refused: still recorded, before the download */
+    {
+        tt *x = mk(LMH_F32, 2, 3, 40, 0, -3, 3, 0), *o = mk(LMH_F32, 2, 3, 40, 0, -1, 1, 0);
+        if (!run("add, refused op", LMH_OP_ADD, x, x, o, NULL, NULL, NULL, NULL)) {
+            lmh_op bad = {.code = LMH_OP_COUNT, .dst = x->t[1], .src = {x->t[1]}};
+            if (g_be[1].api->enqueue(g_be[1].b, &bad) == LMH_OK) {
+                fprintf(stderr, "FAIL an unknown op was accepted\n");
+                g_fail++;
+            }
+            check("add, refused op", x, TOL);
+        }
+        free_all();
+    }
+    static const int32_t cfg[][3] = {
+        {128, 128, 0}, {64, 64, 1}, {80, 40, 1}, {6, 2, 0}, {256, 64, 0}};
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++)
+        for (int w = 0; w < 2; w++)
+            for (int inplace = 0; inplace < 2; inplace++) {
+                int64_t n = 6, heads = 3, hd = cfg[c][0];
+                int32_t rot = cfg[c][1];
+                tt *x = mk(LMH_F32, 3, n, heads, hd, -2, 2, 0);
+                tt *wt = w ? mk(LMH_BF16, 1, hd, 0, 0, -1, 1, LMH_TENSOR_WEIGHT) : NULL;
+                int32_t pos[6] = {0, 1, 7, 100, 4095, 30000};
+                tt *p = mk_i32(1, n, 0, pos);
+                float inv[256];
+                for (int i = 0; i < rot / 2; i++) inv[i] = powf(10000.0f, -2.0f * i / rot);
+                int64_t ne = rot / 2;
+                tt *iv = mk_raw(LMH_F32, 1, &ne, inv, 0);
+                tt *y = inplace ? x : mk(LMH_F32, 3, n, heads, hd, 0, 0, 0);
+                float fn[8] = {1e-6f, (float)w}, fr[8] = {c == 2 ? 1.2f : 1.0f};
+                int32_t i8[8] = {rot, cfg[c][2]};
+                char what[96];
+                snprintf(what, sizeof what, "rms_norm + rope hd=%lld rot=%d style=%d w=%d%s",
+                         (long long)hd, rot, cfg[c][2], w, inplace ? " in place" : "");
+                if (!run(what, LMH_OP_RMS_NORM, x, x, wt, NULL, NULL, fn, NULL) &&
+                    !run(what, LMH_OP_ROPE, y, x, p, iv, NULL, fr, i8)) {
+                    check(what, y, TOL);
+                    check(what, x, TOL);
+                }
+                free_all();
+            }
+}
+
 static void t_copy(void) {
     for (int s = 0; s < 3; s++)
         for (int d = 0; d < 3; d++) {
@@ -758,7 +839,7 @@ int main(int argc, char **argv) {
         } parts[] = {{"get_rows", t_get_rows},   {"matmul", t_matmul}, {"rms_norm", t_norm},
                      {"elementwise", t_eltwise}, {"rope", t_rope},     {"copy", t_copy},
                      {"attention", t_attention}, {"moe", t_moe},       {"quantized", t_quant},
-                     {"memory", t_memory}};
+                     {"fused pairs", t_fused},   {"memory", t_memory}};
         for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
             struct timespec t0, t1;
             clock_gettime(CLOCK_MONOTONIC, &t0);

@@ -104,7 +104,8 @@ void main() {
             uint kb = pc.ob + (uint(key) * pc.kvh + g) * QD;
             if (KVEC != 0u) {
                 const uint CH = KDT == DT_F32 ? 4u : 8u;
-                for (uint c = 0; c < QD / CH; c++) {
+                // unrolled (QD is a constant): the row's loads are all issued up front
+                [[unroll]] for (uint c = 0; c < QD / CH; c++) {
                     uvec4 w = K4[kb / CH + c];
                     vec4 wa, wb = vec4(0.0);
                     if (KDT == DT_F32) {
@@ -176,8 +177,26 @@ void main() {
 
         [[unroll]] for (uint q = 0; q < BQ; q++)
             [[unroll]] for (uint j = 0; j < DPT; j++) acc[q * DPT + j] *= alpha_s[q];
-        int nk = min(int(WG), ke - t0);
-        for (int k = 0; k < nk; k++) {
+        // V rows VU at a time, their loads issued before the first is used: one key at a
+        // time made this loop a chain of WG memory latencies (most of a decode step's
+        // attention time).
+        const int VU = 32;
+        int nk = min(int(WG), ke - t0), k = 0;
+        for (; k + VU <= nk; k += VU) {
+            float vv[VU * DPT];
+            [[unroll]] for (int u = 0; u < VU; u++) {
+                uint vb = pc.oc + (uint(t0 + k + u) * pc.kvh + g) * pc.dv;
+                [[unroll]] for (uint j = 0; j < DPT; j++) {
+                    uint dim = l + j * WG;
+                    vv[u * DPT + j] = dim < pc.dv ? LOADF(V, VDT, vb + dim) : 0.0;
+                }
+            }
+            [[unroll]] for (int u = 0; u < VU; u++)
+                [[unroll]] for (uint j = 0; j < DPT; j++)
+                    [[unroll]] for (uint q = 0; q < BQ; q++)
+                        acc[q * DPT + j] += ss[q * WG + uint(k + u)] * vv[u * DPT + j];
+        }
+        for (; k < nk; k++) {
             uint vb = pc.oc + (uint(t0 + k) * pc.kvh + g) * pc.dv;
             [[unroll]] for (uint j = 0; j < DPT; j++) {
                 uint dim = l + j * WG;

@@ -53,6 +53,17 @@ uint f32_to_bf16(float f) {
     return (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
 }
 
+// a - 2 pi k exactly enough for |a| up to about 1e5: 2 pi in three parts, the first two
+// short enough that k times them is exact (Cody and Waite), so the cos/sin of the f32
+// angle the reference computes is what we get even where the hardware reduces poorly.
+float reduce_2pi(float a) {
+    precise float k = round(a * 0.15915494309189535);
+    precise float r = a - k * 6.28125;
+    r = r - k * 0.001934051513671875;
+    r = r - k * 1.2556658930407139e-06;
+    return r;
+}
+
 // Large grids are 2D (65535 groups a dimension is all a device must offer).
 uint group_index() { return gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x; }
 

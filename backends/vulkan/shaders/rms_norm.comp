@@ -1,6 +1,11 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // dst = x / sqrt(mean(x^2) + eps) * (w + off), one workgroup per row.
+// Built with ADD (a residual add fused ahead of the norm): x = A + B, also written to S.
+// Built with ROPE (a rotary embedding fused behind the norm, rows being heads): the
+// normalized row is rotated (see rope.comp) before it is written.
+// (Variants of their own, not specialization constants: the plain norm then declares no
+// binding that the unused descriptors would alias.)
 layout(constant_id = 0) const uint WG = 256;
 layout(local_size_x_id = 0) in;
 #define NEED_WG_SUM
@@ -9,6 +14,16 @@ layout(local_size_x_id = 0) in;
 BUF(0, D)
 RBUF(1, A)
 RBUF(2, W)
+#ifdef ADD
+RBUF(3, B)
+BUF(4, S)
+#endif
+#ifdef ROPE
+RBUF(3, POS)
+RBUF(4, INV)
+#define MAXD 512
+shared float ys[MAXD];
+#endif
 
 layout(push_constant) uniform PC {
     PC_OFFSETS
@@ -18,6 +33,10 @@ layout(push_constant) uniform PC {
     uint tw;
     float eps;
     float off;
+    uint heads; // ROPE: rows per position
+    uint rot;   // ROPE: rotated dims
+    uint style; // ROPE: 0 half, 1 interleaved
+    float af;   // ROPE: cos/sin factor
 } pc;
 
 void main() {
@@ -27,13 +46,43 @@ void main() {
     float ss = 0.0;
     for (uint i = l; i < pc.d; i += WG) {
         float x = uintBitsToFloat(A[pc.oa + base + i]);
+#ifdef ADD
+        x += uintBitsToFloat(B[pc.oc + base + i]);
+        S[pc.oe + base + i] = floatBitsToUint(x);
+#endif
         ss += x * x;
     }
     ss = wg_sum(ss);
     float s = 1.0 / sqrt(ss / float(pc.d) + pc.eps);
     for (uint i = l; i < pc.d; i += WG) {
+#ifdef ADD
+        // the sum this thread wrote (S may alias A, which is read-only here)
+        float y = uintBitsToFloat(S[pc.oe + base + i]) * s;
+#else
         float y = uintBitsToFloat(A[pc.oa + base + i]) * s;
+#endif
         if (pc.has_w != 0u) y *= LOADF(W, pc.tw, pc.ob + i) + pc.off;
+#ifdef ROPE
+        ys[i] = y;
+#else
+        D[pc.od + base + i] = floatBitsToUint(y);
+#endif
+    }
+#ifdef ROPE
+    barrier();
+    uint half_ = pc.rot / 2u;
+    int p = int(POS[pc.oc + row / pc.heads]);
+    for (uint i = l; i < pc.d; i += WG) {
+        float y = ys[i];
+        if (i < pc.rot) {
+            uint j = pc.style == 0u ? (i < half_ ? i : i - half_) : i / 2u;
+            uint ia = pc.style == 0u ? j : 2u * j, ib = pc.style == 0u ? j + half_ : 2u * j + 1u;
+            precise float a = float(p) * uintBitsToFloat(INV[pc.oe + j]);
+            float ar = reduce_2pi(a);
+            float cs = cos(ar) * pc.af, sn = sin(ar) * pc.af;
+            y = i == ia ? ys[ia] * cs - ys[ib] * sn : ys[ib] * cs + ys[ia] * sn;
+        }
         D[pc.od + base + i] = floatBitsToUint(y);
     }
+#endif
 }
