@@ -48,6 +48,8 @@ enum vk_shader {
     VK_SH_RMS_NORM,
     VK_SH_RMS_NORM_ADD,
     VK_SH_RMS_NORM_ROPE,
+    VK_SH_MATVEC1,
+    VK_SH_QMATVEC1,
     VK_SH_ROPE,
     VK_SH_MATVEC,
     VK_SH_MATMUL,

@@ -275,7 +275,7 @@ static int op_matmul(lmh_backend *b, const lmh_op *op) {
     if (lmh_dtype_is_quant(W->dtype)) {
         quant_args(&x, W);
         if (rows <= MATVEC_MAXR) {
-            x.shader = VK_SH_QMATVEC;
+            x.shader = rows == 1 ? VK_SH_QMATVEC1 : VK_SH_QMATVEC;
             x.spec[0] = MATVEC_WG;
             x.spec[1] = QMATVEC_NR;
             x.spec[3] = (uint32_t)vec_ok(xt, in);
@@ -289,7 +289,8 @@ static int op_matmul(lmh_backend *b, const lmh_op *op) {
         }
     } else if (rows <= MATVEC_MAXR) {
         int vec = vec_ok(W, in) && vec_ok(xt, in);
-        x.shader = VK_SH_MATVEC;
+        /* one row (decode): the variant whose registers hold one row's sums, not four */
+        x.shader = rows == 1 ? VK_SH_MATVEC1 : VK_SH_MATVEC;
         x.spec[0] = b->matvec_wg;
         x.spec[1] = b->matvec_nr;
         x.spec[2] = dtc(W->dtype);

@@ -14,6 +14,10 @@
 #include "spv_matvec_moe.h"
 #include "spv_matvec_moe_sg.h"
 #include "spv_matvec_sg.h"
+#include "spv_matvec1.h"
+#include "spv_matvec1_sg.h"
+#include "spv_qmatvec1.h"
+#include "spv_qmatvec1_sg.h"
 #include "spv_moe_combine.h"
 #include "spv_moe_route.h"
 #include "spv_moe_sort.h"
@@ -46,6 +50,8 @@ const vk_spirv vk_shaders[VK_SH_COUNT] = {
     [VK_SH_RMS_NORM] = SH_SG(rms_norm),
     [VK_SH_RMS_NORM_ADD] = SH_SG(rms_norm_add),
     [VK_SH_RMS_NORM_ROPE] = SH_SG(rms_norm_rope),
+    [VK_SH_MATVEC1] = SH_SG(matvec1),
+    [VK_SH_QMATVEC1] = SH_SG(qmatvec1),
     [VK_SH_ROPE] = SH(rope),
     [VK_SH_MATVEC] = SH_SG(matvec),
     [VK_SH_MATMUL] = SH(matmul),

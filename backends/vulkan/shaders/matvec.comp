@@ -12,7 +12,9 @@ layout(constant_id = 3) const uint VEC = 0;  // 16-byte loads of W and x are ali
 layout(local_size_x_id = 0) in;
 #include "common.glsl"
 
-#define MAXR 4
+#ifndef MAXR
+#define MAXR 4 // the matvec1 variant is built with 1: a decode step's registers for one row
+#endif
 
 BUF(0, D)
 RBUF(1, X)

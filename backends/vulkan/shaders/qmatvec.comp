@@ -19,7 +19,9 @@ layout(local_size_x_id = 0) in;
 #include "common.glsl"
 #include "quant.glsl"
 
-#define MAXR 4
+#ifndef MAXR
+#define MAXR 4 // the qmatvec1 variant is built with 1: a decode step's registers for one row
+#endif
 
 BUF(0, D)
 RBUF(1, X)
