@@ -1,4 +1,5 @@
 #include "util.h"
+#include "json_fix.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -95,6 +96,20 @@ json_object *util_json_parse_object(const char *text, size_t len, size_t *end, c
         return NULL;
     }
     json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+    /* escaped surrogate pairs as raw UTF-8 (json_fix.h); a rewrite shortens strings only, so
+     * what follows the object keeps its length and *end maps back by the difference */
+    size_t orig_len = len, fixed_n = 0;
+    char *fixed = NULL;
+    int rw = json_fix_surrogates(text, len, &fixed, &fixed_n);
+    if (rw < 0) {
+        json_tokener_free(tok);
+        util_err(err, err_len, "out of memory");
+        return NULL;
+    }
+    if (rw) {
+        text = fixed;
+        len = fixed_n;
+    }
     json_object *o = json_tokener_parse_ex(tok, text, (int)len);
     enum json_tokener_error e = json_tokener_get_error(tok);
     size_t stop = json_tokener_get_parse_end(tok);
@@ -108,7 +123,7 @@ json_object *util_json_parse_object(const char *text, size_t len, size_t *end, c
     }
     json_tokener_free(tok);
     if (e == json_tokener_continue) {
-        util_err(err, err_len, "not valid JSON: it ends early (after %zu bytes)", len);
+        util_err(err, err_len, "not valid JSON: it ends early (after %zu bytes)", orig_len);
         goto fail;
     }
     if (e != json_tokener_success) {
@@ -127,9 +142,11 @@ json_object *util_json_parse_object(const char *text, size_t len, size_t *end, c
                      (unsigned char)text[i], i);
             goto fail;
         }
-    if (end) *end = stop;
+    if (end) *end = stop + (orig_len - len);
+    free(fixed);
     return o;
 fail:
+    free(fixed);
     json_object_put(o);
     return NULL;
 }

@@ -1,6 +1,8 @@
 #include "api.h"
+#include "json_fix.h"
 #include "../log.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -279,6 +281,40 @@ bad:
 }
 
 #define ERRARGS err, err_len, param, param_len
+
+json_object *api_parse_body(const char *buf, size_t len, int *oom) {
+    *oom = 0;
+    char *fixed = NULL;
+    size_t fixed_n = 0;
+    int rw = json_fix_surrogates(buf, len, &fixed, &fixed_n);
+    if (rw < 0 || len > INT_MAX) {
+        *oom = rw < 0;
+        return NULL;
+    }
+    if (rw) {
+        buf = fixed;
+        len = fixed_n;
+    }
+    json_tokener *tk = json_tokener_new();
+    if (!tk) {
+        free(fixed);
+        *oom = 1;
+        return NULL;
+    }
+    json_object *o = json_tokener_parse_ex(tk, buf, (int)len);
+    enum json_tokener_error je = json_tokener_get_error(tk);
+    size_t used = (size_t)json_tokener_get_parse_end(tk);
+    json_tokener_free(tk);
+    while (o && used < len &&
+           (buf[used] == ' ' || buf[used] == '\t' || buf[used] == '\r' || buf[used] == '\n'))
+        used++; /* not strchr: a NUL byte is no whitespace */
+    free(fixed);
+    if (!o || je != json_tokener_success || used != len) {
+        json_object_put(o);
+        return NULL;
+    }
+    return o;
+}
 
 job *job_from_request(job_kind kind, json_object *b, const server_opts *o,
                       const char *model_name, char *err, size_t err_len, char *param,

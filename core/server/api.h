@@ -66,6 +66,10 @@ typedef struct job {
 } job;
 
 /* Validates a request body; NULL with a message (and the offending field in param). */
+/* A request body (len bytes at buf) as JSON: one value and nothing but whitespace after it.
+ * NULL when it is not JSON (*oom 0) or memory ran out (*oom 1). Escaped surrogate pairs are
+ * read right despite json-c 0.16 (json_fix.h). */
+json_object *api_parse_body(const char *buf, size_t len, int *oom);
 job *job_from_request(job_kind kind, json_object *body, const server_opts *o,
                       const char *model_name, char *err, size_t err_len, char *param,
                       size_t param_len);

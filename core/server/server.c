@@ -625,18 +625,10 @@ static json_object *read_body(struct server *s, struct evhttp_request *req, int 
     }
     evbuffer_copyout(b, buf, len);
     buf[len] = 0;
-    json_tokener *tk = json_tokener_new();
-    json_object *o = json_tokener_parse_ex(tk, buf, (int)len);
-    enum json_tokener_error je = json_tokener_get_error(tk);
-    size_t used = (size_t)json_tokener_get_parse_end(tk);
-    json_tokener_free(tk);
-    while (o && used < len && strchr(" \t\r\n", buf[used])) used++;
+    int oom;
+    json_object *o = api_parse_body(buf, len, &oom);
     free(buf);
-    if (!o || je != json_tokener_success || used != len) {
-        json_object_put(o);
-        *code = 400;
-        return NULL;
-    }
+    if (!o) *code = oom ? 500 : 400;
     return o;
 }
 

@@ -1,5 +1,6 @@
 /* Loading tokenizer.json, tokenizer_config.json and generation_config.json. Every failure names
  * the file and the JSON path of the offending value. */
+#include "json_fix.h"
 #include "tok_internal.h"
 
 #include <ctype.h>
@@ -44,75 +45,21 @@ static const char *jtype(json_object *o) {
 
 static json_object *parse_json_text(lctx *c, const char *s, size_t n);
 
-static int hex4(const char *s) {
-    int v = 0;
-    for (int i = 0; i < 4; i++) {
-        int c = (unsigned char)s[i], d = isdigit(c)               ? c - '0'
-                                         : (c >= 'a' && c <= 'f') ? c - 'a' + 10
-                                         : (c >= 'A' && c <= 'F') ? c - 'A' + 10
-                                                                  : -1;
-        if (d < 0) return -1;
-        v = v * 16 + d;
-    }
-    return v;
-}
-
-/* json-c 0.16 decodes some escaped surrogate pairs to U+FFFD (every high surrogate 0xD836,
- * 0xD837, 0xD876, ...: code points U+1D800-U+1DFFF and their 64K-periodic kin). Rewrite the
- * escaped pairs in strings as raw UTF-8 before parsing. Returns 1 when out holds a rewrite. */
-static int fix_surrogate_escapes(const char *s, size_t n, tok_sbuf *out) {
-    bool in_str = false, changed = false;
-    size_t run = 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!in_str) {
-            in_str = c == '"';
-            continue;
-        }
-        if (c == '"') {
-            in_str = false;
-        } else if (c == '\\' && i + 1 < n) {
-            int hi, lo;
-            if (s[i + 1] == 'u' && i + 12 <= n && (hi = hex4(s + i + 2)) >= 0xD800 &&
-                hi <= 0xDBFF && s[i + 6] == '\\' && s[i + 7] == 'u' &&
-                (lo = hex4(s + i + 8)) >= 0xDC00 && lo <= 0xDFFF) {
-                char u[4];
-                size_t k = utf8_encode(
-                    0x10000 + (((uint32_t)hi - 0xD800) << 10) + ((uint32_t)lo - 0xDC00), u);
-                if (sbuf_put(out, s + run, i - run) || sbuf_put(out, u, k)) return -1;
-                changed = true;
-                i += 11;
-                run = i + 1;
-            } else {
-                i++; /* skip the escaped character (\" in particular) */
-            }
-        }
-    }
-    if (!changed) return 0;
-    return sbuf_put(out, s + run, n - run) ? -1 : 1;
-}
-
 /* Parses a whole JSON text; NULL (with a line:column message) when it is not valid JSON. */
 static json_object *parse_json(lctx *c, const char *s, size_t n) {
     if (n > INT_MAX) {
         fail(c, NULL, "file too large (%zu bytes)", n);
         return NULL;
     }
-    tok_sbuf fixed = {0};
-    if (tok_memmem(s, n, "\\u", 2)) {
-        int r = fix_surrogate_escapes(s, n, &fixed);
-        if (r < 0) {
-            sbuf_free(&fixed);
-            fail(c, NULL, "out of memory");
-            return NULL;
-        }
-        if (r > 0) {
-            s = fixed.p;
-            n = fixed.n;
-        }
+    char *fixed = NULL;
+    size_t fixed_n = 0;
+    int r = json_fix_surrogates(s, n, &fixed, &fixed_n); /* json_fix.h */
+    if (r < 0) {
+        fail(c, NULL, "out of memory");
+        return NULL;
     }
-    json_object *o = parse_json_text(c, s, n);
-    sbuf_free(&fixed);
+    json_object *o = parse_json_text(c, r ? fixed : s, r ? fixed_n : n);
+    free(fixed);
     return o;
 }
 

@@ -20,9 +20,8 @@ void textio_stream_free(textio_stream *s) { (void)s; }
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     server_opts o = {.max_tokens = 16, .ctx_size = 4096, .parallel = 1};
     o.defaults = sampler_defaults();
-    json_tokener *tk = json_tokener_new();
-    json_object *body = json_tokener_parse_ex(tk, (const char *)data, (int)size);
-    json_tokener_free(tk);
+    int oom;
+    json_object *body = api_parse_body((const char *)data, size, &oom);
     char err[512], param[64];
     for (int kind = 0; body && kind < 2; kind++) {
         job *j = job_from_request(kind ? JOB_COMPLETION : JOB_CHAT, body, &o, "m", err,

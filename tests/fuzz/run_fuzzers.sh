@@ -12,10 +12,10 @@ set -uo pipefail
 # put in $LMHOST_TOKENIZERS (default ~/.cache/lmhost/tokenizers), when they are there: copied
 # into a temporary directory for the run, never into the repository.
 TARGETS=(
-    "safetensors|tests/fuzz/fuzz_safetensors.c core/safetensors.c core/util.c|json-c|"
-    "config|tests/fuzz/fuzz_config.c core/model_dir.c core/safetensors.c core/util.c|json-c|"
-    "request|tests/fuzz/fuzz_request.c core/server/api.c core/sampler.c core/log.c|json-c|-Icore/server"
-    "tokenizer|tests/fuzz/fuzz_tokenizer.c core/tokenizer/tok_util.c core/tokenizer/tok_unidata.c core/tokenizer/tok_load.c core/tokenizer/tok_encode.c core/tokenizer/tok_decode.c|json-c libpcre2-8 libutf8proc|-Icore/tokenizer"
+    "safetensors|tests/fuzz/fuzz_safetensors.c core/safetensors.c core/util.c core/jsonfix/json_fix.c|json-c|-Icore/jsonfix"
+    "config|tests/fuzz/fuzz_config.c core/model_dir.c core/safetensors.c core/util.c core/jsonfix/json_fix.c|json-c|-Icore/jsonfix"
+    "request|tests/fuzz/fuzz_request.c core/server/api.c core/sampler.c core/log.c core/jsonfix/json_fix.c|json-c|-Icore/server -Icore/jsonfix"
+    "tokenizer|tests/fuzz/fuzz_tokenizer.c core/tokenizer/tok_util.c core/tokenizer/tok_unidata.c core/tokenizer/tok_load.c core/tokenizer/tok_encode.c core/tokenizer/tok_decode.c core/jsonfix/json_fix.c|json-c libpcre2-8 libutf8proc|-Icore/tokenizer -Icore/jsonfix"
     "template|tests/fuzz/fuzz_template.c core/template/chat_template.c core/template/tpl_builtins.c core/template/tpl_eval.c core/template/tpl_format.c core/template/tpl_json.c core/template/tpl_parse.c core/template/tpl_unicode.c core/template/tpl_value.c|json-c libutf8proc|-Icore/template -lm"
 )
 

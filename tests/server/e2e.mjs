@@ -259,6 +259,11 @@ async function scenarioErrors() {
     check(r.code === 405 && shape(r), 'wrong method: 405', JSON.stringify(r));
     r = await post({ messages: [{ role: 'user', content: [{ type: 'text', text: 'What is ' }, { type: 'text', text: '2+2?' }] }], max_tokens: 24, temperature: 0 });
     eq(r.body?.choices?.[0]?.message?.content, cases[0].greedy_text, 'list-of-parts content');
+    // an escaped surrogate pair (U+1D800, which json-c 0.16 alone reads as U+FFFD) is the character
+    const plain = { messages: [{ role: 'user', content: 'a\u{1D800}b' }], max_tokens: 1, temperature: 0 };
+    const r1 = await post(plain), r2 = await post(null, JSON.stringify(plain).replace('\u{1D800}', '\\ud836\\udc00'));
+    check(r1.code === 200 && r2.code === 200 && r1.body.usage.prompt_tokens === r2.body.usage.prompt_tokens,
+      'an escaped surrogate pair reads as its character', JSON.stringify([r1.body?.usage, r2.body?.usage]));
     r = await post({ messages: [{ role: 'user', content: 'hi' }], kv_bits: 7 });
     check(r.code === 400 && r.body.error.param === 'kv_bits', 'kv_bits validated', JSON.stringify(r));
     const h = await status(p.url + '/health');

@@ -389,6 +389,16 @@ static void t_eltwise(void) {
     free_all();
 }
 
+/* A rope's operands for 6 rows: positions up to 30000, rot / 2 inverse frequencies. */
+static void rope_inputs(int32_t rot, tt **pos, tt **inv) {
+    static const int32_t p[6] = {0, 1, 7, 100, 4095, 30000};
+    float f[512];
+    for (int i = 0; i < rot / 2; i++) f[i] = powf(10000.0f, -2.0f * i / rot);
+    int64_t ne = rot / 2;
+    *pos = mk_i32(1, 6, 0, p);
+    *inv = mk_raw(LMH_F32, 1, &ne, f, 0);
+}
+
 static void t_rope(void) {
     static const int32_t cfg[][3] = {{64, 64, 0}, {64, 64, 1}, {64, 32, 0}, {80, 40, 1}, {6, 2, 0}};
     for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++)
@@ -396,12 +406,8 @@ static void t_rope(void) {
             int64_t n = 6, heads = 3, hd = cfg[c][0];
             int32_t rot = cfg[c][1];
             tt *x = mk(LMH_F32, 3, n, heads, hd, -2, 2, 0);
-            int32_t pos[6] = {0, 1, 7, 100, 4095, 30000};
-            tt *p = mk_i32(1, n, 0, pos);
-            float inv[512];
-            for (int i = 0; i < rot / 2; i++) inv[i] = powf(10000.0f, -2.0f * i / rot);
-            int64_t ne = rot / 2;
-            tt *iv = mk_raw(LMH_F32, 1, &ne, inv, 0);
+            tt *p, *iv;
+            rope_inputs(rot, &p, &iv);
             tt *y = inplace ? x : mk(LMH_F32, 3, n, heads, hd, 0, 0, 0);
             float f[8] = {c == 3 ? 1.2f : 1.0f};
             int32_t i8[8] = {rot, cfg[c][2]};
@@ -472,12 +478,8 @@ static void t_fused(void) {
                 int32_t rot = cfg[c][1];
                 tt *x = mk(LMH_F32, 3, n, heads, hd, -2, 2, 0);
                 tt *wt = w ? mk(LMH_BF16, 1, hd, 0, 0, -1, 1, LMH_TENSOR_WEIGHT) : NULL;
-                int32_t pos[6] = {0, 1, 7, 100, 4095, 30000};
-                tt *p = mk_i32(1, n, 0, pos);
-                float inv[256];
-                for (int i = 0; i < rot / 2; i++) inv[i] = powf(10000.0f, -2.0f * i / rot);
-                int64_t ne = rot / 2;
-                tt *iv = mk_raw(LMH_F32, 1, &ne, inv, 0);
+                tt *p, *iv;
+                rope_inputs(rot, &p, &iv);
                 tt *y = inplace ? x : mk(LMH_F32, 3, n, heads, hd, 0, 0, 0);
                 float fn[8] = {1e-6f, (float)w}, fr[8] = {c == 2 ? 1.2f : 1.0f};
                 int32_t i8[8] = {rot, cfg[c][2]};
