@@ -80,14 +80,10 @@ int cli_bench(int argc, char **argv) {
     model_args a = {0};
     const char *prompt_s = NULL, *gen_s = NULL, *chunk_s = NULL;
     int help = 0, no_bw = 0;
-    cli_opt opts[] = {{"--model", &a.model, NULL, 0},
-                      {"--prompt", &prompt_s, NULL, 0},
-                      {"--gen", &gen_s, NULL, 0},
-                      MODEL_ARG_OPTS(a),
-                      {"--chunk", &chunk_s, NULL, 0},
-                      {"--no-bandwidth", NULL, &no_bw, 0},
-                      {"--help", NULL, &help, 0},
-                      {0}};
+    cli_opt opts[] = {{"--model", &a.model, NULL, 0}, {"--prompt", &prompt_s, NULL, 0},
+                      {"--gen", &gen_s, NULL, 0},     MODEL_ARG_OPTS(a),
+                      {"--chunk", &chunk_s, NULL, 0}, {"--no-bandwidth", NULL, &no_bw, 0},
+                      {"--help", NULL, &help, 0},     {0}};
     if (cli_parse(argc, argv, opts)) return 2;
     if (help) {
         printf("usage: lmhost bench --model DIR [--prompt N] [--gen N] [--chunk N] "
@@ -176,7 +172,8 @@ int cli_bench(int argc, char **argv) {
         if (!count) continue;
         if (pass)
             printf("cache rows per sequence, sliding-window layers (window %d): %d..%d in %d "
-                   "layers\n", window, rows_min, rows_max, count);
+                   "layers\n",
+                   window, rows_min, rows_max, count);
         else
             printf("cache rows per sequence, full-attention layers: %d..%d in %d layers\n",
                    rows_min, rows_max, count);
@@ -194,8 +191,8 @@ int cli_bench(int argc, char **argv) {
         double limit = bw * 1e9 / per_tok;
         printf("memory read bandwidth: %.2f GB/s (%d threads summing a 1 GiB buffer, best of 5)\n",
                bw, bw_threads);
-        printf("decode bound by bandwidth: %.2f tokens/s; measured decode is %.0f%% of it\n",
-               limit, 100.0 * dec_tps / limit);
+        printf("decode bound by bandwidth: %.2f tokens/s; measured decode is %.0f%% of it\n", limit,
+               100.0 * dec_tps / limit);
     }
     (void)s0;
     rc = 0;

@@ -27,15 +27,16 @@ typedef struct model_args {
 } model_args;
 
 /* The option-table rows of model_args (placed in each command's table). */
-#define MODEL_ARG_OPTS(a)                                                                      \
-    {"--backend", &(a).backend, NULL, 0}, {"--cache", &(a).cache, NULL, 0},                    \
-        {"--threads", &(a).threads, NULL, 0}, {"--plugin-dir", &(a).plugin_dir, NULL, 0},     \
-        {"--gpu-layers", &(a).gpu_layers, NULL, 0}, {"--device", &(a).device, NULL, 0}
+#define MODEL_ARG_OPTS(a)                                                                          \
+    {"--backend", &(a).backend, NULL, 0}, {"--cache", &(a).cache, NULL, 0},                        \
+        {"--threads", &(a).threads, NULL, 0}, {"--plugin-dir", &(a).plugin_dir, NULL, 0},          \
+        {"--gpu-layers", &(a).gpu_layers, NULL, 0}, {                                              \
+        "--device", &(a).device, NULL, 0                                                           \
+    }
 
-#define MODEL_ARG_HELP                                                                         \
-    "[--backend NAME] [--gpu-layers N] [--device N] [--cache NAME] [--threads N] "             \
+#define MODEL_ARG_HELP                                                                             \
+    "[--backend NAME] [--gpu-layers N] [--device N] [--cache NAME] [--threads N] "                 \
     "[--plugin-dir DIR]"
-
 
 struct engine;
 struct registry;

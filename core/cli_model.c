@@ -80,8 +80,7 @@ int cli_ids(const char *opt, const char *s, int32_t **ids, int32_t *n) {
         errno = 0;
         long long x = strtoll(p, &end, 10);
         if (errno || end == p || x < 0 || x > INT32_MAX || (*end && *end != ',')) {
-            fprintf(stderr, "lmhost: %s must be comma-separated token ids (bad at '%s')\n", opt,
-                    p);
+            fprintf(stderr, "lmhost: %s must be comma-separated token ids (bad at '%s')\n", opt, p);
             free(v);
             return -1;
         }
@@ -134,8 +133,8 @@ int cli_plugins(int argc, char **argv) {
             const lmh_plugin_info *in = reg.items[i].info;
             if (in->kind != kinds[k]) continue;
             printf("%s %s %s (ABI %u.%u)\n    file: %s\n    %s\n", kind_names[k], in->name,
-                   in->version ? in->version : "?", in->abi_major, in->abi_minor,
-                   reg.items[i].file, in->summary ? in->summary : "");
+                   in->version ? in->version : "?", in->abi_major, in->abi_minor, reg.items[i].file,
+                   in->summary ? in->summary : "");
             if (in->kind == LMH_KIND_ARCH)
                 print_list("model types", ((const lmh_arch_api *)in->api)->model_types);
             if (in->kind == LMH_KIND_BACKEND) {
@@ -164,8 +163,12 @@ engine *cli_open_engine(const model_args *a, registry *reg) {
     if (a->gpu_layers && cli_int("--gpu-layers", a->gpu_layers, 0, 1 << 20, &gl)) return NULL;
     if (a->device && cli_int("--device", a->device, 0, 255, &dev)) return NULL;
     if (registry_load(reg, a->plugin_dir)) return NULL;
-    engine_opts o = {.model_dir = a->model, .backend = a->backend, .cache = a->cache,
-                     .threads = (int)th, .gpu_layers = (int)gl, .device = (int)dev};
+    engine_opts o = {.model_dir = a->model,
+                     .backend = a->backend,
+                     .cache = a->cache,
+                     .threads = (int)th,
+                     .gpu_layers = (int)gl,
+                     .device = (int)dev};
     char err[2048];
     engine *e = engine_open(reg, &o, err, sizeof err);
     if (!e) fprintf(stderr, "lmhost: %s\n", err);
@@ -174,8 +177,8 @@ engine *cli_open_engine(const model_args *a, registry *reg) {
 
 /* Runs the prompt through the model in chunks of at most `chunk` rows; leaves the logits
  * of the last position in last[vocab] (and every position's in all[n*vocab] if given). */
-int cli_prefill(engine *e, uint64_t seq, const int32_t *ids, int32_t n, int32_t chunk,
-                   float *all, float *last) {
+int cli_prefill(engine *e, uint64_t seq, const int32_t *ids, int32_t n, int32_t chunk, float *all,
+                float *last) {
     int32_t V = engine_vocab(e);
     engine_row *rows = malloc((size_t)chunk * sizeof *rows);
     int32_t *outs = malloc((size_t)chunk * sizeof *outs);
@@ -206,14 +209,17 @@ int cli_logits(int argc, char **argv) {
     model_args a = {0};
     const char *out = NULL, *chunk_s = NULL;
     int help = 0;
-    cli_opt opts[] = {{"--model", &a.model, NULL, 0}, {"--tokens", &a.tokens, NULL, 0},
-                      {"--out", &out, NULL, 0},       MODEL_ARG_OPTS(a),
-                      {"--chunk", &chunk_s, NULL, 0}, {"--help", NULL, &help, 0},
+    cli_opt opts[] = {{"--model", &a.model, NULL, 0},
+                      {"--tokens", &a.tokens, NULL, 0},
+                      {"--out", &out, NULL, 0},
+                      MODEL_ARG_OPTS(a),
+                      {"--chunk", &chunk_s, NULL, 0},
+                      {"--help", NULL, &help, 0},
                       {0}};
     if (cli_parse(argc, argv, opts)) return 2;
     if (help) {
-        printf("usage: lmhost logits --model DIR --tokens 1,2,3 --out F.npy [--chunk N] "
-               MODEL_ARG_HELP "\n");
+        printf("usage: lmhost logits --model DIR --tokens 1,2,3 --out F.npy [--chunk "
+               "N] " MODEL_ARG_HELP "\n");
         return 0;
     }
     if (!a.tokens || !out) {
@@ -267,20 +273,13 @@ int cli_generate(int argc, char **argv) {
     const char *max_s = NULL, *temp_s = NULL, *topk_s = NULL, *topp_s = NULL, *minp_s = NULL,
                *rep_s = NULL, *seed_s = NULL, *chunk_s = NULL;
     int help = 0, ignore_eos = 0;
-    cli_opt opts[] = {{"--model", &a.model, NULL, 0},
-                      {"--tokens", &a.tokens, NULL, 0},
-                      {"--max-tokens", &max_s, NULL, 0},
-                      {"--temperature", &temp_s, NULL, 0},
-                      {"--top-k", &topk_s, NULL, 0},
-                      {"--top-p", &topp_s, NULL, 0},
-                      {"--min-p", &minp_s, NULL, 0},
-                      {"--repetition-penalty", &rep_s, NULL, 0},
-                      {"--seed", &seed_s, NULL, 0},
-                      MODEL_ARG_OPTS(a),
-                      {"--chunk", &chunk_s, NULL, 0},
-                      {"--ignore-eos", NULL, &ignore_eos, 0},
-                      {"--help", NULL, &help, 0},
-                      {0}};
+    cli_opt opts[] = {{"--model", &a.model, NULL, 0},    {"--tokens", &a.tokens, NULL, 0},
+                      {"--max-tokens", &max_s, NULL, 0}, {"--temperature", &temp_s, NULL, 0},
+                      {"--top-k", &topk_s, NULL, 0},     {"--top-p", &topp_s, NULL, 0},
+                      {"--min-p", &minp_s, NULL, 0},     {"--repetition-penalty", &rep_s, NULL, 0},
+                      {"--seed", &seed_s, NULL, 0},      MODEL_ARG_OPTS(a),
+                      {"--chunk", &chunk_s, NULL, 0},    {"--ignore-eos", NULL, &ignore_eos, 0},
+                      {"--help", NULL, &help, 0},        {0}};
     if (cli_parse(argc, argv, opts)) return 2;
     if (help) {
         printf("usage: lmhost generate --model DIR --tokens 1,2,3 --max-tokens N "

@@ -52,7 +52,7 @@ struct engine {
     int32_t *local[PL_MAX_SLOTS]; /* global layer -> the slot cache's layer, or -1 */
     int32_t *layer_slot;
     int input_slot, output_slot;
-    int gpu_layers;               /* -1: every layer on the first backend */
+    int gpu_layers; /* -1: every layer on the first backend */
     lmh_backend_opts bopts;
     lmh_model *model;
     int32_t n_layers, vocab, first_kv;
@@ -191,8 +191,8 @@ static json_object *text_config(const engine *e) {
 static int host_rope_freqs(lmh_load_ctx *ld, const char *layer_type, int32_t rot_dims,
                            float *inv_freq, lmh_rope_info *info) {
     char err[512];
-    if (rope_compute(text_config(ld->e), layer_type, rot_dims, inv_freq, info, err,
-                     sizeof err) != 0)
+    if (rope_compute(text_config(ld->e), layer_type, rot_dims, inv_freq, info, err, sizeof err) !=
+        0)
         return host_fail(ld, "%s", err);
     return LMH_OK;
 }
@@ -243,8 +243,8 @@ static int host_declare_layer(lmh_load_ctx *ld, int32_t layer, const lmh_layer_s
         return host_fail(ld, "declare_layer: layer %d out of range", layer);
     if (st->kind == LMH_STATE_KV &&
         (st->n_kv_heads <= 0 || st->head_dim_k <= 0 || st->head_dim_v <= 0 || st->window < 0))
-        return host_fail(ld, "layer %d: bad attention state (kv heads %d, head dims %d/%d)",
-                         layer, st->n_kv_heads, st->head_dim_k, st->head_dim_v);
+        return host_fail(ld, "layer %d: bad attention state (kv heads %d, head dims %d/%d)", layer,
+                         st->n_kv_heads, st->head_dim_k, st->head_dim_v);
     e->layers[layer] = *st;
     return LMH_OK;
 }
@@ -287,17 +287,19 @@ static int quant_of(lmh_load_ctx *ld, const char *name, qweight *q) {
     json_object *cfg = md_config(md), *qc = cfg_lookup(cfg, "quantization");
     if (!qc) qc = cfg_lookup(cfg, "quantization_config");
     if (!qc || !json_object_is_type(qc, json_type_object)) {
-        host_fail(ld, "tensor %s has %s beside it but config.json has no \"quantization\"",
-                  name, sc ? sn : bn);
+        host_fail(ld, "tensor %s has %s beside it but config.json has no \"quantization\"", name,
+                  sc ? sn : bn);
         return -1;
     }
     json_object *mode = json_object_object_get(qc, "mode");
     if (mode) {
-        const char *m = json_object_is_type(mode, json_type_string) ? json_object_get_string(mode)
-                                                                    : "";
+        const char *m =
+            json_object_is_type(mode, json_type_string) ? json_object_get_string(mode) : "";
         if (!strcmp(m, "mxfp4") || !strcmp(m, "nvfp4") || !strcmp(m, "mxfp8")) {
-            host_fail(ld, "config.json: quantization mode \"%s\" is not supported yet (only "
-                          "\"affine\")", m);
+            host_fail(ld,
+                      "config.json: quantization mode \"%s\" is not supported yet (only "
+                      "\"affine\")",
+                      m);
             return -1;
         }
         if (strcmp(m, "affine") != 0) {
@@ -315,18 +317,21 @@ static int quant_of(lmh_load_ctx *ld, const char *name, qweight *q) {
         if (!json_object_get_boolean(ov)) return 0; /* this module is not quantized */
     } else if (ov && json_object_is_type(ov, json_type_object)) {
         if (get_small_int(ov, "bits", &bits) < 0 || get_small_int(ov, "group_size", &group) < 0) {
-            host_fail(ld, "config.json: quantization override for %s has a bad bits or "
-                          "group_size", base);
+            host_fail(ld,
+                      "config.json: quantization override for %s has a bad bits or "
+                      "group_size",
+                      base);
             return -1;
         }
     } else if (ov) {
-        host_fail(ld, "config.json: quantization override for %s must be an object or false",
-                  base);
+        host_fail(ld, "config.json: quantization override for %s must be an object or false", base);
         return -1;
     }
     if (lmh_quant_dtype(bits) == LMH_DTYPE_COUNT || (group != 32 && group != 64 && group != 128)) {
-        host_fail(ld, "tensor %s: %d-bit groups of %d are not supported (bits 2, 3, 4, 5, 6, 8; "
-                      "group_size 32, 64, 128)", name, bits, group);
+        host_fail(ld,
+                  "tensor %s: %d-bit groups of %d are not supported (bits 2, 3, 4, 5, 6, 8; "
+                  "group_size 32, 64, 128)",
+                  name, bits, group);
         return -1;
     }
     if (!sc || !bi) {
@@ -340,8 +345,10 @@ static int quant_of(lmh_load_ctx *ld, const char *name, qweight *q) {
     }
     if ((sc->dtype != LMH_F32 && sc->dtype != LMH_F16 && sc->dtype != LMH_BF16) ||
         bi->dtype != sc->dtype) {
-        host_fail(ld, "quantized tensor %s: scales (%s) and biases (%s) must both be f32, f16 "
-                      "or bf16", name, lmh_dtype_name(sc->dtype), lmh_dtype_name(bi->dtype));
+        host_fail(ld,
+                  "quantized tensor %s: scales (%s) and biases (%s) must both be f32, f16 "
+                  "or bf16",
+                  name, lmh_dtype_name(sc->dtype), lmh_dtype_name(bi->dtype));
         return -1;
     }
     if (t->ndim != 2 && t->ndim != 3) {
@@ -359,12 +366,14 @@ static int quant_of(lmh_load_ctx *ld, const char *name, qweight *q) {
         shape_str(ws, sizeof ws, t->ndim, t->ne);
         shape_str(ss, sizeof ss, sc->ndim, sc->ne);
         shape_str(bs, sizeof bs, bi->ndim, bi->ne);
-        host_fail(ld, "quantized tensor %s %s (%d-bit, groups of %d) does not match its scales "
-                      "%s and biases %s", name, ws, bits, group, ss, bs);
+        host_fail(ld,
+                  "quantized tensor %s %s (%d-bit, groups of %d) does not match its scales "
+                  "%s and biases %s",
+                  name, ws, bits, group, ss, bs);
         return -1;
     }
-    *q = (qweight){.w = t, .scales = sc, .biases = bi, .bits = bits, .group = group,
-                   .ndim = t->ndim};
+    *q = (qweight){
+        .w = t, .scales = sc, .biases = bi, .bits = bits, .group = group, .ndim = t->ndim};
     memcpy(q->ne, t->ne, sizeof q->ne);
     q->ne[t->ndim - 1] = in;
     return 1;
@@ -413,9 +422,8 @@ static lmh_tensor *make_weight(lmh_load_ctx *ld, int32_t layer, lmh_dtype dt, in
     for (int i = 0; i < ndim; i++) bytes *= (size_t)ne[i];
     /* (a file whose header length is not a multiple of 8 leaves data misaligned: copy it) */
     int aligned = ((uintptr_t)data % (lmh_dtype_size(dt) ? lmh_dtype_size(dt) : 1)) == 0;
-    lmh_tensor *p = sl->api->tensor_wrap && aligned
-                        ? sl->api->tensor_wrap(sl->b, dt, ndim, ne, data)
-                        : NULL;
+    lmh_tensor *p =
+        sl->api->tensor_wrap && aligned ? sl->api->tensor_wrap(sl->b, dt, ndim, ne, data) : NULL;
     if (!p) {
         p = sl->api->tensor_new(sl->b, dt, ndim, ne, LMH_TENSOR_WEIGHT);
         if (!p) {
@@ -479,10 +487,9 @@ static lmh_tensor *make_qweight(lmh_load_ctx *ld, int32_t layer, const qweight *
                   sl->plugin->info->name, name, q->bits);
         return NULL;
     }
-    lmh_tensor *p =
-        sl->api->tensor_quant(sl->b, lmh_quant_dtype(q->bits), q->group, q->ndim, q->ne,
-                              (const uint32_t *)q->w->data, q->scales->dtype, q->scales->data,
-                              q->biases->data);
+    lmh_tensor *p = sl->api->tensor_quant(sl->b, lmh_quant_dtype(q->bits), q->group, q->ndim, q->ne,
+                                          (const uint32_t *)q->w->data, q->scales->dtype,
+                                          q->scales->data, q->biases->data);
     if (!p) {
         host_fail(ld, "backend %s refused quantized tensor %s (%zu bytes; out of memory or layout)",
                   sl->plugin->info->name, name,
@@ -518,8 +525,10 @@ static lmh_tensor *host_weight(lmh_load_ctx *ld, int32_t layer, const char *name
             char want[128], have[128];
             shape_str(want, sizeof want, ndim, ne);
             shape_str(have, sizeof have, q.ndim, q.ne);
-            host_fail(ld, "shape mismatch for tensor %s: checkpoint has %s (quantized, %d-bit), "
-                          "config implies %s", name, have, q.bits, want);
+            host_fail(ld,
+                      "shape mismatch for tensor %s: checkpoint has %s (quantized, %d-bit), "
+                      "config implies %s",
+                      name, have, q.bits, want);
             return NULL;
         }
         return make_qweight(ld, layer, &q, name);
@@ -548,8 +557,10 @@ static lmh_tensor *host_weight_stack(lmh_load_ctx *ld, int32_t layer, const char
         int qr = quant_of(ld, name, &q);
         if (qr) {
             if (qr > 0)
-                host_fail(ld, "tensor %s: quantized per-expert tensors are not supported; "
-                              "quantized experts must be stacked (switch_mlp)", name);
+                host_fail(ld,
+                          "tensor %s: quantized per-expert tensors are not supported; "
+                          "quantized experts must be stacked (switch_mlp)",
+                          name);
             goto bad;
         }
         const st_tensor *st = find_checked(ld, name, ndim, ne);
@@ -855,8 +866,8 @@ static void describe_chain(engine *e) {
         else
             snprintf(be + o, sizeof be - o, "%s%s[layers %d-%d]", s ? "+" : "", d, first, last);
     }
-    snprintf(e->chain, sizeof e->chain, "arch=%s backend=%s cache=%s(%s)",
-             e->arch_p->info->name, be, e->cache_p->info->name, e->cache_format);
+    snprintf(e->chain, sizeof e->chain, "arch=%s backend=%s cache=%s(%s)", e->arch_p->info->name,
+             be, e->cache_p->info->name, e->cache_format);
 }
 
 /* --cache accepts a plugin name, "name:format", or a bare format any cache offers. */
@@ -903,8 +914,8 @@ engine *engine_open(const registry *reg, const engine_opts *o, char *err, size_t
     }
     e->reg = reg;
     e->gpu_layers = o->gpu_layers;
-    e->bopts = (lmh_backend_opts){.size = sizeof e->bopts, .threads = o->threads,
-                                  .device = o->device};
+    e->bopts =
+        (lmh_backend_opts){.size = sizeof e->bopts, .threads = o->threads, .device = o->device};
     char merr[1024];
     e->md = md_open(o->model_dir, merr, sizeof merr);
     if (!e->md) {
@@ -969,10 +980,18 @@ fail:
     return NULL;
 }
 
-int32_t engine_vocab(const engine *e) { return e->vocab; }
-int32_t engine_n_layers(const engine *e) { return e->n_layers; }
-json_object *engine_config(const engine *e) { return md_config(e->md); }
-const char *engine_chain(const engine *e) { return e->chain; }
+int32_t engine_vocab(const engine *e) {
+    return e->vocab;
+}
+int32_t engine_n_layers(const engine *e) {
+    return e->n_layers;
+}
+json_object *engine_config(const engine *e) {
+    return md_config(e->md);
+}
+const char *engine_chain(const engine *e) {
+    return e->chain;
+}
 
 void engine_get_stats(engine *e, engine_stats *s) {
     memset(s, 0, sizeof *s);
@@ -1129,13 +1148,14 @@ done:
     return rc;
 }
 
-int engine_seq_count(const engine *e) { return e->n_seqs; }
+int engine_seq_count(const engine *e) {
+    return e->n_seqs;
+}
 
 int engine_swap_backend(engine *e, const char *name, char *err, size_t err_len) {
     if (e->n_slots != 1)
         return errf(err, err_len, "a model split over backends (--gpu-layers) cannot move");
-    if (e->n_seqs)
-        return errf(err, err_len, "%d sequences are still running", e->n_seqs);
+    if (e->n_seqs) return errf(err, err_len, "%d sequences are still running", e->n_seqs);
     const int t = 1; /* the new backend starts in a spare slot */
     if (start_backend(e, t, name, err, err_len) != 0) return -1;
     /* Weights first, then an empty cache; the old backend serves until both succeed. */

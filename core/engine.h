@@ -10,19 +10,19 @@
 
 typedef struct engine_opts {
     const char *model_dir;
-    const char *backend;      /* backend plugin name; NULL: "cpu" */
-    const char *cache;        /* cache plugin name, optionally "name:format"; NULL: "plain" */
-    int threads;              /* 0: all cores */
-    int device;               /* device index for backends with several */
-    int gpu_layers;           /* -1: every layer on `backend`; N: the first N there, the rest
-                                 on the CPU backend; 0: the CPU backend alone */
-    int max_seq_len;          /* 0: the model's max_position_embeddings or unbounded */
+    const char *backend; /* backend plugin name; NULL: "cpu" */
+    const char *cache;   /* cache plugin name, optionally "name:format"; NULL: "plain" */
+    int threads;         /* 0: all cores */
+    int device;          /* device index for backends with several */
+    int gpu_layers;      /* -1: every layer on `backend`; N: the first N there, the rest
+                            on the CPU backend; 0: the CPU backend alone */
+    int max_seq_len;     /* 0: the model's max_position_embeddings or unbounded */
 } engine_opts;
 
 typedef struct engine engine;
 
 typedef struct engine_row {
-    uint64_t seq;  /* rows of one sequence are contiguous within a step */
+    uint64_t seq; /* rows of one sequence are contiguous within a step */
     int32_t token;
 } engine_row;
 
@@ -32,7 +32,7 @@ typedef struct engine_stats {
     uint64_t weight_bytes;      /* all weights of the checkpoint as loaded */
     uint64_t weight_read_bytes; /* weight bytes read by ops so far (all backends) */
     uint64_t cache_bytes;
-    uint64_t backend_bytes;     /* backend memory beyond mapped weights */
+    uint64_t backend_bytes; /* backend memory beyond mapped weights */
     int n_backends;
     struct {
         char name[32];

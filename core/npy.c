@@ -18,7 +18,15 @@ int npy_write_f32(const char *path, const float *data, int64_t rows, int64_t col
     int hlen = dl + pad + 1;
     FILE *f = fopen(path, "wb");
     if (!f) return errf(err, err_len, "cannot write %s: %m", path);
-    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff),
+    unsigned char pre[10] = {0x93,
+                             'N',
+                             'U',
+                             'M',
+                             'P',
+                             'Y',
+                             1,
+                             0,
+                             (unsigned char)(hlen & 0xff),
                              (unsigned char)(hlen >> 8)};
     int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(dict, 1, (size_t)dl, f) == (size_t)dl;
     for (int i = 0; ok && i < pad; i++) ok = fputc(' ', f) != EOF;

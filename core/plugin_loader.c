@@ -14,9 +14,12 @@
 
 static const char *kind_name(lmh_plugin_kind k) {
     switch (k) {
-    case LMH_KIND_ARCH: return "architecture";
-    case LMH_KIND_BACKEND: return "backend";
-    case LMH_KIND_CACHE: return "cache";
+    case LMH_KIND_ARCH:
+        return "architecture";
+    case LMH_KIND_BACKEND:
+        return "backend";
+    case LMH_KIND_CACHE:
+        return "cache";
     }
     return "?";
 }
@@ -73,8 +76,8 @@ static int check_info(const lmh_plugin_info *in, char *why, size_t len) {
     }
     }
     if (tsize < need)
-        return errf(why, len, "%s table too small (%u bytes, need %zu)", kind_name(in->kind),
-                    tsize, need);
+        return errf(why, len, "%s table too small (%u bytes, need %zu)", kind_name(in->kind), tsize,
+                    need);
     return 0;
 }
 
@@ -201,7 +204,8 @@ static void scan_build_tree(registry *r) {
             char probe[4200];
             snprintf(probe, sizeof probe, "%s/backends", exe);
             struct stat st;
-            if (stat(probe, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(root, sizeof root, "%s", exe);
+            if (stat(probe, &st) == 0 && S_ISDIR(st.st_mode))
+                snprintf(root, sizeof root, "%s", exe);
         }
     }
     static const char *const sub[] = {"backends", "plugins", "models"};

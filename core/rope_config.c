@@ -15,10 +15,10 @@ static int num(json_object *o, const char *key, double *out) {
 }
 
 /* Reads `key` of `o` into *out when present; a non-number is an error. */
-#define GETNUM(o, key, out)                                                                    \
-    do {                                                                                       \
-        if (num((o), (key), (out)) < 0)                                                        \
-            return errf(err, err_len, "config.json: rope setting '%s' is not a number", key);  \
+#define GETNUM(o, key, out)                                                                        \
+    do {                                                                                           \
+        if (num((o), (key), (out)) < 0)                                                            \
+            return errf(err, err_len, "config.json: rope setting '%s' is not a number", key);      \
     } while (0)
 
 static double yarn_mscale(double scale, double m) {
@@ -73,8 +73,8 @@ static int rope_find(json_object *cfg, const char *layer_type, rope_src *r, char
     return 0;
 }
 
-int rope_setting(json_object *cfg, const char *layer_type, const char *key, double *out,
-                 char *err, size_t err_len) {
+int rope_setting(json_object *cfg, const char *layer_type, const char *key, double *out, char *err,
+                 size_t err_len) {
     rope_src r;
     if (rope_find(cfg, layer_type, &r, err, err_len)) return -1;
     if (strcmp(key, "rope_theta") == 0) {
@@ -141,7 +141,8 @@ int rope_compute(json_object *cfg, const char *layer_type, int32_t rot_dims, flo
         GETNUM(scaling, "attention_factor", &attn);
         if (!(orig > 0)) GETNUM(cfg, "max_position_embeddings", &orig);
         if (!(orig > 0))
-            return errf(err, err_len, "config.json: yarn rope needs original_max_position_embeddings");
+            return errf(err, err_len,
+                        "config.json: yarn rope needs original_max_position_embeddings");
         if (attn <= 0)
             attn = (mscale > 0 && mscale_all > 0)
                        ? yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all)
@@ -151,7 +152,8 @@ int rope_compute(json_object *cfg, const char *layer_type, int32_t rot_dims, flo
         double hi = ceil(d * log(orig / (beta_slow * 2 * M_PI)) / (2 * log(base)));
         int truncate = 1;
         json_object *tr = cfg_lookup(scaling, "truncate");
-        if (tr && json_object_is_type(tr, json_type_boolean)) truncate = json_object_get_boolean(tr);
+        if (tr && json_object_is_type(tr, json_type_boolean))
+            truncate = json_object_get_boolean(tr);
         if (!truncate) {
             lo = d * log(orig / (beta_fast * 2 * M_PI)) / (2 * log(base));
             hi = d * log(orig / (beta_slow * 2 * M_PI)) / (2 * log(base));

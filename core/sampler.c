@@ -19,8 +19,8 @@ struct sampler {
 };
 
 sampler_params sampler_defaults(void) {
-    return (sampler_params){.temperature = 0, .top_k = 0, .top_p = 1, .min_p = 0,
-                            .repetition_penalty = 1, .seed = 0};
+    return (sampler_params){
+        .temperature = 0, .top_k = 0, .top_p = 1, .min_p = 0, .repetition_penalty = 1, .seed = 0};
 }
 
 /* xoshiro256** seeded through splitmix64: small, fast, and the same on every machine. */
@@ -30,7 +30,9 @@ static uint64_t splitmix(uint64_t *x) {
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
 }
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static uint64_t rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
 static uint64_t next_u64(uint64_t *s) {
     uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
     s[2] ^= s[0];
@@ -41,7 +43,9 @@ static uint64_t next_u64(uint64_t *s) {
     s[3] = rotl(s[3], 45);
     return r;
 }
-static double uniform(uint64_t *s) { return (double)(next_u64(s) >> 11) * 0x1.0p-53; }
+static double uniform(uint64_t *s) {
+    return (double)(next_u64(s) >> 11) * 0x1.0p-53;
+}
 
 sampler *sampler_new(const sampler_params *p, int32_t vocab, char *err, size_t err_len) {
     if (!(p->temperature >= 0) || !isfinite(p->temperature)) {
@@ -99,8 +103,7 @@ static int by_logit_desc(const void *a, const void *b) {
 
 static void penalties(sampler *s, float *lg, const int32_t *hist, int32_t n) {
     const sampler_params *p = &s->p;
-    if (p->repetition_penalty == 1 && p->presence_penalty == 0 && p->frequency_penalty == 0)
-        return;
+    if (p->repetition_penalty == 1 && p->presence_penalty == 0 && p->frequency_penalty == 0) return;
     for (int32_t i = 0; i < n; i++)
         if (hist[i] >= 0 && hist[i] < s->vocab) s->counts[hist[i]]++;
     for (int32_t i = 0; i < n; i++) {

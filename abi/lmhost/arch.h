@@ -34,8 +34,8 @@ typedef struct lmh_batch {
     lmh_tensor *tokens;    /* i32 [n_rows], on the LMH_LAYER_INPUT backend */
     lmh_tensor *positions; /* i32 [n_rows], on every backend that runs a layer */
     int32_t n_out;
-    lmh_tensor *out_rows;  /* i32 [n_out]: the rows whose logits are wanted */
-    lmh_tensor *logits;    /* f32 [n_out, vocab] to fill, on the LMH_LAYER_OUTPUT backend */
+    lmh_tensor *out_rows; /* i32 [n_out]: the rows whose logits are wanted */
+    lmh_tensor *logits;   /* f32 [n_out, vocab] to fill, on the LMH_LAYER_OUTPUT backend */
 } lmh_batch;
 
 typedef struct lmh_model lmh_model; /* the plugin's own */

@@ -16,15 +16,15 @@ extern "C" {
 typedef struct lmh_backend lmh_backend;
 
 typedef struct lmh_backend_opts {
-    uint32_t size;     /* sizeof(lmh_backend_opts) as the host knows it */
-    int32_t threads;   /* CPU worker threads; 0: all cores */
-    int32_t device;    /* device index for backends with several; 0 by default */
+    uint32_t size;   /* sizeof(lmh_backend_opts) as the host knows it */
+    int32_t threads; /* CPU worker threads; 0: all cores */
+    int32_t device;  /* device index for backends with several; 0 by default */
 } lmh_backend_opts;
 
 typedef struct lmh_backend_mem {
-    uint64_t weights; /* bytes of tensors made with LMH_TENSOR_WEIGHT */
-    uint64_t other;   /* everything else the backend holds (cache, scratch) */
-    uint64_t mapped;  /* weight bytes used in place from host memory (not copied) */
+    uint64_t weights;           /* bytes of tensors made with LMH_TENSOR_WEIGHT */
+    uint64_t other;             /* everything else the backend holds (cache, scratch) */
+    uint64_t mapped;            /* weight bytes used in place from host memory (not copied) */
     uint64_t weight_bytes_read; /* bytes of weight tensors read by ops since creation */
 } lmh_backend_mem;
 

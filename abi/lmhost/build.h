@@ -41,16 +41,16 @@ static inline lmh_tensor *lmh_b_flat(lmh_build *b, lmh_tensor *t) {
     return b->h->fwd_view(b->f, t, 0, 2, ne);
 }
 
-static inline lmh_tensor *lmh_b_op(lmh_build *b, lmh_op_code code, lmh_tensor *dst,
-                                   lmh_tensor *s0, lmh_tensor *s1, lmh_tensor *s2) {
+static inline lmh_tensor *lmh_b_op(lmh_build *b, lmh_op_code code, lmh_tensor *dst, lmh_tensor *s0,
+                                   lmh_tensor *s1, lmh_tensor *s2) {
     if (!dst || !s0) return NULL;
     lmh_op op = {.code = code, .dst = dst, .src = {s0, s1, s2, NULL}};
     return b->h->fwd_op(b->f, b->layer, &op) == LMH_OK ? dst : NULL;
 }
 
 /* dst = x W^T (+ bias); dst NULL: a new [rows, out] tensor. */
-static inline lmh_tensor *lmh_b_matmul(lmh_build *b, lmh_tensor *dst, lmh_tensor *x,
-                                       lmh_tensor *w, lmh_tensor *bias) {
+static inline lmh_tensor *lmh_b_matmul(lmh_build *b, lmh_tensor *dst, lmh_tensor *x, lmh_tensor *w,
+                                       lmh_tensor *bias) {
     if (!x || !w) return NULL;
     if (!dst) dst = lmh_b_new2(b, lmh_nelem(x) / x->ne[x->ndim - 1], w->ne[0]);
     return lmh_b_op(b, LMH_OP_MATMUL, dst, x, w, bias);

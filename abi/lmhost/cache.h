@@ -19,11 +19,11 @@ extern "C" {
 typedef struct lmh_cache lmh_cache;
 
 typedef struct lmh_cache_config {
-    uint32_t size;          /* sizeof(lmh_cache_config) as the host knows it */
-    const char *format;     /* one of the plugin's formats, e.g. "f16"; NULL: its default */
-    int32_t n_layers;       /* layers this cache holds (indices 0..n_layers-1) */
+    uint32_t size;                 /* sizeof(lmh_cache_config) as the host knows it */
+    const char *format;            /* one of the plugin's formats, e.g. "f16"; NULL: its default */
+    int32_t n_layers;              /* layers this cache holds (indices 0..n_layers-1) */
     const lmh_layer_state *layers; /* their declared state */
-    int32_t max_seq_len;    /* positions a sequence may reach; 0: unbounded */
+    int32_t max_seq_len;           /* positions a sequence may reach; 0: unbounded */
 } lmh_cache_config;
 
 typedef struct lmh_cache_api {

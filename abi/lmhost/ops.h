@@ -99,17 +99,17 @@ typedef struct lmh_op {
 
 static inline const char *lmh_op_name(lmh_op_code c) {
     static const char *const names[LMH_OP_COUNT] = {
-        "?", "get_rows", "matmul", "rms_norm", "add", "mul", "scale",
-        "swiglu", "geglu", "rope", "copy", "attention", "softcap", "moe_route", "moe_matmul",
-        "moe_combine", "transpose", "sigmoid_gate"};
+        "?",       "get_rows",  "matmul",     "rms_norm",    "add",       "mul",
+        "scale",   "swiglu",    "geglu",      "rope",        "copy",      "attention",
+        "softcap", "moe_route", "moe_matmul", "moe_combine", "transpose", "sigmoid_gate"};
     return (unsigned)c < LMH_OP_COUNT ? names[c] : "?";
 }
 
 /* Attention settings an architecture passes with fwd_attention(). */
 typedef struct lmh_attn_params {
-    float scale;     /* logit scale, usually 1/sqrt(head_dim) */
-    float softcap;   /* 0: none */
-    int32_t window;  /* sliding window in positions, 0: none */
+    float scale;    /* logit scale, usually 1/sqrt(head_dim) */
+    float softcap;  /* 0: none */
+    int32_t window; /* sliding window in positions, 0: none */
 } lmh_attn_params;
 
 #ifdef __cplusplus

@@ -120,7 +120,9 @@ void text_flush(text_state *t, text_out *o) {
     outputs(t, o);
 }
 
-void text_init_mode(text_state *t, int reasoning) { t->reasoning = reasoning; }
+void text_init_mode(text_state *t, int reasoning) {
+    t->reasoning = reasoning;
+}
 
 int text_prompt_opens_think(const char *p) {
     const char *o = NULL, *c = NULL, *x;
@@ -131,10 +133,10 @@ int text_prompt_opens_think(const char *p) {
 
 /* ---- requests ------------------------------------------------------------------------- */
 
-static int fail(char *err, size_t el, char *param, size_t pl, const char *field,
-                const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-static int fail(char *err, size_t el, char *param, size_t pl, const char *field,
-                const char *fmt, ...) {
+static int fail(char *err, size_t el, char *param, size_t pl, const char *field, const char *fmt,
+                ...) __attribute__((format(printf, 6, 7)));
+static int fail(char *err, size_t el, char *param, size_t pl, const char *field, const char *fmt,
+                ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err, el, fmt, ap);
@@ -155,14 +157,13 @@ static int get_num(json_object *b, const char *k, double lo, double hi, double *
     if (!is_num(v)) return fail(err, el, param, pl, k, "'%s' must be a number", k);
     double d = json_object_get_double(v);
     if (!(d >= lo && d <= hi))
-        return fail(err, el, param, pl, k, "'%s' must be between %g and %g (got %g)", k, lo, hi,
-                    d);
+        return fail(err, el, param, pl, k, "'%s' must be between %g and %g (got %g)", k, lo, hi, d);
     *out = d;
     return 1;
 }
 
-static int get_int(json_object *b, const char *k, int64_t lo, int64_t hi, int64_t *out,
-                   char *err, size_t el, char *param, size_t pl) {
+static int get_int(json_object *b, const char *k, int64_t lo, int64_t hi, int64_t *out, char *err,
+                   size_t el, char *param, size_t pl) {
     json_object *v;
     if (!json_object_object_get_ex(b, k, &v) || !v) return 0;
     int ok = json_object_is_type(v, json_type_int);
@@ -219,8 +220,8 @@ static json_object *normalize_messages(json_object *msgs, char *err, size_t el, 
         if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") &&
             strcmp(r, "tool") && strcmp(r, "developer")) {
             fail(err, el, param, pl, field,
-                 "'%s.role' must be system, developer, user, assistant or tool (got '%s')",
-                 field, r);
+                 "'%s.role' must be system, developer, user, assistant or tool (got '%s')", field,
+                 r);
             goto bad;
         }
         json_object *copy = NULL;
@@ -249,17 +250,17 @@ static json_object *normalize_messages(json_object *msgs, char *err, size_t el, 
                     }
                     if (!json_object_object_get_ex(part, "text", &t) ||
                         !json_object_is_type(t, json_type_string)) {
-                        fail(err, el, param, pl, field,
-                             "'%s.content[%zu].text' must be a string", field, k);
+                        fail(err, el, param, pl, field, "'%s.content[%zu].text' must be a string",
+                             field, k);
                         sb_free(&text);
                         json_object_put(copy);
                         goto bad;
                     }
                     sb_add(&text, json_object_get_string(t), (size_t)json_object_get_string_len(t));
                 }
-                json_object_object_add(copy, "content",
-                                       json_object_new_string_len(text.p ? text.p : "",
-                                                                  (int)text.len));
+                json_object_object_add(
+                    copy, "content",
+                    json_object_new_string_len(text.p ? text.p : "", (int)text.len));
                 sb_free(&text);
             } else if (!json_object_is_type(content, json_type_string)) {
                 fail(err, el, param, pl, field,
@@ -316,9 +317,8 @@ json_object *api_parse_body(const char *buf, size_t len, int *oom) {
     return o;
 }
 
-job *job_from_request(job_kind kind, json_object *b, const server_opts *o,
-                      const char *model_name, char *err, size_t err_len, char *param,
-                      size_t param_len) {
+job *job_from_request(job_kind kind, json_object *b, const server_opts *o, const char *model_name,
+                      char *err, size_t err_len, char *param, size_t param_len) {
     if (!json_object_is_type(b, json_type_object)) {
         fail(ERRARGS, NULL, "the request body must be a JSON object");
         return NULL;
@@ -336,7 +336,8 @@ job *job_from_request(job_kind kind, json_object *b, const server_opts *o,
     int64_t x;
     int flag, r;
 
-    if (json_object_object_get_ex(b, "model", &v) && v && !json_object_is_type(v, json_type_string)) {
+    if (json_object_object_get_ex(b, "model", &v) && v &&
+        !json_object_is_type(v, json_type_string)) {
         fail(ERRARGS, "model", "'model' must be a string");
         goto bad;
     }
@@ -448,7 +449,7 @@ job *job_from_request(job_kind kind, json_object *b, const server_opts *o,
         goto bad;
     }
     if (json_object_object_get_ex(b, "stop", &v) && v) {
-        size_t n = json_object_is_type(v, json_type_string) ? 1
+        size_t n = json_object_is_type(v, json_type_string)  ? 1
                    : json_object_is_type(v, json_type_array) ? json_object_array_length(v)
                                                              : (size_t)-1;
         if (n == (size_t)-1 || n > 16) {
@@ -457,9 +458,8 @@ job *job_from_request(job_kind kind, json_object *b, const server_opts *o,
         }
         j->text.stops = calloc(n ? n : 1, sizeof(char *));
         for (size_t i = 0; i < n; i++) {
-            json_object *s = json_object_is_type(v, json_type_string)
-                                 ? v
-                                 : json_object_array_get_idx(v, i);
+            json_object *s =
+                json_object_is_type(v, json_type_string) ? v : json_object_array_get_idx(v, i);
             if (!json_object_is_type(s, json_type_string) || json_object_get_string_len(s) == 0) {
                 fail(ERRARGS, "stop", "'stop' entries must be non-empty strings");
                 goto bad;
@@ -550,16 +550,26 @@ void job_free(job *j) {
 
 const char *api_reason(int code) {
     switch (code) {
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 403: return "Forbidden";
-    case 409: return "Conflict";
-    case 413: return "Payload Too Large";
-    case 429: return "Too Many Requests";
-    case 503: return "Service Unavailable";
-    default: return "Internal Server Error";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 403:
+        return "Forbidden";
+    case 409:
+        return "Conflict";
+    case 413:
+        return "Payload Too Large";
+    case 429:
+        return "Too Many Requests";
+    case 503:
+        return "Service Unavailable";
+    default:
+        return "Internal Server Error";
     }
 }
 
@@ -666,10 +676,11 @@ json_object *api_delta_chunk(job *j, const char *reasoning, size_t rl, const cha
     json_object *lp = wrap_logprobs(j, entries);
     if (j->kind == JOB_CHAT) {
         json_object *d = json_object_new_object();
-        if (rl) json_object_object_add(d, "reasoning_content",
-                                       json_object_new_string_len(reasoning, (int)rl));
-        if (cl || !rl) json_object_object_add(d, "content",
-                                              json_object_new_string_len(content, (int)cl));
+        if (rl)
+            json_object_object_add(d, "reasoning_content",
+                                   json_object_new_string_len(reasoning, (int)rl));
+        if (cl || !rl)
+            json_object_object_add(d, "content", json_object_new_string_len(content, (int)cl));
         return with_choice(envelope(j, 1), choice(j, d, lp, NULL));
     }
     return with_choice(envelope(j, 1),
@@ -703,13 +714,13 @@ json_object *api_response(job *j) {
     if (j->kind == JOB_CHAT) {
         body = json_object_new_object();
         json_object_object_add(body, "role", json_object_new_string("assistant"));
-        json_object_object_add(body, "content",
-                               json_object_new_string_len(t->content.p ? t->content.p : "",
-                                                          (int)t->content.len));
+        json_object_object_add(
+            body, "content",
+            json_object_new_string_len(t->content.p ? t->content.p : "", (int)t->content.len));
         if (t->reasoning_all.len)
-            json_object_object_add(body, "reasoning_content",
-                                   json_object_new_string_len(t->reasoning_all.p,
-                                                              (int)t->reasoning_all.len));
+            json_object_object_add(
+                body, "reasoning_content",
+                json_object_new_string_len(t->reasoning_all.p, (int)t->reasoning_all.len));
     } else {
         body = json_object_new_string_len(t->content.p ? t->content.p : "", (int)t->content.len);
     }

@@ -27,10 +27,10 @@ typedef struct sbuf {
 typedef struct text_state {
     char **stops;
     int n_stops;
-    sbuf held;        /* generated text not yet released (may begin a stop string) */
-    int split_think;  /* chat replies: <think>...</think> becomes reasoning_content */
-    int reasoning;    /* inside a think section */
-    sbuf tag;         /* released text that may begin a think tag */
+    sbuf held;                   /* generated text not yet released (may begin a stop string) */
+    int split_think;             /* chat replies: <think>...</think> becomes reasoning_content */
+    int reasoning;               /* inside a think section */
+    sbuf tag;                    /* released text that may begin a think tag */
     sbuf content, reasoning_all; /* everything released, for non-streamed replies */
     sbuf out_c, out_r;           /* what the last call released */
 } text_state;

@@ -14,9 +14,15 @@ void metrics_init(metrics *m) {
     m->started = (int64_t)time(NULL);
 }
 
-void metrics_free(metrics *m) { (void)m; }
-void metrics_received(metrics *m) { m->received++; }
-void metrics_disconnect(metrics *m) { m->disconnects++; }
+void metrics_free(metrics *m) {
+    (void)m;
+}
+void metrics_received(metrics *m) {
+    m->received++;
+}
+void metrics_disconnect(metrics *m) {
+    m->disconnects++;
+}
 
 void metrics_request(metrics *m, int status) {
     for (int i = 0; i < m->n_codes; i++)
@@ -43,11 +49,15 @@ static void observe(histogram *h, const double *bounds, double v) {
     h->n++;
 }
 
-void metrics_ttft(metrics *m, double s) { observe(&m->ttft, ttft_bounds, s); }
-void metrics_itl(metrics *m, double s) { observe(&m->itl, itl_bounds, s); }
+void metrics_ttft(metrics *m, double s) {
+    observe(&m->ttft, ttft_bounds, s);
+}
+void metrics_itl(metrics *m, double s) {
+    observe(&m->itl, itl_bounds, s);
+}
 
-static void render_hist(struct evbuffer *b, const char *name, const char *help,
-                        const histogram *h, const double *bounds) {
+static void render_hist(struct evbuffer *b, const char *name, const char *help, const histogram *h,
+                        const double *bounds) {
     evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     uint64_t acc = 0;
     for (int i = 0; i < METRICS_BUCKETS; i++) {

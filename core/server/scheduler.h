@@ -11,13 +11,19 @@
 #include "../engine.h"
 #include "../sampler.h"
 
-typedef enum finish_reason { FINISH_NONE = 0, FINISH_STOP, FINISH_LENGTH, FINISH_CANCELLED, FINISH_ERROR } finish_reason;
+typedef enum finish_reason {
+    FINISH_NONE = 0,
+    FINISH_STOP,
+    FINISH_LENGTH,
+    FINISH_CANCELLED,
+    FINISH_ERROR
+} finish_reason;
 
 #define SCHED_MAX_TOP_LOGPROBS 20
 
 typedef struct sched_token {
     int32_t id;
-    float logprob;                  /* log-softmax of the model's raw logits */
+    float logprob; /* log-softmax of the model's raw logits */
     int32_t n_top;
     int32_t top_id[SCHED_MAX_TOP_LOGPROBS];
     float top_logprob[SCHED_MAX_TOP_LOGPROBS];
@@ -46,11 +52,11 @@ struct sched_req {
 
     /* engine thread's own */
     uint64_t seq;
-    int32_t n_done;   /* prompt tokens prefilled */
+    int32_t n_done; /* prompt tokens prefilled */
     int32_t n_gen;
     int32_t *hist;
     sampler *smp;
-    int32_t next;     /* token to feed in the next step, once prefilled */
+    int32_t next; /* token to feed in the next step, once prefilled */
     double t_submit, t_first, t_last;
     sched_req *qnext;
 };

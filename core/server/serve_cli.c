@@ -26,8 +26,14 @@ static char *read_key_file(const char *path) {
 }
 
 int cli_serve(int argc, char **argv) {
-    server_opts o = {.host = "127.0.0.1", .port = 5413, .max_tokens = 2048, .parallel = 4,
-                     .queue = 64, .chunk = 256, .timeout = 60, .shutdown_grace = 30,
+    server_opts o = {.host = "127.0.0.1",
+                     .port = 5413,
+                     .max_tokens = 2048,
+                     .parallel = 4,
+                     .queue = 64,
+                     .chunk = 256,
+                     .timeout = 60,
+                     .shutdown_grace = 30,
                      .max_body = 4u << 20};
     o.defaults = sampler_defaults();
     o.defaults.temperature = 1.0f; /* OpenAI's default when a request does not say */
@@ -81,10 +87,10 @@ int cli_serve(int argc, char **argv) {
     }
     int64_t v;
     double d;
-#define INTOPT(s, name, lo, hi, dst)                                                           \
-    if (s) {                                                                                   \
-        if (cli_int(name, s, lo, hi, &v)) return 2;                                            \
-        dst = v;                                                                               \
+#define INTOPT(s, name, lo, hi, dst)                                                               \
+    if (s) {                                                                                       \
+        if (cli_int(name, s, lo, hi, &v)) return 2;                                                \
+        dst = v;                                                                                   \
     }
     INTOPT(port, "--port", 0, 65535, o.port);
     INTOPT(max_tokens, "--max-tokens", 1, 1 << 24, o.max_tokens);

@@ -190,12 +190,14 @@ static void on_emit(sched_req *r, const sched_token *tok, finish_reason why, voi
 
 /* ---- replies ------------------------------------------------------------------------- */
 
-static void count_status(server *s, int code) { metrics_request(&s->m, code); }
+static void count_status(server *s, int code) {
+    metrics_request(&s->m, code);
+}
 
 static void send_json(server *s, struct evhttp_request *req, int code, json_object *o) {
     struct evbuffer *b = evbuffer_new();
-    const char *txt = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
-                                                            JSON_C_TO_STRING_NOSLASHESCAPE);
+    const char *txt =
+        json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
     evbuffer_add(b, txt, strlen(txt));
     evbuffer_add(b, "\n", 1);
     struct evkeyvalq *h = evhttp_request_get_output_headers(req);
@@ -347,9 +349,9 @@ static void on_prep_done(job *j) {
     }
     if (j->error_code) {
         j->http_done = 1;
-        send_error(s, j->req, j->error_code, j->error_code == 400 ? "invalid_request_error"
-                                                                    : "server_error",
-                   j->error_param, "%s", j->error);
+        send_error(s, j->req, j->error_code,
+                   j->error_code == 400 ? "invalid_request_error" : "server_error", j->error_param,
+                   "%s", j->error);
         j->req = NULL;
         release(j);
         return;
@@ -483,10 +485,18 @@ static void drain_queue(evutil_socket_t fd, short what, void *arg) {
     while (it) {
         ev_item *next = it->next;
         switch (it->type) {
-        case EV_PREP_DONE: on_prep_done(it->j); break;
-        case EV_TOKEN: on_token(it->j, &it->tok); break;
-        case EV_FINISH: on_finish(it->j, it->why); break;
-        case EV_ADMIN_DONE: on_admin_done(s, it->admin); break;
+        case EV_PREP_DONE:
+            on_prep_done(it->j);
+            break;
+        case EV_TOKEN:
+            on_token(it->j, &it->tok);
+            break;
+        case EV_FINISH:
+            on_finish(it->j, it->why);
+            break;
+        case EV_ADMIN_DONE:
+            on_admin_done(s, it->admin);
+            break;
         }
         free(it);
         it = next;
@@ -540,8 +550,7 @@ static void prep(server *s, job *j) {
         }
         free(text);
     } else if (!j->prompt) {
-        if (textio_encode(s->tio, j->prompt_text, 1, &j->prompt, &j->n_prompt, err,
-                          sizeof err)) {
+        if (textio_encode(s->tio, j->prompt_text, 1, &j->prompt, &j->n_prompt, err, sizeof err)) {
             job_fail(j, 400, "prompt", err);
             return;
         }
@@ -563,8 +572,7 @@ static void prep(server *s, job *j) {
                  "This model's maximum context length is %d tokens. However, you requested %lld "
                  "tokens (%d in the prompt, %d for the completion). Please reduce the length of "
                  "the prompt or of max_tokens.",
-                 s->o.ctx_size, (long long)j->n_prompt + j->max_tokens, j->n_prompt,
-                 j->max_tokens);
+                 s->o.ctx_size, (long long)j->n_prompt + j->max_tokens, j->n_prompt, j->max_tokens);
         job_fail(j, 400, "messages", err);
         return;
     }
@@ -647,8 +655,8 @@ static void handle_generate(server *s, struct evhttp_request *req, job_kind kind
         return;
     }
     char err[512], param[64] = "";
-    job *j = job_from_request(kind, body, &s->o, s->model_name, err, sizeof err, param,
-                              sizeof param);
+    job *j =
+        job_from_request(kind, body, &s->o, s->model_name, err, sizeof err, param, sizeof param);
     json_object_put(body);
     if (!j) {
         send_error(s, req, 400, "invalid_request_error", param[0] ? param : NULL, "%s", err);
@@ -789,12 +797,24 @@ static void route(struct evhttp_request *req, void *arg) {
         return;
     }
     switch (found) {
-    case 0: handle_health(s, req); break;
-    case 1: handle_models(s, req); break;
-    case 2: handle_generate(s, req, JOB_CHAT); break;
-    case 3: handle_generate(s, req, JOB_COMPLETION); break;
-    case 4: handle_metrics(s, req); break;
-    case 5: handle_admin_backend(s, req); break;
+    case 0:
+        handle_health(s, req);
+        break;
+    case 1:
+        handle_models(s, req);
+        break;
+    case 2:
+        handle_generate(s, req, JOB_CHAT);
+        break;
+    case 3:
+        handle_generate(s, req, JOB_COMPLETION);
+        break;
+    case 4:
+        handle_metrics(s, req);
+        break;
+    case 5:
+        handle_admin_backend(s, req);
+        break;
     }
 }
 
@@ -833,8 +853,9 @@ static void on_grace(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
     server *s = arg;
-    log_msg(LMH_LOG_WARN, "shutdown: %d requests still running after the grace period; "
-                          "stopping them",
+    log_msg(LMH_LOG_WARN,
+            "shutdown: %d requests still running after the grace period; "
+            "stopping them",
             s->active);
     event_base_loopexit(s->base, NULL);
 }
@@ -847,8 +868,8 @@ static void on_signal(evutil_socket_t sig, short what, void *arg) {
         event_base_loopexit(s->base, NULL); /* a second signal: stop now */
         return;
     }
-    log_msg(LMH_LOG_INFO, "signal %d: no new connections; finishing %d requests",
-            (int)sig, s->active);
+    log_msg(LMH_LOG_INFO, "signal %d: no new connections; finishing %d requests", (int)sig,
+            s->active);
     s->draining = 1;
     if (s->sock) {
         evhttp_del_accept_socket(s->http, s->sock);
@@ -882,12 +903,18 @@ int server_run(const server_opts *o) {
         slash = *p == '/' ? p : NULL;
     }
     snprintf(s->model_name, sizeof s->model_name, "%s",
-             o->model_name ? o->model_name : slash ? slash + 1 : o->model_dir);
+             o->model_name ? o->model_name
+             : slash       ? slash + 1
+                           : o->model_dir);
     s->model_name[strcspn(s->model_name, "/")] = 0;
 
-    model_args a = {.model = o->model_dir, .backend = o->backend, .cache = o->cache,
-                    .threads = o->threads, .plugin_dir = o->plugin_dir,
-                    .gpu_layers = o->gpu_layers, .device = o->device};
+    model_args a = {.model = o->model_dir,
+                    .backend = o->backend,
+                    .cache = o->cache,
+                    .threads = o->threads,
+                    .plugin_dir = o->plugin_dir,
+                    .gpu_layers = o->gpu_layers,
+                    .device = o->device};
     s->e = cli_open_engine(&a, &s->reg);
     if (!s->e) goto out;
     s->tio = textio_open(o->model_dir, err, sizeof err);

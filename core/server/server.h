@@ -10,13 +10,13 @@ typedef struct server_opts {
     const char *backend, *cache, *threads, *plugin_dir, *gpu_layers, *device;
     const char *admin_key; /* POST /admin/backend needs it; unset: admin routes off */
     int port;
-    int max_tokens;      /* default max_tokens of a request */
-    int ctx_size;        /* prompt + completion limit; 0: the model's */
-    int parallel;        /* sequences decoded together */
-    int queue;           /* requests waiting beyond those */
-    int chunk;           /* prompt rows per step */
-    int timeout;         /* seconds a client may take to send a request */
-    int shutdown_grace;  /* seconds in-flight requests get after SIGINT/SIGTERM */
+    int max_tokens;     /* default max_tokens of a request */
+    int ctx_size;       /* prompt + completion limit; 0: the model's */
+    int parallel;       /* sequences decoded together */
+    int queue;          /* requests waiting beyond those */
+    int chunk;          /* prompt rows per step */
+    int timeout;        /* seconds a client may take to send a request */
+    int shutdown_grace; /* seconds in-flight requests get after SIGINT/SIGTERM */
     size_t max_body;
     sampler_params defaults; /* sampling when a request does not say */
 } server_opts;

@@ -32,8 +32,8 @@ textio *textio_open(const char *dir, char *err, size_t err_len) {
     t->chat = tpl_chat_load(dir, &terr);
     if (!t->chat && terr) {
         /* a model without a chat template still serves /v1/completions */
-        log_msg(LMH_LOG_WARN, "%s: no usable chat template (%s); /v1/chat/completions is off",
-                dir, terr);
+        log_msg(LMH_LOG_WARN, "%s: no usable chat template (%s); /v1/chat/completions is off", dir,
+                terr);
     }
     free(terr);
     return t;
@@ -46,7 +46,9 @@ void textio_close(textio *t) {
     free(t);
 }
 
-int textio_has_template(const textio *t) { return t->chat != NULL; }
+int textio_has_template(const textio *t) {
+    return t->chat != NULL;
+}
 
 int textio_render(textio *t, json_object *messages, json_object *tools, json_object *vars,
                   int add_generation_prompt, char **out, char *err, size_t err_len) {

@@ -69,8 +69,8 @@ static double opt_float(const cfg *c, const char *k, double def) {
 /* Checkpoint tensor prefix: text-only checkpoints use model., multimodal ones nest the
  * language model. */
 static const char *weight_prefix(const lmh_host_api *h, lmh_load_ctx *ld) {
-    static const char *const cands[] = {"model.", "model.language_model.",
-                                        "language_model.model.", NULL};
+    static const char *const cands[] = {"model.", "model.language_model.", "language_model.model.",
+                                        NULL};
     lmh_weight_info wi;
     char name[256];
     for (int i = 0; cands[i]; i++) {
@@ -104,12 +104,13 @@ static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
         need_int(&c, "num_attention_heads", 0, &m->heads) ||
         need_int(&c, "num_key_value_heads", m->heads, &m->kv_heads) ||
         need_int(&c, "head_dim", m->hidden / m->heads, &m->head_dim) ||
-        need_int(&c, "intermediate_size", 0, &m->inter) ||
-        need_int(&c, "vocab_size", 0, &m->vocab))
+        need_int(&c, "intermediate_size", 0, &m->inter) || need_int(&c, "vocab_size", 0, &m->vocab))
         return LMH_EINVAL;
     if (m->heads % m->kv_heads)
-        return h->fail(ld, "config.json: num_attention_heads %d is not a multiple of "
-                           "num_key_value_heads %d", m->heads, m->kv_heads);
+        return h->fail(ld,
+                       "config.json: num_attention_heads %d is not a multiple of "
+                       "num_key_value_heads %d",
+                       m->heads, m->kv_heads);
     m->eps = (float)opt_float(&c, "rms_norm_eps", 1e-6);
     const char *act = "gelu_pytorch_tanh";
     if (h->cfg_str(ld, key(&c, "hidden_activation"), &act) != LMH_OK)
@@ -143,16 +144,18 @@ static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
         snprintf(k, sizeof k, "layer_types.%d", l);
         if (h->cfg_str(ld, key(&c, k), &lt) == LMH_OK) {
             if (strcmp(lt, "sliding_attention") && strcmp(lt, "full_attention"))
-                return h->fail(ld, "config.json: layer_types[%d] '%s' is not an attention type",
-                               l, lt);
+                return h->fail(ld, "config.json: layer_types[%d] '%s' is not an attention type", l,
+                               lt);
             L->sliding = strcmp(lt, "sliding_attention") == 0;
         } else {
             /* the older keys: Gemma 2 alternates, Gemma 3 has one global layer in `pattern` */
             L->sliding = gemma3 ? (l + 1) % pattern != 0 : l % 2 == 0;
         }
         L->window = L->sliding ? (int32_t)window : 0;
-        lmh_layer_state st = {.kind = LMH_STATE_KV, .n_kv_heads = m->kv_heads,
-                              .head_dim_k = m->head_dim, .head_dim_v = m->head_dim,
+        lmh_layer_state st = {.kind = LMH_STATE_KV,
+                              .n_kv_heads = m->kv_heads,
+                              .head_dim_k = m->head_dim,
+                              .head_dim_v = m->head_dim,
                               .window = L->window};
         if (h->declare_layer(ld, l, &st)) return LMH_EINVAL;
         L->ln_in = w(h, ld, pre, l, "input_layernorm.weight", H, 0);
@@ -206,9 +209,8 @@ static int forward(lmh_model *m, const lmh_host_api *h, lmh_fwd *f, const lmh_ba
     lmh_tensor *x = lmh_b_get_rows(&b, NULL, m->embed, bt->tokens);
     lmh_b_scale(&b, x, x, m->embed_scale);
     lmh_tensor *hn = lmh_b_new2(&b, n, H), *q = lmh_b_new2(&b, n, qd), *k = lmh_b_new2(&b, n, kd),
-               *v = lmh_b_new2(&b, n, kd), *att = lmh_b_new2(&b, n, qd),
-               *o = lmh_b_new2(&b, n, H), *g = lmh_b_new2(&b, n, m->inter),
-               *u = lmh_b_new2(&b, n, m->inter);
+               *v = lmh_b_new2(&b, n, kd), *att = lmh_b_new2(&b, n, qd), *o = lmh_b_new2(&b, n, H),
+               *g = lmh_b_new2(&b, n, m->inter), *u = lmh_b_new2(&b, n, m->inter);
     lmh_tensor *q3 = lmh_b_heads(&b, q, m->heads, hd), *k3 = lmh_b_heads(&b, k, m->kv_heads, hd),
                *v3 = lmh_b_heads(&b, v, m->kv_heads, hd),
                *att3 = lmh_b_heads(&b, att, m->heads, hd);
@@ -227,8 +229,8 @@ static int forward(lmh_model *m, const lmh_host_api *h, lmh_fwd *f, const lmh_ba
         if (L->q_norm) lmh_b_rms_norm(&b, k3, k3, L->k_norm, m->eps, 1);
         lmh_b_rope(&b, k3, bt->positions, m->inv_freq[r], (int32_t)hd, LMH_ROPE_HALF,
                    m->rope_factor[r]);
-        lmh_attn_params ap = {.scale = m->attn_scale, .softcap = m->attn_softcap,
-                              .window = L->window};
+        lmh_attn_params ap = {
+            .scale = m->attn_scale, .softcap = m->attn_softcap, .window = L->window};
         if (!q3 || h->fwd_attention(f, l, q3, k3, v3, att3, &ap) != LMH_OK) return LMH_EINVAL;
         lmh_b_matmul(&b, o, att, L->wo, NULL);
         lmh_b_rms_norm(&b, o, o, L->ln_post_attn, m->eps, 1);
@@ -272,4 +274,6 @@ static const lmh_plugin_info info = {
     .api = &api,
 };
 
-LMH_EXPORT const lmh_plugin_info *lmhost_plugin_entry(void) { return &info; }
+LMH_EXPORT const lmh_plugin_info *lmhost_plugin_entry(void) {
+    return &info;
+}

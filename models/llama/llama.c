@@ -80,10 +80,12 @@ static int layer_window(const lmh_host_api *h, lmh_load_ctx *ld, const char *typ
     const char *lt = NULL;
     *out = 0;
     if (h->cfg_str(ld, key, &lt) == LMH_OK) {
-        if (strcmp(lt, "sliding_attention") == 0) *out = (int32_t)sw;
+        if (strcmp(lt, "sliding_attention") == 0)
+            *out = (int32_t)sw;
         else if (strcmp(lt, "full_attention") != 0)
-            return h->fail(ld, "config.json: layer_types[%d] is '%s'; this family has only "
-                               "full_attention and sliding_attention layers",
+            return h->fail(ld,
+                           "config.json: layer_types[%d] is '%s'; this family has only "
+                           "full_attention and sliding_attention layers",
                            l, lt);
         return 0;
     }
@@ -132,9 +134,8 @@ static int moe_layer(const lmh_host_api *h, lmh_load_ctx *ld, const lmh_model *m
 }
 
 /* One stacked expert matrix: the MLX layout when present, else the per-expert tensors. */
-static lmh_tensor *experts(const lmh_host_api *h, lmh_load_ctx *ld, const lmh_model *m,
-                           int32_t l, const char *stacked, const char *each, int64_t d0,
-                           int64_t d1) {
+static lmh_tensor *experts(const lmh_host_api *h, lmh_load_ctx *ld, const lmh_model *m, int32_t l,
+                           const char *stacked, const char *each, int64_t d0, int64_t d1) {
     char name[256];
     snprintf(name, sizeof name, stacked, l);
     lmh_weight_info wi;
@@ -190,8 +191,9 @@ static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
         pos_int(h, ld, "vocab_size", 0, &m->vocab))
         return LMH_EINVAL;
     if (m->heads % m->kv_heads)
-        return h->fail(ld, "config.json: num_attention_heads %d is not a multiple of "
-                           "num_key_value_heads %d",
+        return h->fail(ld,
+                       "config.json: num_attention_heads %d is not a multiple of "
+                       "num_key_value_heads %d",
                        m->heads, m->kv_heads);
     double eps = 1e-6;
     if (h->cfg_float(ld, "rms_norm_eps", &eps) == LMH_ETYPE || !(eps > 0))
@@ -204,15 +206,18 @@ static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
     const int mixtral = strcmp(type, "mixtral") == 0, qwen3_moe = strcmp(type, "qwen3_moe") == 0,
               qwen2_moe = strcmp(type, "qwen2_moe") == 0, qwen_moe = qwen3_moe || qwen2_moe;
     if (mixtral || qwen_moe) {
-        if (pos_int(h, ld, h->cfg_int(ld, "num_experts", &(int64_t){0}) == LMH_OK
-                               ? "num_experts" : "num_local_experts", 0, &m->n_experts) ||
+        if (pos_int(h, ld,
+                    h->cfg_int(ld, "num_experts", &(int64_t){0}) == LMH_OK ? "num_experts"
+                                                                           : "num_local_experts",
+                    0, &m->n_experts) ||
             pos_int(h, ld, "num_experts_per_tok", 0, &m->top_k))
             return LMH_EINVAL;
         if (m->top_k > m->n_experts)
             return h->fail(ld, "config.json: num_experts_per_tok %d exceeds the %d experts",
                            m->top_k, m->n_experts);
         m->moe_inter = m->inter;
-        if (qwen_moe && pos_int(h, ld, "moe_intermediate_size", 0, &m->moe_inter)) return LMH_EINVAL;
+        if (qwen_moe && pos_int(h, ld, "moe_intermediate_size", 0, &m->moe_inter))
+            return LMH_EINVAL;
         m->renorm = mixtral || cfg_flag(h, ld, "norm_topk_prob", 0);
         if (qwen2_moe && pos_int(h, ld, "shared_expert_intermediate_size", 0, &m->shared_inter))
             return LMH_EINVAL;
@@ -258,11 +263,14 @@ static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
             const int64_t I = m->moe_inter, E = m->n_experts;
             if (mixtral) {
                 L->router = w(h, ld, l, "model.layers.%d.block_sparse_moe.gate.weight", E, H);
-                L->eg = experts(h, ld, m, l, "model.layers.%d.block_sparse_moe.switch_mlp.gate_proj.weight",
+                L->eg = experts(h, ld, m, l,
+                                "model.layers.%d.block_sparse_moe.switch_mlp.gate_proj.weight",
                                 "model.layers.%d.block_sparse_moe.experts.%%d.w1.weight", I, H);
-                L->eu = experts(h, ld, m, l, "model.layers.%d.block_sparse_moe.switch_mlp.up_proj.weight",
+                L->eu = experts(h, ld, m, l,
+                                "model.layers.%d.block_sparse_moe.switch_mlp.up_proj.weight",
                                 "model.layers.%d.block_sparse_moe.experts.%%d.w3.weight", I, H);
-                L->ed = experts(h, ld, m, l, "model.layers.%d.block_sparse_moe.switch_mlp.down_proj.weight",
+                L->ed = experts(h, ld, m, l,
+                                "model.layers.%d.block_sparse_moe.switch_mlp.down_proj.weight",
                                 "model.layers.%d.block_sparse_moe.experts.%%d.w2.weight", H, I);
             } else {
                 L->router = w(h, ld, l, "model.layers.%d.mlp.gate.weight", E, H);
@@ -293,8 +301,8 @@ static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
             L->bu = w_opt(h, ld, l, "model.layers.%d.mlp.up_proj.bias", m->inter, 1);
             L->bd = w_opt(h, ld, l, "model.layers.%d.mlp.down_proj.bias", H, 1);
         }
-        if (!L->ln1 || !L->ln2 || !L->wq || !L->wk || !L->wv || !L->wo || (qkv_bias && (!L->bq || !L->bk || !L->bv)) ||
-            (qwen3 && (!L->q_norm || !L->k_norm)))
+        if (!L->ln1 || !L->ln2 || !L->wq || !L->wk || !L->wv || !L->wo ||
+            (qkv_bias && (!L->bq || !L->bk || !L->bv)) || (qwen3 && (!L->q_norm || !L->k_norm)))
             return LMH_EINVAL; /* the host has the message */
     }
     int64_t ene[2] = {m->vocab, H};
@@ -336,9 +344,8 @@ static int forward(lmh_model *m, const lmh_host_api *h, lmh_fwd *f, const lmh_ba
     lmh_tensor *x = lmh_b_get_rows(&b, NULL, m->embed, bt->tokens);
     /* Scratch reused by every layer: ops run in order on one queue. */
     lmh_tensor *hn = lmh_b_new2(&b, n, H), *q = lmh_b_new2(&b, n, qd), *k = lmh_b_new2(&b, n, kd),
-               *v = lmh_b_new2(&b, n, kd), *att = lmh_b_new2(&b, n, qd),
-               *o = lmh_b_new2(&b, n, H), *g = lmh_b_new2(&b, n, m->inter),
-               *u = lmh_b_new2(&b, n, m->inter);
+               *v = lmh_b_new2(&b, n, kd), *att = lmh_b_new2(&b, n, qd), *o = lmh_b_new2(&b, n, H),
+               *g = lmh_b_new2(&b, n, m->inter), *u = lmh_b_new2(&b, n, m->inter);
     /* expert scratch: routing [n, k], expert activations [n, k, moe_inter / hidden] */
     lmh_tensor *rl = NULL, *rw = NULL, *ri = NULL, *eg = NULL, *eu = NULL, *ey = NULL;
     lmh_tensor *sg = NULL, *su = NULL, *sd = NULL, *sgl = NULL;
@@ -432,4 +439,6 @@ static const lmh_plugin_info info = {
     .api = &api,
 };
 
-LMH_EXPORT const lmh_plugin_info *lmhost_plugin_entry(void) { return &info; }
+LMH_EXPORT const lmh_plugin_info *lmhost_plugin_entry(void) {
+    return &info;
+}

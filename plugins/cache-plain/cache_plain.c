@@ -17,7 +17,9 @@ typedef struct layer_kv {
 } layer_kv;
 
 /* Rows held: every position, or the ring's capacity once it has wrapped. */
-static int32_t rows_held(const layer_kv *kv) { return kv->pos < kv->cap ? kv->pos : kv->cap; }
+static int32_t rows_held(const layer_kv *kv) {
+    return kv->pos < kv->cap ? kv->pos : kv->cap;
+}
 
 typedef struct seq {
     uint64_t id;
@@ -47,8 +49,8 @@ static seq *find(lmh_cache *c, uint64_t id) {
 
 static uint64_t layer_bytes(const lmh_cache *c, int32_t l, int32_t cap) {
     const lmh_layer_state *s = &c->layers[l];
-    return (uint64_t)cap * (uint64_t)s->n_kv_heads *
-           (uint64_t)(s->head_dim_k + s->head_dim_v) * lmh_dtype_size(c->dtype);
+    return (uint64_t)cap * (uint64_t)s->n_kv_heads * (uint64_t)(s->head_dim_k + s->head_dim_v) *
+           lmh_dtype_size(c->dtype);
 }
 
 static int create(const lmh_host_api *host, const lmh_backend_api *be, lmh_backend *b,
@@ -151,9 +153,8 @@ static int copy_rows(lmh_cache *c, lmh_tensor *dst, int32_t at, lmh_tensor *src,
     if (n == 0) return LMH_OK;
     int64_t row = dst->ne[1] * dst->ne[2];
     int64_t ne[3] = {n, dst->ne[1], dst->ne[2]};
-    lmh_tensor *dv = c->be->tensor_view(c->b, dst, (size_t)at * (size_t)row *
-                                                       lmh_dtype_size(dst->dtype),
-                                        dst->dtype, 3, ne);
+    lmh_tensor *dv = c->be->tensor_view(
+        c->b, dst, (size_t)at * (size_t)row * lmh_dtype_size(dst->dtype), dst->dtype, 3, ne);
     lmh_tensor *sv = c->be->tensor_view(
         c->b, src, (size_t)from * (size_t)row * lmh_dtype_size(src->dtype), src->dtype, 3, ne);
     int rc = LMH_ENOMEM;
@@ -196,7 +197,8 @@ static int grow(lmh_cache *c, int32_t l, layer_kv *kv, int32_t cap) {
             if (first < 0) first = 0;
             for (int32_t p = first; p < kv->pos && rc == LMH_OK; p++) {
                 rc = copy_rows(c, k, slot(c, l, &nk, p), kv->k, slot(c, l, kv, p), 1);
-                if (rc == LMH_OK) rc = copy_rows(c, v, slot(c, l, &nk, p), kv->v, slot(c, l, kv, p), 1);
+                if (rc == LMH_OK)
+                    rc = copy_rows(c, v, slot(c, l, &nk, p), kv->v, slot(c, l, kv, p), 1);
             }
         }
         c->be->tensor_free(c->b, kv->k);
@@ -263,7 +265,9 @@ static int attend(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *q, lmh_tenso
     return c->be->enqueue(c->b, &op);
 }
 
-static uint64_t bytes(lmh_cache *c) { return c->bytes; }
+static uint64_t bytes(lmh_cache *c) {
+    return c->bytes;
+}
 
 static uint64_t seq_bytes(lmh_cache *c, uint64_t id) {
     seq *s = find(c, id);
@@ -306,4 +310,6 @@ static const lmh_plugin_info info = {
     .api = &api,
 };
 
-LMH_EXPORT const lmh_plugin_info *lmhost_plugin_entry(void) { return &info; }
+LMH_EXPORT const lmh_plugin_info *lmhost_plugin_entry(void) {
+    return &info;
+}

@@ -94,8 +94,8 @@ int main(int argc, char **argv) {
     }
     unlink(tmp);
     if (gr != wr || gc != wc) {
-        fprintf(stderr, "FAIL: logits shape [%lld, %lld], reference [%lld, %lld]\n",
-                (long long)gr, (long long)gc, (long long)wr, (long long)wc);
+        fprintf(stderr, "FAIL: logits shape [%lld, %lld], reference [%lld, %lld]\n", (long long)gr,
+                (long long)gc, (long long)wr, (long long)wc);
         return 1;
     }
     double maxref = 0, maxd = 0;
@@ -134,9 +134,8 @@ int main(int argc, char **argv) {
     free(got);
     free(want);
 
-    snprintf(cmd, sizeof cmd,
-             "'%s' generate --model '%s' --tokens %s --max-tokens 12 --cache %s%s", lmhost, dir,
-             ids, cache, extra);
+    snprintf(cmd, sizeof cmd, "'%s' generate --model '%s' --tokens %s --max-tokens 12 --cache %s%s",
+             lmhost, dir, ids, cache, extra);
     if (run(cmd, &out) != 0) {
         fprintf(stderr, "FAIL: %s\n", cmd);
         return 1;

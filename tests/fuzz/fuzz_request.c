@@ -15,7 +15,9 @@ char *textio_token_text(textio *t, int32_t id) {
     (void)id;
     return NULL;
 }
-void textio_stream_free(textio_stream *s) { (void)s; }
+void textio_stream_free(textio_stream *s) {
+    (void)s;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     server_opts o = {.max_tokens = 16, .ctx_size = 4096, .parallel = 1};
@@ -24,8 +26,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     json_object *body = api_parse_body((const char *)data, size, &oom);
     char err[512], param[64];
     for (int kind = 0; body && kind < 2; kind++) {
-        job *j = job_from_request(kind ? JOB_COMPLETION : JOB_CHAT, body, &o, "m", err,
-                                  sizeof err, param, sizeof param);
+        job *j = job_from_request(kind ? JOB_COMPLETION : JOB_CHAT, body, &o, "m", err, sizeof err,
+                                  param, sizeof param);
         if (!j) {
             if (!err[0]) __builtin_trap(); /* every refusal says why */
             continue;

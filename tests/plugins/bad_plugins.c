@@ -24,7 +24,9 @@ static int forward(lmh_model *m, const lmh_host_api *h, lmh_fwd *f, const lmh_ba
     (void)b;
     return LMH_EINVAL;
 }
-static void unload(lmh_model *m) { (void)m; }
+static void unload(lmh_model *m) {
+    (void)m;
+}
 __attribute__((unused)) static const lmh_arch_api arch = {.size = sizeof(lmh_arch_api),
                                                           .model_types = types,
                                                           .load = load,
@@ -34,26 +36,28 @@ __attribute__((unused)) static const lmh_backend_api backend = {.size = sizeof(l
 
 static const lmh_plugin_info info = {
 #ifdef BAD_MAJOR
-    LMH_ABI_MAJOR + 1, 0, sizeof(lmh_plugin_info),
+    LMH_ABI_MAJOR + 1,        0,
+    sizeof(lmh_plugin_info),
 #else
     LMH_PLUGIN_HEADER,
 #endif
 #ifdef BAD_TABLE
-    .kind = LMH_KIND_BACKEND,
-    .api = &backend,
+    .kind = LMH_KIND_BACKEND, .api = &backend,
 #else
-    .kind = LMH_KIND_ARCH,
-    .api = &arch,
+    .kind = LMH_KIND_ARCH,  .api = &arch,
 #endif
-    .name = "test-refused",
-    .version = "0",
+    .name = "test-refused",   .version = "0",
 #ifdef FAIL_INIT
     .init = fail_init,
 #endif
 };
 
 #ifndef NO_ENTRY
-LMH_EXPORT const lmh_plugin_info *lmhost_plugin_entry(void) { return &info; }
+LMH_EXPORT const lmh_plugin_info *lmhost_plugin_entry(void) {
+    return &info;
+}
 #else
-LMH_EXPORT const lmh_plugin_info *some_other_symbol(void) { return &info; }
+LMH_EXPORT const lmh_plugin_info *some_other_symbol(void) {
+    return &info;
+}
 #endif
