@@ -1392,7 +1392,7 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
     unsigned mv_wg = 0, mv_nr = 0;
     if (!mv || sscanf(mv, "%ux%u", &mv_wg, &mv_nr) != 2 || mv_wg < 32 || mv_wg > 256 ||
         (mv_wg & (mv_wg - 1)) || mv_nr < 1 || mv_nr > 8)
-        mv_wg = 64, mv_nr = 2;
+        mv_wg = MATVEC_WG, mv_nr = MATVEC_NR;
     b->matvec_wg = mv_wg;
     b->matvec_nr = mv_nr;
     const char *smin = getenv("LMHOST_VK_SUBMIT_MIN");

@@ -14,6 +14,8 @@
 #define VK_PC_WORDS 32 /* 128 bytes, the push constant size every device offers */
 #define VK_NSPEC    8
 #define VK_NBATCH   3
+#define MATVEC_WG   64 /* matrix-vector workgroup: threads (LMHOST_VK_MATVEC overrides) */
+#define MATVEC_NR   2  /* and output columns */
 
 typedef struct vk_block vk_block;
 

@@ -9,8 +9,6 @@
 enum { ELT_ADD, ELT_MUL, ELT_SCALE, ELT_SWIGLU, ELT_GEGLU, ELT_SOFTCAP, ELT_SIGMOID_GATE };
 
 #define MATVEC_MAXR     4 /* rows up to which matmuls read the weight as matrix-vector */
-#define MATVEC_WG       64
-#define MATVEC_NR       2
 #define QMATVEC_NR      4 /* quantized: 4 columns a workgroup was best of 1..16 on an H100 */
 #define ATTN_WG         128
 #define MOE_MAX_EXPERTS 1024

@@ -285,11 +285,12 @@ bad:
 
 json_object *api_parse_body(const char *buf, size_t len, int *oom) {
     *oom = 0;
+    if (len > INT_MAX) return NULL;
     char *fixed = NULL;
     size_t fixed_n = 0;
     int rw = json_fix_surrogates(buf, len, &fixed, &fixed_n);
-    if (rw < 0 || len > INT_MAX) {
-        *oom = rw < 0;
+    if (rw < 0) {
+        *oom = 1;
         return NULL;
     }
     if (rw) {

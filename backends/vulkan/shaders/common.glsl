@@ -64,6 +64,14 @@ float reduce_2pi(float a) {
     return r;
 }
 
+// A rope pair's (cos, sin) * af at position pos for inverse frequency inv (rope.comp and
+// rms_norm.comp's fused rope: one formula, so that both give the same bits).
+vec2 rope_cos_sin(int pos, float inv, float af) {
+    precise float a = float(pos) * inv;
+    float ar = reduce_2pi(a);
+    return vec2(cos(ar), sin(ar)) * af;
+}
+
 // Large grids are 2D (65535 groups a dimension is all a device must offer).
 uint group_index() { return gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x; }
 

@@ -77,10 +77,8 @@ void main() {
         if (i < pc.rot) {
             uint j = pc.style == 0u ? (i < half_ ? i : i - half_) : i / 2u;
             uint ia = pc.style == 0u ? j : 2u * j, ib = pc.style == 0u ? j + half_ : 2u * j + 1u;
-            precise float a = float(p) * uintBitsToFloat(INV[pc.oe + j]);
-            float ar = reduce_2pi(a);
-            float cs = cos(ar) * pc.af, sn = sin(ar) * pc.af;
-            y = i == ia ? ys[ia] * cs - ys[ib] * sn : ys[ib] * cs + ys[ia] * sn;
+            vec2 cs = rope_cos_sin(p, uintBitsToFloat(INV[pc.oe + j]), pc.af);
+            y = i == ia ? ys[ia] * cs.x - ys[ib] * cs.y : ys[ib] * cs.x + ys[ia] * cs.y;
         }
         D[pc.od + base + i] = floatBitsToUint(y);
     }

@@ -28,9 +28,8 @@ void main() {
     uint rh = t / pc.per, j = t - rh * pc.per;
     uint r = rh / pc.heads, base = rh * pc.hd, half_ = pc.rot / 2u;
     if (j < half_) {
-        precise float a = float(int(POS[pc.ob + r])) * uintBitsToFloat(INV[pc.oc + j]);
-        float ar = reduce_2pi(a);
-        float cs = cos(ar) * pc.af, sn = sin(ar) * pc.af;
+        vec2 cs_sn = rope_cos_sin(int(POS[pc.ob + r]), uintBitsToFloat(INV[pc.oc + j]), pc.af);
+        float cs = cs_sn.x, sn = cs_sn.y;
         uint ia = pc.style == 0u ? j : 2u * j, ib = pc.style == 0u ? j + half_ : 2u * j + 1u;
         float x0 = uintBitsToFloat(A[pc.oa + base + ia]);
         float x1 = uintBitsToFloat(A[pc.oa + base + ib]);
