@@ -12,8 +12,10 @@
  * is logged as an error and makes the next sync point fail, so tests cannot miss one.
  * LMHOST_VK_PROFILE=1 times every dispatch on the GPU and logs the time per shader, and the
  * host's time recording and waiting, when the backend is destroyed. LMHOST_VK_NO_FUSE=1
- * records every op as a dispatch of its own (no fused pairs: residual add + RMSNorm, head
- * RMSNorm + rope), for tests and measurement; LMHOST_VK_SUBMIT_MIN=N sets the batch size
+ * records every op as a dispatch of its own (nothing fused or put off: vk_fuse.c), for
+ * tests and measurement, and LMHOST_VK_FUSE_PRODUCTS=0|1 says whether decode's norms and
+ * SwiGLU are computed inside the products (default: on GPUs, not on CPU devices), so that
+ * tests on lavapipe run a GPU's path; LMHOST_VK_SUBMIT_MIN=N sets the batch size
  * (dispatches) handed to an idle device (default 16) and LMHOST_VK_MATVEC=WGxNR the
  * matrix-vector workgroup (threads x output columns, default 64x2), for measurement.
  * LMHOST_VK_NO_PUSH_DESCRIPTOR=1 uses descriptor pools even where
@@ -690,8 +692,8 @@ static VkPipeline pipeline(lmh_backend *b, enum vk_shader sh, const uint32_t *sp
     clock_gettime(CLOCK_MONOTONIC, &t0);
     r = vkCreateComputePipelines(b->dev, VK_NULL_HANDLE, 1, &ci, NULL, &pl);
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    vk_log(b, LMH_LOG_DEBUG, "pipeline %s (%u %u %u %u %u %u %u %u): %.1f ms", s->name, spec[0],
-           spec[1], spec[2], spec[3], spec[4], spec[5], spec[6], spec[7],
+    vk_log(b, LMH_LOG_DEBUG, "pipeline %s (%u %u %u %u %u %u %u %u %u): %.1f ms", s->name, spec[0],
+           spec[1], spec[2], spec[3], spec[4], spec[5], spec[6], spec[7], spec[8],
            (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6);
     if (r != VK_SUCCESS) {
         vk_fail(b, r, "vkCreateComputePipelines");
@@ -717,6 +719,13 @@ static VkDeviceSize bind_range(const lmh_backend *b, const vk_tensor *t, VkDevic
     if (end > aend) end = aend;
     if (end <= *base) end = *base + 16;
     return end - *base;
+}
+
+uint32_t vk_elem_off(const lmh_backend *b, const vk_tensor *t) {
+    VkDeviceSize base;
+    bind_range(b, t, &base);
+    size_t es = lmh_dtype_is_quant(t->t.dtype) ? 4 : lmh_dtype_size(t->t.dtype);
+    return (uint32_t)((t->off - base) / (es ? es : 1));
 }
 
 int vk_bindable(const lmh_backend *b, const lmh_tensor *x) {
@@ -894,24 +903,6 @@ void vk_tensor_release(lmh_backend *b, vk_tensor *t) {
     free(t);
 }
 
-/* ---- fusion ------------------------------------------------------------------------ */
-
-/* vk_enqueue holds back an op that may lead a fused pair (vk_can_lead) until the next op
- * says whether they fuse. Any other call that could read, overwrite or free what the held
- * op touches records it alone first. */
-static void flush_held(lmh_backend *b) {
-    if (!b->has_held) return;
-    b->has_held = 0;
-    int rc = vk_enqueue_op(b, &b->held);
-    if (rc && !b->held_err) b->held_err = rc;
-}
-
-static int take_held_err(lmh_backend *b) {
-    int rc = b->held_err;
-    b->held_err = 0;
-    return rc;
-}
-
 static lmh_tensor *vk_tensor_new(lmh_backend *b, lmh_dtype dt, int32_t ndim, const int64_t *ne,
                                  uint32_t flags) {
     if (!valid_shape(dt, ndim, ne)) return NULL;
@@ -957,7 +948,7 @@ static lmh_tensor *vk_tensor_view(lmh_backend *b, lmh_tensor *base, size_t offse
 static void vk_tensor_free(lmh_backend *b, lmh_tensor *x) {
     if (!x) return;
     pthread_mutex_lock(&b->mu);
-    flush_held(b);
+    vk_fuse_free(b, VT(x));
     vk_tensor_release(b, VT(x));
     pthread_mutex_unlock(&b->mu);
 }
@@ -999,8 +990,8 @@ static int vk_upload(lmh_backend *b, lmh_tensor *x, size_t off, const void *src,
         (n && !src))
         return LMH_EINVAL;
     pthread_mutex_lock(&b->mu);
-    flush_held(b);
-    int rc = b->err ? b->err : take_held_err(b);
+    vk_fuse_access(b, VT(x), 1);
+    int rc = b->err ? b->err : vk_fuse_take_err(b);
     if (!rc) rc = upload_locked(b, VT(x), off, src, n);
     pthread_mutex_unlock(&b->mu);
     return rc;
@@ -1036,8 +1027,8 @@ static int vk_download(lmh_backend *b, const lmh_tensor *x, size_t off, void *ds
         (n && !dst))
         return LMH_EINVAL;
     pthread_mutex_lock(&b->mu);
-    flush_held(b);
-    int rc = b->err ? b->err : take_held_err(b);
+    vk_fuse_access(b, VT(x), 0);
+    int rc = b->err ? b->err : vk_fuse_take_err(b);
     if (!rc) rc = download_locked(b, VT(x), off, dst, n);
     pthread_mutex_unlock(&b->mu);
     return rc;
@@ -1070,7 +1061,7 @@ static lmh_tensor *vk_tensor_quant(lmh_backend *b, lmh_dtype qt, int32_t group, 
         return NULL;
     }
     pthread_mutex_lock(&b->mu);
-    flush_held(b);
+    vk_fuse_flush(b);
     vk_tensor *t = b->err ? NULL : tensor_make(qt, ndim, ne);
     int rc = LMH_ENOMEM;
     if (t) {
@@ -1119,37 +1110,16 @@ static int vk_supports(lmh_backend *b, const lmh_op *op) {
 
 static int vk_enqueue(lmh_backend *b, const lmh_op *op) {
     pthread_mutex_lock(&b->mu);
-    int rc = b->err ? b->err : vk_check_op(b, op);
-    if (rc != LMH_OK) { /* refused: the held op stays held */
-        pthread_mutex_unlock(&b->mu);
-        return rc;
-    }
-    int done = 0;
-    if (b->has_held) {
-        b->has_held = 0;
-        rc = vk_enqueue_pair(b, &b->held, op);
-        if (rc == 1)
-            rc = vk_enqueue_op(b, &b->held);
-        else
-            done = 1;
-    }
-    if (rc == LMH_OK && !done) {
-        if (!b->no_fuse && vk_can_lead(op)) {
-            b->held = *op;
-            b->has_held = 1;
-        } else {
-            rc = vk_enqueue_op(b, op);
-        }
-    }
-    if (rc == LMH_OK) rc = take_held_err(b);
+    int rc = b->err ? b->err : vk_check_op(b, op); /* refused: what is held stays held */
+    if (rc == LMH_OK) rc = b->no_fuse ? vk_enqueue_op(b, op) : vk_fuse_enqueue(b, op);
     pthread_mutex_unlock(&b->mu);
     return rc;
 }
 
 static int vk_sync(lmh_backend *b) {
     pthread_mutex_lock(&b->mu);
-    flush_held(b);
-    int rc = b->err ? b->err : take_held_err(b);
+    vk_fuse_flush(b);
+    int rc = b->err ? b->err : vk_fuse_take_err(b);
     if (!rc) rc = wait_all(b);
     pthread_mutex_unlock(&b->mu);
     return rc;
@@ -1388,6 +1358,12 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
                         !(nosg && *nosg && strcmp(nosg, "0"));
     const char *nofuse = getenv("LMHOST_VK_NO_FUSE");
     b->no_fuse = nofuse && *nofuse && strcmp(nofuse, "0");
+    /* Norm and SwiGLU inside the products: every workgroup redoes that work, which a GPU
+     * hides behind its weight loads and a CPU device pays in full (2.2x slower decode on
+     * lavapipe). */
+    const char *fp = getenv("LMHOST_VK_FUSE_PRODUCTS");
+    b->fuse_products =
+        fp && *fp ? strcmp(fp, "0") != 0 : b->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
     const char *mv = getenv("LMHOST_VK_MATVEC");
     unsigned mv_wg = 0, mv_nr = 0;
     if (!mv || sscanf(mv, "%ux%u", &mv_wg, &mv_nr) != 2 || mv_wg < 32 || mv_wg > 256 ||
@@ -1544,7 +1520,7 @@ static int vk_create(const lmh_host_api *host, const lmh_backend_opts *o, lmh_ba
 static void vk_destroy(lmh_backend *b) {
     if (!b) return;
     if (b->dev) {
-        flush_held(b);
+        vk_fuse_flush(b);
         if (!b->err) wait_all(b);
         vkDeviceWaitIdle(b->dev);
         for (int i = 0; i < b->ndefer; i++) free(b->defer[i]);

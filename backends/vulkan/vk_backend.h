@@ -12,7 +12,7 @@
  * own buffers (attention partials, MoE work lists, MoE statistics). */
 #define VK_NBIND    7
 #define VK_PC_WORDS 32 /* 128 bytes, the push constant size every device offers */
-#define VK_NSPEC    8
+#define VK_NSPEC    9
 #define VK_NBATCH   3
 #define MATVEC_WG   64 /* matrix-vector workgroup: threads (LMHOST_VK_MATVEC overrides) */
 #define MATVEC_NR   2  /* and output columns */
@@ -52,6 +52,8 @@ enum vk_shader {
     VK_SH_RMS_NORM_ROPE,
     VK_SH_MATVEC1,
     VK_SH_QMATVEC1,
+    VK_SH_MATVEC1_FX, /* the one-row products with fused neighbours (fused.glsl) */
+    VK_SH_QMATVEC1_FX,
     VK_SH_ROPE,
     VK_SH_MATVEC,
     VK_SH_MATMUL,
@@ -120,6 +122,15 @@ typedef struct vk_range {
     VkDeviceSize lo, hi;
 } vk_range;
 
+/* An op put off by vk_fuse.c, with copies of its tensors (dst, src0, src1): the op's own
+ * may be views that are freed before it is recorded. */
+typedef struct vk_virt {
+    lmh_op op;
+    vk_tensor t[3];
+    int done; /* its result is in its dst, or will be by the next recorded dispatch */
+} vk_virt;
+#define VK_NVIRT 4
+
 typedef struct vk_pipe {
     enum vk_shader shader;
     uint32_t spec[VK_NSPEC];
@@ -186,12 +197,20 @@ struct lmh_backend {
     uint64_t prof_submits;
     /* a batch of at least this many dispatches is submitted as soon as the device is idle */
     int submit_min;
-    /* an op held back to be fused with the next one (vk_enqueue), recorded alone by any
-     * other call first */
+    /* vk_fuse.c: an op held back to be fused with the next one (with the put-off op its
+     * product computes on the fly, and whether it stores that op's result), and the ops
+     * put off */
     lmh_op held;
     int has_held;
-    int held_err; /* recording it failed: the next call that returns a status says so */
+    vk_virt held_pro;
+    int held_has_pro, held_write_pro;
+    vk_virt virt[VK_NVIRT];
+    int nvirt;
+    int held_err; /* recording failed: the next call that returns a status says so */
     int no_fuse;  /* LMHOST_VK_NO_FUSE=1 */
+    /* one-row norms and SwiGLU put off into the products reading them (LMHOST_VK_FUSE_PRODUCTS,
+     * default on but for CPU devices) */
+    int fuse_products;
     /* matrix-vector workgroup: threads and output columns (LMHOST_VK_MATVEC=WGxNR) */
     uint32_t matvec_wg, matvec_nr;
 };
@@ -212,15 +231,34 @@ void vk_tensor_release(lmh_backend *b, vk_tensor *t);
 int vk_moe_slot(lmh_backend *b, uint64_t bytes_per_expert, const vk_tensor **stats);
 /* Whether a tensor can be bound whole (maxStorageBufferRange). */
 int vk_bindable(const lmh_backend *b, const lmh_tensor *t);
+/* The element offset a shader gets for t bound at binding 5 or 6 (vk_record fills in
+ * those of bindings 0..4). */
+uint32_t vk_elem_off(const lmh_backend *b, const vk_tensor *t);
 
 /* vk_ops.c */
 int vk_check_op(lmh_backend *b, const lmh_op *op);
 int vk_enqueue_op(lmh_backend *b, const lmh_op *op);
-/* Fusion of two consecutive ops (vk_backend.c holds back an op that can lead one):
- * whether op can lead a pair, and the pair recorded as one dispatch (1 when the two do
- * not form one and nothing was recorded, else an LMH_ status). */
-int vk_can_lead(const lmh_op *op);
-int vk_enqueue_pair(lmh_backend *b, const lmh_op *lead, const lmh_op *op);
+/* RMSNorm (op), with the ADD whose result it reads (add) or the ROPE in place on its
+ * result (rope) in the same dispatch. */
+int vk_rms_norm(lmh_backend *b, const lmh_op *op, const lmh_op *add, const lmh_op *rope);
+#define VK_FUSE_ROPE_MAXD 512 /* longest row of the fused norm + rope (MAXD, rms_norm.comp) */
+/* A MATMUL of one row (a matrix-vector product fused.glsl can extend), and one recorded
+ * with its fused neighbours: pro a RMS_NORM or SWIGLU whose result it reads (computed from
+ * pro's operands; with write_pro the norm's result stored too), add the in-place ADD of
+ * its result into add->dst (either may be NULL). */
+int vk_matvec_fusable(const lmh_op *mm);
+int vk_matvec_fused(lmh_backend *b, const lmh_op *mm, const lmh_op *pro, int write_pro,
+                    const lmh_op *add);
+
+/* vk_fuse.c: ops enqueued through the fusion policy (see there); the calls that must see
+ * memory as the ops so far leave it: all of it (sync), t read or written (download,
+ * upload), t about to be freed. vk_fuse_take_err: a failure recording a held or put-off
+ * op where no status could be returned. */
+int vk_fuse_enqueue(lmh_backend *b, const lmh_op *op);
+void vk_fuse_flush(lmh_backend *b);
+void vk_fuse_access(lmh_backend *b, const vk_tensor *t, int write);
+void vk_fuse_free(lmh_backend *b, const vk_tensor *t);
+int vk_fuse_take_err(lmh_backend *b);
 
 /* vk_shaders.c */
 typedef struct vk_spirv {

@@ -257,7 +257,8 @@ static int op_get_rows(lmh_backend *b, const lmh_op *op) {
     return vk_record(b, &x);
 }
 
-static int op_matmul(lmh_backend *b, const lmh_op *op) {
+/* A matmul's dispatch (not recorded): matrix-vector kernels up to MATVEC_MAXR rows. */
+static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
     const lmh_tensor *xt = op->src[0], *W = op->src[1], *bias = op->src[2];
     int64_t in = lmh_inner(xt), rows = lmh_nelem(xt) / in, out = W->ne[0];
     vk_dispatch x = {.writes = 1};
@@ -305,6 +306,64 @@ static int op_matmul(lmh_backend *b, const lmh_op *op) {
     }
     count_read(b, W, (uint64_t)out * row_bytes(W));
     if (bias) count_read(b, bias, (uint64_t)out * lmh_dtype_size(bias->dtype));
+    *d = x;
+}
+
+static int op_matmul(lmh_backend *b, const lmh_op *op) {
+    vk_dispatch x;
+    matmul_dispatch(b, op, &x);
+    return vk_record(b, &x);
+}
+
+int vk_matvec_fusable(const lmh_op *mm) {
+    return mm->code == LMH_OP_MATMUL && lmh_nelem(mm->src[0]) == lmh_inner(mm->src[0]);
+}
+
+int vk_matvec_fused(lmh_backend *b, const lmh_op *mm, const lmh_op *pro, int write_pro,
+                    const lmh_op *add) {
+    vk_dispatch x;
+    matmul_dispatch(b, mm, &x);
+    int quant = x.shader == VK_SH_QMATVEC1;
+    x.shader = quant ? VK_SH_QMATVEC1_FX : VK_SH_MATVEC1_FX;
+    const lmh_tensor *xin = pro ? pro->src[0] : mm->src[0];
+    int64_t in = lmh_inner(mm->src[0]);
+    x.spec[3] = (uint32_t)(vec_ok(xin, in) && (quant || vec_ok(mm->src[1], in)));
+    if (pro && pro->code == LMH_OP_RMS_NORM) {
+        const lmh_tensor *w = pro->src[1];
+        x.spec[6] = 1;
+        x.bind[1] = VT(pro->src[0]);
+        x.bind[4] = w ? VT(w) : NULL;
+        x.spec[8] = (uint32_t)(!w || vec_ok(w, in));
+        x.pc[20] = w != NULL;
+        x.pc[21] = w ? dtc(w->dtype) : 0;
+        x.pc[22] = fbits(pro->p.f[0]);
+        x.pc[23] = fbits(pro->p.f[1]);
+        if (write_pro) {
+            x.bind[6] = VT(pro->dst);
+            x.writes |= 1u << 6;
+            x.pc[19] = vk_elem_off(b, VT(pro->dst));
+            x.pc[24] = 1;
+        }
+    } else if (pro) { /* SwiGLU: gate src0, up src1 */
+        x.spec[6] = 2;
+        x.bind[1] = VT(pro->src[0]);
+        x.bind[4] = VT(pro->src[1]);
+        x.spec[8] = (uint32_t)vec_ok(pro->src[1], in);
+    }
+    if (add) { /* in place: the operand that is not the product's result is the add's dst */
+        x.spec[7] = 1;
+        x.bind[5] = VT(add->dst);
+        x.writes |= 1u << 5;
+        x.pc[18] = vk_elem_off(b, VT(add->dst));
+    }
+    /* The shader writes bindings 5 and 6 under spec constants the validation layer does
+     * not evaluate: unused, they are bound to the product's own output (written anyway)
+     * rather than to the shared dummy, which other bindings read. */
+    for (int i = 5; i <= 6; i++)
+        if (!x.bind[i]) {
+            x.bind[i] = x.bind[0];
+            x.writes |= 1u << i;
+        }
     return vk_record(b, &x);
 }
 
@@ -312,7 +371,7 @@ static int op_matmul(lmh_backend *b, const lmh_op *op) {
  * the residual stream's x = x + o and the norm of it then cost one step of the
  * dependency chain instead of two. With rope (a ROPE of the norm's result in place), the
  * rotation of each normalized row in the same dispatch (Qwen3's and Gemma's q/k norms). */
-static int rms_norm(lmh_backend *b, const lmh_op *op, const lmh_op *add, const lmh_op *rope) {
+int vk_rms_norm(lmh_backend *b, const lmh_op *op, const lmh_op *add, const lmh_op *rope) {
     const lmh_tensor *a = add ? add->src[0] : op->src[0], *w = op->src[1];
     int64_t d = lmh_inner(a), rows = lmh_nelem(a) / d;
     /* One workgroup per row, each thread summing d / wg elements in a dependent chain of
@@ -611,7 +670,7 @@ int vk_enqueue_op(lmh_backend *b, const lmh_op *op) {
     case LMH_OP_MATMUL:
         return op_matmul(b, op);
     case LMH_OP_RMS_NORM:
-        return rms_norm(b, op, NULL, NULL);
+        return vk_rms_norm(b, op, NULL, NULL);
     case LMH_OP_ADD:
     case LMH_OP_MUL:
     case LMH_OP_SCALE:
@@ -637,47 +696,4 @@ int vk_enqueue_op(lmh_backend *b, const lmh_op *op) {
     default:
         return LMH_EUNSUPPORTED;
     }
-}
-
-static int same_f32(const lmh_tensor *t, int64_t n) {
-    return t && t->dtype == LMH_F32 && lmh_nelem(t) == n;
-}
-
-static int disjoint(const lmh_tensor *x, const lmh_tensor *y) {
-    const vk_tensor *a = VT(x), *c = VT(y);
-    return a->a->blk != c->a->blk || a->off + a->bytes <= c->off || c->off + c->bytes <= a->off;
-}
-
-#define FUSE_ROPE_MAXD 512 /* MAXD in rms_norm.comp */
-
-int vk_can_lead(const lmh_op *op) {
-    int64_t n = lmh_nelem(op->dst);
-    /* an element-wise f32 add without broadcast: add + rms_norm */
-    if (op->code == LMH_OP_ADD)
-        return same_f32(op->dst, n) && same_f32(op->src[0], n) && same_f32(op->src[1], n);
-    /* an f32 norm of rows short enough for one workgroup's shared memory: rms_norm + rope */
-    if (op->code == LMH_OP_RMS_NORM)
-        return same_f32(op->dst, n) && same_f32(op->src[0], n) &&
-               lmh_inner(op->dst) <= FUSE_ROPE_MAXD;
-    return 0;
-}
-
-static int same_range(const lmh_tensor *x, const lmh_tensor *y) {
-    const vk_tensor *a = VT(x), *c = VT(y);
-    return a->a == c->a && a->off == c->off && a->bytes == c->bytes;
-}
-
-int vk_enqueue_pair(lmh_backend *b, const lmh_op *lead, const lmh_op *op) {
-    if (lead->code == LMH_OP_ADD && op->code == LMH_OP_RMS_NORM &&
-        same_range(op->src[0], lead->dst) && op->dst->dtype == LMH_F32 &&
-        lmh_inner(op->src[0]) == lmh_inner(lead->dst) && disjoint(op->dst, lead->dst) &&
-        disjoint(op->dst, lead->src[0]) && disjoint(op->dst, lead->src[1]))
-        return rms_norm(b, op, lead, NULL);
-    /* the rope in place on the norm's output, its rows the norm's rows */
-    if (lead->code == LMH_OP_RMS_NORM && op->code == LMH_OP_ROPE &&
-        same_range(op->src[0], lead->dst) && same_range(op->dst, lead->dst) &&
-        op->src[0]->ndim == 3 && op->src[0]->ne[2] == lmh_inner(lead->dst) &&
-        op->p.i[0] <= op->src[0]->ne[2])
-        return rms_norm(b, lead, NULL, op);
-    return 1; /* not a pair: the caller records them one by one */
 }

@@ -16,8 +16,12 @@
 #include "spv_matvec_sg.h"
 #include "spv_matvec1.h"
 #include "spv_matvec1_sg.h"
+#include "spv_matvec1_fx.h"
+#include "spv_matvec1_fx_sg.h"
 #include "spv_qmatvec1.h"
 #include "spv_qmatvec1_sg.h"
+#include "spv_qmatvec1_fx.h"
+#include "spv_qmatvec1_fx_sg.h"
 #include "spv_moe_combine.h"
 #include "spv_moe_route.h"
 #include "spv_moe_sort.h"
@@ -52,6 +56,8 @@ const vk_spirv vk_shaders[VK_SH_COUNT] = {
     [VK_SH_RMS_NORM_ROPE] = SH_SG(rms_norm_rope),
     [VK_SH_MATVEC1] = SH_SG(matvec1),
     [VK_SH_QMATVEC1] = SH_SG(qmatvec1),
+    [VK_SH_MATVEC1_FX] = SH_SG(matvec1_fx),
+    [VK_SH_QMATVEC1_FX] = SH_SG(qmatvec1_fx),
     [VK_SH_ROPE] = SH(rope),
     [VK_SH_MATVEC] = SH_SG(matvec),
     [VK_SH_MATMUL] = SH(matmul),

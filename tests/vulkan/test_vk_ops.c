@@ -7,7 +7,9 @@
  * group size and scale dtype in get_rows, matmul and moe_matmul) and compares. It does so twice:
  * with the device's subgroup reductions and push descriptors, and with the shared-memory reductions
  * and descriptor pools (LMHOST_VK_NO_SUBGROUP=1, LMHOST_VK_NO_PUSH_DESCRIPTOR=1). Pairs of ops
- * the backend fuses into one dispatch are checked the same way (t_fused).
+ * the backend fuses into one dispatch are checked the same way (t_fused), and so are the
+ * products decode runs with the norm or SwiGLU before them and the residual add after them
+ * computed inside (t_fused_products; t_fused_dispatches counts the dispatches).
  *
  * Tolerance: float results agree within 1e-4 x the largest |value| of the CPU result
  * (both accumulate in f32, in different orders; 1e-4 leaves room for sums of a few
@@ -495,6 +497,235 @@ static void t_fused(void) {
             }
 }
 
+/* A weight [out, in] for the fused-product tests: f32, f16, bf16 or (kind 3) 4-bit g64. */
+static tt *mk_weight(int kind, int64_t out, int64_t in) {
+    return kind < 3 ? mk(fdt[kind], 2, out, in, 0, -0.5f, 0.5f, LMH_TENSOR_WEIGHT)
+                    : mk_quant(4, 64, LMH_BF16, 2, out, in, 0);
+}
+
+/* Frees one tensor on both backends before free_all (which then skips it). */
+static void free_one(tt *x) {
+    for (int k = 0; k < 2; k++) {
+        g_be[k].api->tensor_free(g_be[k].b, x->t[k]);
+        x->t[k] = NULL;
+    }
+}
+
+static void upload_both(tt *x, const float *v) {
+    for (int k = 0; k < 2; k++)
+        if (g_be[k].api->upload(g_be[k].b, x->t[k], 0, v, (size_t)lmh_nelem(x->t[k]) * 4)) {
+            fprintf(stderr, "FAIL: upload on backend %d\n", k);
+            exit(1);
+        }
+}
+
+/* Decode's products with their neighbours fused in (vk_fuse.c): a one-row RMSNorm or SwiGLU
+ * computed inside the products that read its result and the residual add done by the
+ * product before it, against the CPU backend; and every way a put-off op must still be
+ * recorded: its result read by another kind of op or downloaded, its operands overwritten,
+ * uploaded into or freed, and its result overwritten unread (dropped). Widths: 37 (scalar
+ * loads), 100 (not a multiple of 8), 64 and 256 (vector loads, quantized weights). */
+static void t_fused_products(void) {
+    static const int64_t ins[] = {64, 37, 100, 256};
+    float sc[8] = {0.5f};
+    char what[128];
+    for (int ii = 0; ii < 4; ii++)
+        for (int wk = 0; wk < 4; wk++) {
+            int64_t in = ins[ii], mid = 2 * in, out = 19 + in / 3;
+            if (wk == 3 && in % 64) continue;
+            for (int nw = 0; nw < 3; nw++) { /* norm weight: none, bf16, f32 with offset 1 */
+                tt *x = mk(LMH_F32, 2, 1, in, 0, -3, 3, 0);
+                tt *wt =
+                    nw ? mk(nw == 1 ? LMH_BF16 : LMH_F32, 1, in, 0, 0, -1, 1, LMH_TENSOR_WEIGHT)
+                       : NULL;
+                tt *hn = mk(LMH_F32, 2, 1, in, 0, 0, 0, 0), *z = mk(LMH_F32, 2, 1, in, 0, 0, 0, 0);
+                tt *W1 = mk_weight(wk, out, in), *W2 = mk_weight(wk, 2 * out + 1, in);
+                tt *bias = nw == 2 ? mk(LMH_BF16, 1, out, 0, 0, -1, 1, LMH_TENSOR_WEIGHT) : NULL;
+                tt *y1 = mk(LMH_F32, 2, 1, out, 0, 0, 0, 0),
+                   *y2 = mk(LMH_F32, 2, 1, 2 * out + 1, 0, 0, 0, 0);
+                float f[8] = {1e-6f, nw == 2 ? 1.0f : 0.0f};
+                snprintf(what, sizeof what, "rms_norm -> 2 products in=%lld w=%d norm w=%d",
+                         (long long)in, wk, nw);
+                /* two products read the norm (the first also stores it) */
+                if (!run(what, LMH_OP_RMS_NORM, hn, x, wt, NULL, NULL, f, NULL) &&
+                    !run(what, LMH_OP_MATMUL, y1, hn, W1, bias, NULL, NULL, NULL) &&
+                    !run(what, LMH_OP_MATMUL, y2, hn, W2, NULL, NULL, NULL, NULL)) {
+                    check(what, y1, TOL);
+                    check(what, y2, TOL);
+                    check(what, hn, TOL);
+                }
+                /* read by an op that is no product: recorded before it */
+                if (!run("rms_norm -> scale", LMH_OP_RMS_NORM, hn, x, wt, NULL, NULL, f, NULL) &&
+                    !run("rms_norm -> scale", LMH_OP_SCALE, z, hn, NULL, NULL, NULL, sc, NULL))
+                    check("rms_norm -> scale", z, TOL);
+                /* its input uploaded over, then a product: the norm of the old input */
+                float *nx = malloc((size_t)in * 4);
+                for (int64_t i = 0; i < in; i++) nx[i] = frand(-2, 2);
+                if (!run("rms_norm, upload", LMH_OP_RMS_NORM, hn, x, wt, NULL, NULL, f, NULL)) {
+                    upload_both(x, nx);
+                    if (!run("rms_norm, upload", LMH_OP_MATMUL, y1, hn, W1, NULL, NULL, NULL, NULL))
+                        check("rms_norm, upload", y1, TOL);
+                }
+                free(nx);
+                /* its input freed before the product */
+                tt *tmp = mk(LMH_F32, 2, 1, in, 0, -3, 3, 0);
+                if (!run("rms_norm, free", LMH_OP_RMS_NORM, hn, tmp, wt, NULL, NULL, f, NULL)) {
+                    free_one(tmp);
+                    if (!run("rms_norm, free", LMH_OP_MATMUL, y1, hn, W1, NULL, NULL, NULL, NULL))
+                        check("rms_norm, free", y1, TOL);
+                }
+                free_all();
+            }
+            /* a decode MLP twice: gate and up products of h, SwiGLU in place, the down
+             * product and the residual add (either operand order) */
+            tt *h = mk(LMH_F32, 2, 1, in, 0, -1, 1, 0), *x = mk(LMH_F32, 2, 1, in, 0, -2, 2, 0);
+            tt *g = mk(LMH_F32, 2, 1, mid, 0, 0, 0, 0), *u = mk(LMH_F32, 2, 1, mid, 0, 0, 0, 0);
+            tt *s = mk(LMH_F32, 2, 1, mid, 0, 0, 0, 0), *o = mk(LMH_F32, 2, 1, in, 0, 0, 0, 0);
+            tt *Wg = mk_weight(wk, mid, in), *Wu = mk_weight(wk, mid, in);
+            tt *Wd = mk_weight(wk, in, mid);
+            for (int rep = 0; rep < 2; rep++) {
+                snprintf(what, sizeof what, "mlp + residual in=%lld w=%d rep %d", (long long)in, wk,
+                         rep);
+                if (!run(what, LMH_OP_MATMUL, g, h, Wg, NULL, NULL, NULL, NULL) &&
+                    !run(what, LMH_OP_MATMUL, u, h, Wu, NULL, NULL, NULL, NULL) &&
+                    !run(what, LMH_OP_SWIGLU, g, g, u, NULL, NULL, NULL, NULL) &&
+                    !run(what, LMH_OP_MATMUL, o, g, Wd, NULL, NULL, NULL, NULL))
+                    run(what, LMH_OP_ADD, x, rep ? o : x, rep ? x : o, NULL, NULL, NULL, NULL);
+            }
+            check(what, x, TOL);
+            check(what, o, TOL);
+            check(what, g, TOL); /* the SwiGLU recorded for the download */
+            /* SwiGLU into another tensor, read by the product and then by a scale */
+            snprintf(what, sizeof what, "swiglu -> product, scale in=%lld w=%d", (long long)in, wk);
+            if (!run(what, LMH_OP_MATMUL, g, h, Wg, NULL, NULL, NULL, NULL) &&
+                !run(what, LMH_OP_SWIGLU, s, g, u, NULL, NULL, NULL, NULL) &&
+                !run(what, LMH_OP_MATMUL, o, s, Wd, NULL, NULL, NULL, NULL) &&
+                !run(what, LMH_OP_SCALE, s, s, NULL, NULL, NULL, sc, NULL)) {
+                check(what, o, TOL);
+                check(what, s, TOL);
+            }
+            /* the up operand overwritten before the product: SwiGLU recorded first */
+            snprintf(what, sizeof what, "swiglu, up overwritten in=%lld w=%d", (long long)in, wk);
+            if (!run(what, LMH_OP_MATMUL, g, h, Wg, NULL, NULL, NULL, NULL) &&
+                !run(what, LMH_OP_SWIGLU, g, g, u, NULL, NULL, NULL, NULL) &&
+                !run(what, LMH_OP_MATMUL, u, h, Wg, NULL, NULL, NULL, NULL) &&
+                !run(what, LMH_OP_MATMUL, o, g, Wd, NULL, NULL, NULL, NULL))
+                check(what, o, TOL);
+            /* the gate freed before the product: SwiGLU (into s) recorded first */
+            snprintf(what, sizeof what, "swiglu, gate freed in=%lld w=%d", (long long)in, wk);
+            tt *g2 = mk(LMH_F32, 2, 1, mid, 0, -2, 2, 0);
+            if (!run(what, LMH_OP_SWIGLU, s, g2, u, NULL, NULL, NULL, NULL)) {
+                free_one(g2);
+                if (!run(what, LMH_OP_MATMUL, o, s, Wd, NULL, NULL, NULL, NULL))
+                    check(what, o, TOL);
+            }
+            /* a product whose residual add reads what the product writes over: not fused */
+            snprintf(what, sizeof what, "product + add over its input in=%lld w=%d", (long long)in,
+                     wk);
+            if (!run(what, LMH_OP_MATMUL, o, h, mk_weight(wk, in, in), NULL, NULL, NULL, NULL) &&
+                !run(what, LMH_OP_ADD, h, h, o, NULL, NULL, NULL, NULL))
+                check(what, h, TOL);
+            free_all();
+        }
+}
+
+/* Whether the fusion happens at all: two decode layers' MLPs (norm, gate and up products,
+ * SwiGLU, down product, residual add) on a Vulkan backend that profiles its dispatches
+ * (LMHOST_VK_PROFILE=1) run as six fused products and nothing else. */
+static char g_capture[8192];
+static int g_capturing;
+
+static void capture_log(int level, const char *fmt, ...) {
+    (void)level;
+    if (!g_capturing) return;
+    size_t n = strlen(g_capture);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_capture + n, sizeof g_capture - n, fmt, ap);
+    va_end(ap);
+    n = strlen(g_capture);
+    if (n + 1 < sizeof g_capture) strcpy(g_capture + n, "\n");
+}
+
+static void t_fused_dispatches(void) {
+    static const lmh_host_api host = {
+        .size = sizeof(lmh_host_api), .abi_minor = LMH_ABI_MINOR, .log = capture_log};
+    const lmh_backend_api *api = g_be[1].api;
+    lmh_backend_opts o = {.size = sizeof o, .threads = 1};
+    lmh_backend *vb = NULL;
+    char err[256];
+    setenv("LMHOST_VK_PROFILE", "1", 1);
+    int rc = api->create(&host, &o, &vb, err, sizeof err);
+    unsetenv("LMHOST_VK_PROFILE");
+    if (rc) {
+        fprintf(stderr, "FAIL fused dispatches: create: %s\n", err);
+        g_fail++;
+        return;
+    }
+    enum { D = 64, M = 128 };
+    int64_t ne[6][2] = {{1, D}, {D, 0}, {1, M}, {M, D}, {D, M}, {1, D}};
+    static float buf[M * D];
+    for (int i = 0; i < M * D; i++) buf[i] = frand(-1, 1);
+    lmh_tensor *t[9];
+    static const int shape[9] = {0, 1, 0, 2, 2, 3, 3, 4, 5}; /* x wt hn g u Wg Wu Wd o */
+    for (int i = 0; i < 9; i++) {
+        int sh = shape[i];
+        t[i] = api->tensor_new(vb, LMH_F32, sh == 1 ? 1 : 2, ne[sh],
+                               i == 1 || (i >= 5 && i <= 7) ? LMH_TENSOR_WEIGHT : 0);
+        if (!t[i] || api->upload(vb, t[i], 0, buf, (size_t)lmh_nelem(t[i]) * 4)) {
+            fprintf(stderr, "FAIL fused dispatches: tensor %d\n", i);
+            g_fail++;
+            return;
+        }
+    }
+    lmh_tensor *x = t[0], *wt = t[1], *hn = t[2], *g = t[3], *u = t[4], *out = t[8];
+    const lmh_op ops[6] = {{.code = LMH_OP_RMS_NORM, .dst = hn, .src = {x, wt}, .p.f = {1e-6f}},
+                           {.code = LMH_OP_MATMUL, .dst = g, .src = {hn, t[5]}},
+                           {.code = LMH_OP_MATMUL, .dst = u, .src = {hn, t[6]}},
+                           {.code = LMH_OP_SWIGLU, .dst = g, .src = {g, u}},
+                           {.code = LMH_OP_MATMUL, .dst = out, .src = {g, t[7]}},
+                           {.code = LMH_OP_ADD, .dst = x, .src = {x, out}}};
+    rc = 0;
+    for (int layer = 0; layer < 2; layer++)
+        for (int i = 0; i < 6; i++) rc |= api->enqueue(vb, &ops[i]);
+    /* freed unread: the last SwiGLU's result (recorded at a sync, which may be followed
+     * by a download of anything) is dropped */
+    for (int i = 0; i < 9; i++) api->tensor_free(vb, t[i]);
+    rc |= api->sync(vb);
+    g_capture[0] = 0;
+    g_capturing = 1;
+    api->destroy(vb);
+    g_capturing = 0;
+    if (rc) {
+        fprintf(stderr, "FAIL fused dispatches: enqueue or sync failed\n");
+        g_fail++;
+        return;
+    }
+    if (!strstr(g_capture, "profile:")) {
+        printf("  (fused dispatches not counted: the device has no timestamps)\n");
+        return;
+    }
+    g_checks++;
+    int fused = 0, other = 0;
+    for (const char *l = g_capture; (l = strstr(l, "profile: ")); l++) {
+        char name[32];
+        unsigned long long n;
+        int end = 0;
+        if (sscanf(l, "profile: %31s %llu dispatches%n", name, &n, &end) != 2 || !end) continue;
+        if (!strcmp(name, "matvec1_fx"))
+            fused += (int)n;
+        else
+            other += (int)n;
+    }
+    if (fused != 6 || other) {
+        fprintf(stderr,
+                "FAIL fused dispatches: %d fused products and %d other dispatches "
+                "(want 6 and 0):\n%s",
+                fused, other, g_capture);
+        g_fail++;
+    }
+}
+
 static void t_copy(void) {
     for (int s = 0; s < 3; s++)
         for (int d = 0; d < 3; d++) {
@@ -816,6 +1047,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     g_verbose = getenv("LMHOST_LOG") && atoi(getenv("LMHOST_LOG")) >= 3;
+    setenv("LMHOST_VK_FUSE_PRODUCTS", "1", 0); /* a GPU's fusion on lavapipe too */
     g_be[0].api = load(argv[1]);
     g_be[1].api = load(argv[2]);
     lmh_backend_opts o = {.size = sizeof o, .threads = 2};
@@ -838,10 +1070,19 @@ int main(int argc, char **argv) {
         static const struct {
             const char *name;
             void (*fn)(void);
-        } parts[] = {{"get_rows", t_get_rows},   {"matmul", t_matmul}, {"rms_norm", t_norm},
-                     {"elementwise", t_eltwise}, {"rope", t_rope},     {"copy", t_copy},
-                     {"attention", t_attention}, {"moe", t_moe},       {"quantized", t_quant},
-                     {"fused pairs", t_fused},   {"memory", t_memory}};
+        } parts[] = {{"get_rows", t_get_rows},
+                     {"matmul", t_matmul},
+                     {"rms_norm", t_norm},
+                     {"elementwise", t_eltwise},
+                     {"rope", t_rope},
+                     {"copy", t_copy},
+                     {"attention", t_attention},
+                     {"moe", t_moe},
+                     {"quantized", t_quant},
+                     {"fused pairs", t_fused},
+                     {"fused products", t_fused_products},
+                     {"fused count", t_fused_dispatches},
+                     {"memory", t_memory}};
         for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
             struct timespec t0, t1;
             clock_gettime(CLOCK_MONOTONIC, &t0);

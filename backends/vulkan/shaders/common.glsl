@@ -22,6 +22,9 @@
 #define RBUF4(B, NAME) layout(binding = B) readonly buffer NAME##_b4 { uvec4 NAME##4[]; };
 
 #define PC_OFFSETS uint od, oa, ob, oc, oe;
+// fused.glsl's push constants, at word 18 in both matrix-vector shaders: element offsets
+// of bindings 5 and 6, then the fused ops' parameters
+#define FUSED_PC uint orr, ohn, has_pw, tp; float eps, poff; uint write_hn;
 
 float cvt16(uint h, uint dt) { return dt == DT_F16 ? unpackHalf2x16(h).x : uintBitsToFloat(h << 16); }
 // Element i (in units of the dtype) of buffer BUF holding dtype dt, as f32.

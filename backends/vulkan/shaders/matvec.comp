@@ -4,7 +4,8 @@
 // each workgroup computes NR output columns, its threads split the inner dimension and
 // the partial sums are reduced over the workgroup.
 // With MOE: one work item (an expert and up to MAXR of its (row, slot) pairs) per
-// gl_WorkGroupID.y, from the list moe_sort.comp made.
+// gl_WorkGroupID.y, from the list moe_sort.comp made. With FUSED (and MAXR 1): the norm or
+// SwiGLU before and the residual add after, see fused.glsl.
 layout(constant_id = 0) const uint WG = 64;
 layout(constant_id = 1) const uint NR = 2;   // output columns per workgroup
 layout(constant_id = 2) const uint WDT = 0;  // weight dtype
@@ -37,9 +38,19 @@ layout(push_constant) uniform PC {
     uint per_slot; // MOE: x is [n, k, in] rather than [n, in]
     uint list_at; // MOE: where in S the pair list and the items start
     uint items_at;
+#ifdef FUSED
+    uint pad_[4]; // where qmatvec.comp has its quantization words
+    FUSED_PC
+#endif
 } pc;
 
-shared float red[NR * MAXR * WG];
+#ifdef FUSED
+#include "fused.glsl"
+#define NSUM (NR * MAXR + 1u) // the sums, then the sum of squares
+#else
+#define NSUM (NR * MAXR)
+#endif
+shared float red[NSUM * WG];
 
 // acc[r][j] += chunk c of weight row o0 + r (loaded into w[r]) . chunk c of x row j
 void chunk(uint c, uint CH, uvec4 w[NR], uint nrows, uint xrow[MAXR], inout float acc[NR][MAXR]) {
@@ -49,6 +60,10 @@ void chunk(uint c, uint CH, uvec4 w[NR], uint nrows, uint xrow[MAXR], inout floa
             uint xq = (pc.oa + xrow[j] * pc.in_) / 4u + c * (CH / 4u);
             xa[j] = uintBitsToFloat(X4[xq]);
             xb[j] = CH == 8u ? uintBitsToFloat(X4[xq + 1u]) : vec4(0.0);
+#ifdef FUSED
+            xa[j] = pro4(xa[j], c * CH);
+            if (CH == 8u) xb[j] = pro4(xb[j], c * CH + 4u);
+#endif
         }
     }
     [[unroll]] for (uint r = 0; r < NR; r++) {
@@ -125,6 +140,9 @@ void main() {
             float xv[MAXR];
             [[unroll]] for (uint j = 0; j < MAXR; j++)
                 xv[j] = j < nrows ? uintBitsToFloat(X[pc.oa + xrow[j] * pc.in_ + i]) : 0.0;
+#ifdef FUSED
+            xv[0] = pro1(xv[0], i);
+#endif
             [[unroll]] for (uint r = 0; r < NR; r++) {
                 uint o = o0 + r;
                 if (o >= pc.out_) break;
@@ -141,26 +159,48 @@ void main() {
             float s = subgroupAdd(acc[r][j]);
             if (subgroupElect()) red[(r * MAXR + j) * WG + gl_SubgroupID] = s;
         }
+#ifdef FUSED
+    if (PRO == 1u) {
+        float sq = subgroupAdd(ssq);
+        if (subgroupElect()) red[NR * MAXR * WG + gl_SubgroupID] = sq;
+    }
+#endif
     barrier();
     uint parts = gl_NumSubgroups;
 #else
     [[unroll]] for (uint r = 0; r < NR; r++)
         [[unroll]] for (uint j = 0; j < MAXR; j++) red[(r * MAXR + j) * WG + l] = acc[r][j];
+#ifdef FUSED
+    red[NR * MAXR * WG + l] = ssq;
+#endif
     barrier();
     for (uint s = WG / 2u; s > 0u; s >>= 1) {
-        if (l < s)
-            [[unroll]] for (uint q = 0; q < NR * MAXR; q++) red[q * WG + l] += red[q * WG + l + s];
+        if (l < s) [[unroll]] for (uint q = 0; q < NSUM; q++) red[q * WG + l] += red[q * WG + l + s];
         barrier();
     }
     uint parts = 1u;
+#endif
+#ifdef FUSED
+    float sum_sq = 0.0;
+    for (uint i = 0; i < parts; i++) sum_sq += red[NR * MAXR * WG + i];
+    float rs = pro_scale(sum_sq);
 #endif
     if (l < NR * MAXR) {
         uint r = l / MAXR, j = l % MAXR, o = o0 + r;
         if (j < nrows && o < pc.out_) {
             float s = 0.0;
             for (uint i = 0; i < parts; i++) s += red[l * WG + i];
+#ifdef FUSED
+            s *= rs;
+#endif
             if (pc.has_bias != 0u) s += LOADF(BIAS, pc.tbias, pc.oc + o);
             D[pc.od + drow[j] * pc.out_ + o] = floatBitsToUint(s);
+#ifdef FUSED
+            epi(o, s);
+#endif
         }
     }
+#ifdef FUSED
+    store_norm(rs);
+#endif
 }

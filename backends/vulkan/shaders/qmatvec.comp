@@ -8,7 +8,8 @@
 // and accumulates d = sum q * x and sx = sum x; the chunk then adds s * d + b * sx, so the
 // scale and bias cost two multiplies per 32 values rather than one per value.
 // With MOE: one work item (an expert and up to MAXR of its (row, slot) pairs) per
-// gl_WorkGroupID.y, from the list moe_sort.comp made.
+// gl_WorkGroupID.y, from the list moe_sort.comp made. With FUSED (and MAXR 1): the norm or
+// SwiGLU before and the residual add after, see fused.glsl.
 layout(constant_id = 0) const uint WG = 64;
 layout(constant_id = 1) const uint NR = 4;   // output columns per workgroup
 layout(constant_id = 2) const uint SDT = 0;  // dtype of scales and biases
@@ -47,9 +48,18 @@ layout(push_constant) uniform PC {
     uint gpr;      // groups per weight row
     uint sc;       // word offsets of the scales and biases from the tensor's start
     uint bi;
+#ifdef FUSED
+    FUSED_PC
+#endif
 } pc;
 
-shared float red[NR * MAXR * WG];
+#ifdef FUSED
+#include "fused.glsl"
+#define NSUM (NR * MAXR + 1u) // the sums, then the sum of squares
+#else
+#define NSUM (NR * MAXR)
+#endif
+shared float red[NSUM * WG];
 
 void main() {
     uint l = gl_LocalInvocationID.x;
@@ -100,6 +110,9 @@ void main() {
                                       : vec4(uintBitsToFloat(X[xo]), uintBitsToFloat(X[xo + 1u]),
                                              uintBitsToFloat(X[xo + 2u]),
                                              uintBitsToFloat(X[xo + 3u]));
+#ifdef FUSED
+                    xv[j] = pro4(xv[j], c * 32u + q * 4u);
+#endif
                 }
                 sx[j] += xv[j].x + xv[j].y + xv[j].z + xv[j].w;
             }
@@ -125,26 +138,48 @@ void main() {
             float s = subgroupAdd(acc[r][j]);
             if (subgroupElect()) red[(r * MAXR + j) * WG + gl_SubgroupID] = s;
         }
+#ifdef FUSED
+    if (PRO == 1u) {
+        float sq = subgroupAdd(ssq);
+        if (subgroupElect()) red[NR * MAXR * WG + gl_SubgroupID] = sq;
+    }
+#endif
     barrier();
     uint parts = gl_NumSubgroups;
 #else
     [[unroll]] for (uint r = 0; r < NR; r++)
         [[unroll]] for (uint j = 0; j < MAXR; j++) red[(r * MAXR + j) * WG + l] = acc[r][j];
+#ifdef FUSED
+    red[NR * MAXR * WG + l] = ssq;
+#endif
     barrier();
     for (uint s = WG / 2u; s > 0u; s >>= 1) {
-        if (l < s)
-            [[unroll]] for (uint q = 0; q < NR * MAXR; q++) red[q * WG + l] += red[q * WG + l + s];
+        if (l < s) [[unroll]] for (uint q = 0; q < NSUM; q++) red[q * WG + l] += red[q * WG + l + s];
         barrier();
     }
     uint parts = 1u;
+#endif
+#ifdef FUSED
+    float sum_sq = 0.0;
+    for (uint i = 0; i < parts; i++) sum_sq += red[NR * MAXR * WG + i];
+    float rs = pro_scale(sum_sq);
 #endif
     if (l < NR * MAXR) {
         uint r = l / MAXR, j = l % MAXR, o = o0 + r;
         if (j < nrows && o < pc.out_) {
             float s = 0.0;
             for (uint i = 0; i < parts; i++) s += red[l * WG + i];
+#ifdef FUSED
+            s *= rs;
+#endif
             if (pc.has_bias != 0u) s += LOADF(BIAS, pc.tbias, pc.oc + o);
             D[pc.od + drow[j] * pc.out_ + o] = floatBitsToUint(s);
+#ifdef FUSED
+            epi(o, s);
+#endif
         }
     }
+#ifdef FUSED
+    store_norm(rs);
+#endif
 }

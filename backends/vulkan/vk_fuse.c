@@ -1,0 +1,300 @@
+/* Fusion on the Vulkan backend: which neighbouring ops run as one dispatch, and which are
+ * put off so that the products reading their results compute them on the fly. Each takes
+ * a step out of the chain of dependent dispatches a decode step is made of; on a GPU such
+ * a step costs microseconds of launch and barrier whatever its size (README, H100).
+ *
+ * Held (one op): an op that may lead a pair waits for the next op.
+ *   ADD + RMS_NORM of its result                  -> rms_norm_add
+ *   RMS_NORM of rows (heads) + ROPE in place       -> rms_norm_rope
+ *   one-row MATMUL + in-place ADD of its result    -> the product's epilogue (fused.glsl)
+ * Put off (up to VK_NVIRT): a one-row RMS_NORM into another tensor and a one-row SWIGLU
+ * are not recorded when they arrive; a one-row MATMUL reading their result computes it
+ * from their operands (fused.glsl). The norm's first such reader also stores the result
+ * for readers of other kinds. SwiGLU (in place in the families' code) is recorded only
+ * when something else reads its result or changes its operands, and dropped when its
+ * result is overwritten unread (by the next layer's gate product).
+ * Calls that observe memory (download, sync) or change it (upload) record what they need
+ * first; freeing a tensor records what reads it and drops what only writes it. */
+#include "vk_backend.h"
+
+#include <string.h>
+
+static int same_f32(const lmh_tensor *t, int64_t n) {
+    return t && t->dtype == LMH_F32 && lmh_nelem(t) == n;
+}
+
+/* bytes in common (exact byte ranges, not the 16-byte words the hazard tracker uses) */
+static int overlap(const vk_tensor *x, const vk_tensor *y) {
+    return x->a->blk == y->a->blk && x->off < y->off + y->bytes && y->off < x->off + x->bytes;
+}
+
+static int disjoint(const lmh_tensor *x, const lmh_tensor *y) {
+    return !x || !y || !overlap(VT(x), VT(y));
+}
+
+static int same_range(const lmh_tensor *x, const lmh_tensor *y) {
+    const vk_tensor *a = VT(x), *c = VT(y);
+    return a->a->blk == c->a->blk && a->off == c->off && a->bytes == c->bytes;
+}
+
+/* x's bytes include all of y's */
+static int covers(const vk_tensor *x, const vk_tensor *y) {
+    return x->a->blk == y->a->blk && x->off <= y->off && y->off + y->bytes <= x->off + x->bytes;
+}
+
+static void note_err(lmh_backend *b, int rc) {
+    if (rc && !b->held_err) b->held_err = rc;
+}
+
+int vk_fuse_take_err(lmh_backend *b) {
+    int rc = b->held_err;
+    b->held_err = 0;
+    return rc;
+}
+
+/* ---- put-off ops ------------------------------------------------------------------ */
+
+/* The op with its tensors pointing at the copies. */
+static lmh_op virt_op(vk_virt *v) {
+    lmh_op o = v->op;
+    o.dst = &v->t[0].t;
+    o.src[0] = &v->t[1].t;
+    o.src[1] = v->op.src[1] ? &v->t[2].t : NULL;
+    o.src[2] = o.src[3] = NULL;
+    return o;
+}
+
+static void virt_keep(vk_virt *v, const lmh_op *op) {
+    memset(v, 0, sizeof *v);
+    v->op = *op;
+    const lmh_tensor *ts[3] = {op->dst, op->src[0], op->src[1]};
+    for (int i = 0; i < 3; i++)
+        if (ts[i]) {
+            v->t[i] = *VT(ts[i]);
+            v->t[i].owned = 0;
+        }
+}
+
+static void materialize(lmh_backend *b, vk_virt *v) {
+    if (v->done) return;
+    lmh_op o = virt_op(v);
+    note_err(b, vk_enqueue_op(b, &o));
+    v->done = 1;
+}
+
+static void drop(lmh_backend *b, int i) {
+    memmove(&b->virt[i], &b->virt[i + 1], (size_t)(b->nvirt - i - 1) * sizeof b->virt[0]);
+    b->nvirt--;
+}
+
+/* its result overwrote an operand: once recorded it cannot be computed again */
+static int in_place(const vk_virt *v) {
+    return overlap(&v->t[0], &v->t[1]) || (v->op.src[1] && overlap(&v->t[0], &v->t[2]));
+}
+
+/* What an op reads and writes, as put-off ops see it: its sources are read (and MoE
+ * routing's src1 written too), its dst written. */
+static int writes_src(const lmh_op *op, int k) {
+    return op->code == LMH_OP_MOE_ROUTE && k == 1;
+}
+
+/* Settles the put-off ops (but skip) against an op about to be recorded that reads the
+ * tensors rd (nr of them) and writes wr (nw; whole: all of wr[0]): records each one whose
+ * result it reads or whose operands it changes, and forgets each one whose result it
+ * changes (unrecorded, when it overwrites all of that result without reading it). */
+static void settle(lmh_backend *b, const vk_tensor *const *rd, int nr, const vk_tensor *const *wr,
+                   int nw, int whole, int skip) {
+    for (int i = b->nvirt - 1; i >= 0; i--) {
+        if (i == skip) continue;
+        vk_virt *v = &b->virt[i];
+        int reads = 0, wd = 0, ws = 0;
+        for (int k = 0; k < nr; k++) reads |= overlap(rd[k], &v->t[0]);
+        for (int k = 0; k < nw; k++) {
+            wd |= overlap(wr[k], &v->t[0]);
+            ws |= overlap(wr[k], &v->t[1]) || (v->op.src[1] && overlap(wr[k], &v->t[2]));
+        }
+        int dead = whole && nw && covers(wr[0], &v->t[0]) && !reads;
+        if (reads || ((wd || ws) && !dead)) materialize(b, v);
+        if (wd || ws || (v->done && in_place(v))) drop(b, i);
+    }
+}
+
+static void settle_op(lmh_backend *b, const lmh_op *op, int skip) {
+    const vk_tensor *rd[4], *wr[5];
+    int nr = 0, nw = 0;
+    wr[nw++] = VT(op->dst);
+    for (int k = 0; k < 4; k++)
+        if (op->src[k]) {
+            rd[nr++] = VT(op->src[k]);
+            if (writes_src(op, k)) wr[nw++] = VT(op->src[k]);
+        }
+    settle(b, rd, nr, wr, nw, 1, skip);
+}
+
+/* A one-row norm into another tensor, or a one-row SwiGLU (in place or not). */
+static int can_put_off(const lmh_backend *b, const lmh_op *op) {
+    const lmh_tensor *d = op->dst, *a = op->src[0], *w = op->src[1];
+    int64_t n = lmh_nelem(d);
+    if (!b->fuse_products || n != lmh_inner(d) || !same_f32(d, n) || !same_f32(a, n)) return 0;
+    if (op->code == LMH_OP_RMS_NORM) return disjoint(d, a) && disjoint(d, w);
+    if (op->code == LMH_OP_SWIGLU)
+        return same_f32(w, n) && (same_range(d, a) || disjoint(d, a)) && disjoint(d, w);
+    return 0;
+}
+
+static void put_off(lmh_backend *b, const lmh_op *op) {
+    if (b->nvirt == VK_NVIRT) { /* full: the oldest is recorded */
+        materialize(b, &b->virt[0]);
+        drop(b, 0);
+    }
+    virt_keep(&b->virt[b->nvirt++], op);
+}
+
+/* The put-off op whose result a one-row product reads, or -1. */
+static int producer(const lmh_backend *b, const lmh_op *mm) {
+    if (!vk_matvec_fusable(mm)) return -1;
+    for (int i = 0; i < b->nvirt; i++) {
+        const vk_virt *v = &b->virt[i];
+        const lmh_tensor *d = &v->t[0].t;
+        if (!same_range(mm->src[0], d) || lmh_nelem(mm->src[0]) != lmh_nelem(d)) continue;
+        /* the product's output leaves the producer's operands alone */
+        if (!disjoint(mm->dst, d) || !disjoint(mm->dst, &v->t[1].t) ||
+            (v->op.src[1] && !disjoint(mm->dst, &v->t[2].t)))
+            continue;
+        if (v->op.code == LMH_OP_SWIGLU && v->done) continue; /* gate overwritten */
+        return i;
+    }
+    return -1;
+}
+
+/* ---- held ops --------------------------------------------------------------------- */
+
+static int record_held(lmh_backend *b, const lmh_op *add) {
+    b->has_held = 0;
+    if (!b->held_has_pro && !add) return vk_enqueue_op(b, &b->held);
+    lmh_op pro = virt_op(&b->held_pro);
+    return vk_matvec_fused(b, &b->held, b->held_has_pro ? &pro : NULL, b->held_write_pro, add);
+}
+
+/* An op that may lead a pair. */
+static int can_lead(const lmh_op *op) {
+    int64_t n = lmh_nelem(op->dst);
+    /* an element-wise f32 add without broadcast: add + rms_norm */
+    if (op->code == LMH_OP_ADD)
+        return same_f32(op->dst, n) && same_f32(op->src[0], n) && same_f32(op->src[1], n);
+    /* an f32 norm of rows short enough for one workgroup's shared memory: rms_norm + rope */
+    if (op->code == LMH_OP_RMS_NORM)
+        return same_f32(op->dst, n) && same_f32(op->src[0], n) &&
+               lmh_inner(op->dst) <= VK_FUSE_ROPE_MAXD;
+    /* a one-row product: its residual add */
+    return vk_matvec_fusable(op);
+}
+
+/* The residual add x = x + product (either order), x apart from what the product reads. */
+static int residual_add(const lmh_backend *b, const lmh_op *mm, const lmh_op *add) {
+    if (add->code != LMH_OP_ADD) return 0;
+    int64_t n = lmh_nelem(mm->dst);
+    const lmh_tensor *d = add->dst, *s0 = add->src[0], *s1 = add->src[1];
+    if (!same_f32(d, n) || !same_f32(s0, n) || !same_f32(s1, n)) return 0;
+    if (!((same_range(s0, mm->dst) && same_range(s1, d)) ||
+          (same_range(s1, mm->dst) && same_range(s0, d))))
+        return 0;
+    if (!disjoint(d, mm->dst) || !disjoint(d, mm->src[0]) || !disjoint(d, mm->src[1]) ||
+        !disjoint(d, mm->src[2]))
+        return 0;
+    if (b->held_has_pro) {
+        const vk_virt *v = &b->held_pro;
+        if (!disjoint(d, &v->t[1].t) || (v->op.src[1] && !disjoint(d, &v->t[2].t)) ||
+            (b->held_write_pro && !disjoint(d, &v->t[0].t)))
+            return 0;
+    }
+    return 1;
+}
+
+/* 0: lead and op recorded as one dispatch; 1: not a pair (nothing recorded). */
+static int record_pair(lmh_backend *b, const lmh_op *lead, const lmh_op *op) {
+    if (lead->code == LMH_OP_ADD && op->code == LMH_OP_RMS_NORM &&
+        same_range(op->src[0], lead->dst) && op->dst->dtype == LMH_F32 &&
+        lmh_inner(op->src[0]) == lmh_inner(lead->dst) && disjoint(op->dst, lead->dst) &&
+        disjoint(op->dst, lead->src[0]) && disjoint(op->dst, lead->src[1])) {
+        b->has_held = 0;
+        return vk_rms_norm(b, op, lead, NULL);
+    }
+    /* the rope in place on the norm's output, its rows the norm's rows */
+    if (lead->code == LMH_OP_RMS_NORM && op->code == LMH_OP_ROPE &&
+        same_range(op->src[0], lead->dst) && same_range(op->dst, lead->dst) &&
+        op->src[0]->ndim == 3 && op->src[0]->ne[2] == lmh_inner(lead->dst) &&
+        op->p.i[0] <= op->src[0]->ne[2]) {
+        b->has_held = 0;
+        return vk_rms_norm(b, lead, NULL, op);
+    }
+    if (lead->code == LMH_OP_MATMUL && residual_add(b, lead, op)) return record_held(b, op);
+    return 1;
+}
+
+/* ---- entry points ----------------------------------------------------------------- */
+
+int vk_fuse_enqueue(lmh_backend *b, const lmh_op *op) {
+    int pi = op->code == LMH_OP_MATMUL ? producer(b, op) : -1;
+    settle_op(b, op, pi);
+    if (pi >= 0) pi = producer(b, op); /* the same entry, perhaps moved by settle's drops */
+    int rc = LMH_OK, done = 0;
+    if (b->has_held) {
+        rc = record_pair(b, &b->held, op);
+        if (rc == 1)
+            rc = record_held(b, NULL);
+        else
+            done = 1;
+    }
+    if (rc == LMH_OK && !done) {
+        if (can_put_off(b, op)) {
+            put_off(b, op);
+        } else if (can_lead(op)) {
+            b->held = *op;
+            b->has_held = 1;
+            b->held_has_pro = pi >= 0;
+            b->held_write_pro = 0;
+            if (pi >= 0) {
+                vk_virt *v = &b->virt[pi];
+                /* the norm's first reader stores its result (before anything later runs) */
+                b->held_write_pro = v->op.code == LMH_OP_RMS_NORM && !v->done;
+                if (b->held_write_pro) v->done = 1;
+                b->held_pro = *v;
+            }
+        } else {
+            rc = vk_enqueue_op(b, op);
+        }
+    }
+    if (rc == LMH_OK) rc = vk_fuse_take_err(b);
+    return rc;
+}
+
+static void flush_held(lmh_backend *b) {
+    if (b->has_held) note_err(b, record_held(b, NULL));
+}
+
+void vk_fuse_flush(lmh_backend *b) {
+    flush_held(b);
+    for (int i = 0; i < b->nvirt; i++) materialize(b, &b->virt[i]);
+    b->nvirt = 0;
+}
+
+void vk_fuse_access(lmh_backend *b, const vk_tensor *t, int write) {
+    flush_held(b);
+    if (write) /* perhaps part of t: what it overwrites is recorded first, not dropped */
+        settle(b, NULL, 0, &t, 1, 0, -1);
+    else
+        settle(b, &t, 1, NULL, 0, 0, -1);
+}
+
+void vk_fuse_free(lmh_backend *b, const vk_tensor *t) {
+    flush_held(b);         /* it may point at t */
+    if (!t->owned) return; /* a view: the memory stays, and put-off ops hold copies */
+    for (int i = b->nvirt - 1; i >= 0; i--) {
+        vk_virt *v = &b->virt[i];
+        int dst = v->t[0].a == t->a;
+        if (!dst && (v->t[1].a == t->a || (v->op.src[1] && v->t[2].a == t->a)))
+            materialize(b, v); /* its operands go: now or never */
+        if (dst || v->t[1].a == t->a || (v->op.src[1] && v->t[2].a == t->a)) drop(b, i);
+    }
+}
