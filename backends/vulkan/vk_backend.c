@@ -17,7 +17,8 @@
  * SwiGLU are computed inside the products (default: on GPUs, not on CPU devices), so that
  * tests on lavapipe run a GPU's path; LMHOST_VK_SUBMIT_MIN=N sets the batch size
  * (dispatches) handed to an idle device (default 16) and LMHOST_VK_MATVEC=WGxNR the
- * matrix-vector workgroup (threads x output columns, default 64x2), for measurement.
+ * matrix-vector workgroup of the f32/f16/bf16 products (threads x output columns, default
+ * 64x2, 128x2 for one row), for measurement.
  * LMHOST_VK_NO_PUSH_DESCRIPTOR=1 uses descriptor pools even where
  * VK_KHR_push_descriptor is available (for tests of that path). LMHOST_VK_MAX_MEMORY=N[K|M|G]
  * caps the device memory it allocates (for tests of running out: an allocation past the cap
@@ -1368,8 +1369,9 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
     unsigned mv_wg = 0, mv_nr = 0;
     if (!mv || sscanf(mv, "%ux%u", &mv_wg, &mv_nr) != 2 || mv_wg < 32 || mv_wg > 256 ||
         (mv_wg & (mv_wg - 1)) || mv_nr < 1 || mv_nr > 8)
-        mv_wg = MATVEC_WG, mv_nr = MATVEC_NR;
-    b->matvec_wg = mv_wg;
+        mv_wg = 0, mv_nr = MATVEC_NR;
+    b->matvec_wg = mv_wg ? mv_wg : MATVEC_WG;
+    b->matvec1_wg = mv_wg ? mv_wg : MATVEC1_WG;
     b->matvec_nr = mv_nr;
     const char *smin = getenv("LMHOST_VK_SUBMIT_MIN");
     b->submit_min = smin && atoi(smin) > 0 ? atoi(smin) : SUBMIT_MIN;

@@ -16,6 +16,9 @@
 #define VK_NBATCH   3
 #define MATVEC_WG   64 /* matrix-vector workgroup: threads (LMHOST_VK_MATVEC overrides) */
 #define MATVEC_NR   2  /* and output columns */
+/* one row (decode): with the fused norm or SwiGLU each workgroup's share of the row costs
+ * more, and 128 threads beat 64 (README, H100) */
+#define MATVEC1_WG 128
 
 typedef struct vk_block vk_block;
 
@@ -212,7 +215,7 @@ struct lmh_backend {
      * default on but for CPU devices) */
     int fuse_products;
     /* matrix-vector workgroup: threads and output columns (LMHOST_VK_MATVEC=WGxNR) */
-    uint32_t matvec_wg, matvec_nr;
+    uint32_t matvec_wg, matvec_nr, matvec1_wg; /* matvec1_wg: one-row products */
 };
 
 /* vk_backend.c */

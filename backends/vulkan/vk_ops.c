@@ -275,7 +275,7 @@ static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
         quant_args(&x, W);
         if (rows <= MATVEC_MAXR) {
             x.shader = rows == 1 ? VK_SH_QMATVEC1 : VK_SH_QMATVEC;
-            x.spec[0] = MATVEC_WG;
+            x.spec[0] = MATVEC_WG; /* one row too: 128 threads were slower (README) */
             x.spec[1] = QMATVEC_NR;
             x.spec[3] = (uint32_t)vec_ok(xt, in);
             grid(&x, cdiv((uint64_t)out, QMATVEC_NR));
@@ -290,7 +290,7 @@ static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
         int vec = vec_ok(W, in) && vec_ok(xt, in);
         /* one row (decode): the variant whose registers hold one row's sums, not four */
         x.shader = rows == 1 ? VK_SH_MATVEC1 : VK_SH_MATVEC;
-        x.spec[0] = b->matvec_wg;
+        x.spec[0] = rows == 1 ? b->matvec1_wg : b->matvec_wg;
         x.spec[1] = b->matvec_nr;
         x.spec[2] = dtc(W->dtype);
         x.spec[3] = (uint32_t)vec;
