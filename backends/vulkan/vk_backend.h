@@ -203,8 +203,8 @@ struct lmh_backend {
     /* vk_fuse.c: an op held back to be fused with the next one (with the put-off op its
      * product computes on the fly, and whether it stores that op's result), and the ops
      * put off */
-    lmh_op held;
-    int has_held;
+    lmh_op held, held_rope; /* held_rope: the rope after a held norm, with held_has_rope */
+    int has_held, held_has_rope;
     vk_virt held_pro;
     int held_has_pro, held_write_pro;
     vk_virt virt[VK_NVIRT];
@@ -242,8 +242,10 @@ uint32_t vk_elem_off(const lmh_backend *b, const vk_tensor *t);
 int vk_check_op(lmh_backend *b, const lmh_op *op);
 int vk_enqueue_op(lmh_backend *b, const lmh_op *op);
 /* RMSNorm (op), with the ADD whose result it reads (add) or the ROPE in place on its
- * result (rope) in the same dispatch. */
-int vk_rms_norm(lmh_backend *b, const lmh_op *op, const lmh_op *add, const lmh_op *rope);
+ * result (rope) in the same dispatch; op NULL: the rope alone; copy (with rope): the COPY
+ * of the rope's result (a cache append) too. */
+int vk_rms_norm(lmh_backend *b, const lmh_op *op, const lmh_op *add, const lmh_op *rope,
+                const lmh_op *copy);
 #define VK_FUSE_ROPE_MAXD 512 /* longest row of the fused norm + rope (MAXD, rms_norm.comp) */
 /* A MATMUL of one row (a matrix-vector product fused.glsl can extend), and one recorded
  * with its fused neighbours: pro a RMS_NORM or SWIGLU whose result it reads (computed from

@@ -3,10 +3,14 @@
  * a step out of the chain of dependent dispatches a decode step is made of; on a GPU such
  * a step costs microseconds of launch and barrier whatever its size (README, H100).
  *
- * Held (one op): an op that may lead a pair waits for the next op.
- *   ADD + RMS_NORM of its result                  -> rms_norm_add
- *   RMS_NORM of rows (heads) + ROPE in place       -> rms_norm_rope
- *   one-row MATMUL + in-place ADD of its result    -> the product's epilogue (fused.glsl)
+ * Held (one op, or a norm and its rope): an op that may lead a pair waits for the next op.
+ *   ADD + RMS_NORM of its result                   -> rms_norm_add
+ *   RMS_NORM of rows (heads) + ROPE in place        -> rms_norm_rope, which waits in turn
+ *     for the next op: a COPY of the result        -> rms_norm_rope writing it there too
+ *   ROPE in place + a COPY of its result           -> rms_norm_rope without the norm
+ *   one-row MATMUL + in-place ADD of its result     -> the product's epilogue (fused.glsl)
+ * (The COPY is the cache plugin's append of the new keys, which attention then reads: one
+ * step less between the key product and attention.)
  * Put off (up to VK_NVIRT): a one-row RMS_NORM into another tensor and a one-row SWIGLU
  * are not recorded when they arrive; a one-row MATMUL reading their result computes it
  * from their operands (fused.glsl). The norm's first such reader also stores the result
@@ -171,6 +175,10 @@ static int producer(const lmh_backend *b, const lmh_op *mm) {
 
 static int record_held(lmh_backend *b, const lmh_op *add) {
     b->has_held = 0;
+    if (b->held_has_rope) {
+        b->held_has_rope = 0;
+        return vk_rms_norm(b, &b->held, NULL, &b->held_rope, NULL);
+    }
     if (!b->held_has_pro && !add) return vk_enqueue_op(b, &b->held);
     lmh_op pro = virt_op(&b->held_pro);
     return vk_matvec_fused(b, &b->held, b->held_has_pro ? &pro : NULL, b->held_write_pro, add);
@@ -186,6 +194,10 @@ static int can_lead(const lmh_op *op) {
     if (op->code == LMH_OP_RMS_NORM)
         return same_f32(op->dst, n) && same_f32(op->src[0], n) &&
                lmh_inner(op->dst) <= VK_FUSE_ROPE_MAXD;
+    /* an f32 rope in place, rows as short: rope + the copy of its result */
+    if (op->code == LMH_OP_ROPE)
+        return same_f32(op->dst, n) && same_range(op->src[0], op->dst) && op->dst->ndim == 3 &&
+               lmh_inner(op->dst) <= VK_FUSE_ROPE_MAXD && op->p.i[0] <= lmh_inner(op->dst);
     /* a one-row product: its residual add */
     return vk_matvec_fusable(op);
 }
@@ -211,22 +223,48 @@ static int residual_add(const lmh_backend *b, const lmh_op *mm, const lmh_op *ad
     return 1;
 }
 
-/* 0: lead and op recorded as one dispatch; 1: not a pair (nothing recorded). */
+/* A COPY of all of a rope's result into another f32 tensor, or into a 16-bit one in whole
+ * 32-bit words (norm: the norm before the rope, or NULL). */
+static int rope_copy(const lmh_backend *b, const lmh_op *norm, const lmh_op *rope,
+                     const lmh_op *cp) {
+    if (cp->code != LMH_OP_COPY) return 0;
+    const lmh_tensor *d = cp->dst, *s = cp->src[0];
+    int64_t n = lmh_nelem(rope->dst);
+    if (!same_f32(s, n) || !same_range(s, rope->dst) || lmh_nelem(d) != n) return 0;
+    if (d->dtype != LMH_F32 && d->dtype != LMH_F16 && d->dtype != LMH_BF16) return 0;
+    if (d->dtype != LMH_F32 && (lmh_inner(rope->dst) % 2 || vk_elem_off(b, VT(d)) % 2)) return 0;
+    return disjoint(d, rope->dst) && disjoint(d, rope->src[1]) && disjoint(d, rope->src[2]) &&
+           (!norm || disjoint(d, norm->src[1]));
+}
+
+/* 0: op taken (recorded with lead as one dispatch, or held with it); 1: not a pair
+ * (nothing recorded). */
 static int record_pair(lmh_backend *b, const lmh_op *lead, const lmh_op *op) {
+    if (b->held_has_rope) {
+        if (!rope_copy(b, lead, &b->held_rope, op)) return 1;
+        b->has_held = b->held_has_rope = 0;
+        return vk_rms_norm(b, lead, NULL, &b->held_rope, op);
+    }
     if (lead->code == LMH_OP_ADD && op->code == LMH_OP_RMS_NORM &&
         same_range(op->src[0], lead->dst) && op->dst->dtype == LMH_F32 &&
         lmh_inner(op->src[0]) == lmh_inner(lead->dst) && disjoint(op->dst, lead->dst) &&
         disjoint(op->dst, lead->src[0]) && disjoint(op->dst, lead->src[1])) {
         b->has_held = 0;
-        return vk_rms_norm(b, op, lead, NULL);
+        return vk_rms_norm(b, op, lead, NULL, NULL);
     }
-    /* the rope in place on the norm's output, its rows the norm's rows */
+    /* the rope in place on the norm's output, its rows the norm's rows: held together
+     * for a copy of the result */
     if (lead->code == LMH_OP_RMS_NORM && op->code == LMH_OP_ROPE &&
         same_range(op->src[0], lead->dst) && same_range(op->dst, lead->dst) &&
         op->src[0]->ndim == 3 && op->src[0]->ne[2] == lmh_inner(lead->dst) &&
         op->p.i[0] <= op->src[0]->ne[2]) {
+        b->held_rope = *op;
+        b->held_has_rope = 1;
+        return 0;
+    }
+    if (lead->code == LMH_OP_ROPE && rope_copy(b, NULL, lead, op)) {
         b->has_held = 0;
-        return vk_rms_norm(b, lead, NULL, op);
+        return vk_rms_norm(b, NULL, NULL, lead, op);
     }
     if (lead->code == LMH_OP_MATMUL && residual_add(b, lead, op)) return record_held(b, op);
     return 1;
@@ -252,6 +290,7 @@ int vk_fuse_enqueue(lmh_backend *b, const lmh_op *op) {
         } else if (can_lead(op)) {
             b->held = *op;
             b->has_held = 1;
+            b->held_has_rope = 0;
             b->held_has_pro = pi >= 0;
             b->held_write_pro = 0;
             if (pi >= 0) {

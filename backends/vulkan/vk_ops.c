@@ -371,8 +371,10 @@ int vk_matvec_fused(lmh_backend *b, const lmh_op *mm, const lmh_op *pro, int wri
  * the residual stream's x = x + o and the norm of it then cost one step of the
  * dependency chain instead of two. With rope (a ROPE of the norm's result in place), the
  * rotation of each normalized row in the same dispatch (Qwen3's and Gemma's q/k norms). */
-int vk_rms_norm(lmh_backend *b, const lmh_op *op, const lmh_op *add, const lmh_op *rope) {
-    const lmh_tensor *a = add ? add->src[0] : op->src[0], *w = op->src[1];
+int vk_rms_norm(lmh_backend *b, const lmh_op *op, const lmh_op *add, const lmh_op *rope,
+                const lmh_op *copy) {
+    const lmh_tensor *a = add ? add->src[0] : op ? op->src[0] : rope->src[0];
+    const lmh_tensor *w = op ? op->src[1] : NULL;
     int64_t d = lmh_inner(a), rows = lmh_nelem(a) / d;
     /* One workgroup per row, each thread summing d / wg elements in a dependent chain of
      * loads: wide rows get wide workgroups (up to 1024, at most 4 elements a thread), so
@@ -387,7 +389,7 @@ int vk_rms_norm(lmh_backend *b, const lmh_op *op, const lmh_op *add, const lmh_o
                                       : VK_SH_RMS_NORM,
                      .spec = {wg},
                      .writes = 1};
-    x.bind[0] = VT(op->dst);
+    x.bind[0] = VT(op ? op->dst : rope->dst);
     x.bind[1] = VT(a);
     x.bind[2] = w ? VT(w) : NULL;
     if (add) {
@@ -402,13 +404,22 @@ int vk_rms_norm(lmh_backend *b, const lmh_op *op, const lmh_op *add, const lmh_o
         x.pc[12] = (uint32_t)rope->p.i[0];
         x.pc[13] = (uint32_t)rope->p.i[1];
         x.pc[14] = fbits(rope->p.f[0]);
+        x.pc[16] = op != NULL;
+        /* binding 5 is written under a push constant: unused, it is bound to dst */
+        x.bind[5] = copy ? VT(copy->dst) : x.bind[0];
+        x.writes |= 1u << 5;
+        if (copy) {
+            x.pc[15] = vk_elem_off(b, VT(copy->dst));
+            x.pc[17] = 1;
+            x.pc[18] = dtc(copy->dst->dtype);
+        }
     }
     x.pc[5] = (uint32_t)d;
     x.pc[6] = (uint32_t)rows;
     x.pc[7] = w != NULL;
     x.pc[8] = w ? dtc(w->dtype) : 0;
-    x.pc[9] = fbits(op->p.f[0]);
-    x.pc[10] = fbits(op->p.f[1]);
+    x.pc[9] = op ? fbits(op->p.f[0]) : 0;
+    x.pc[10] = op ? fbits(op->p.f[1]) : 0;
     grid(&x, (uint64_t)rows);
     return vk_record(b, &x);
 }
@@ -670,7 +681,7 @@ int vk_enqueue_op(lmh_backend *b, const lmh_op *op) {
     case LMH_OP_MATMUL:
         return op_matmul(b, op);
     case LMH_OP_RMS_NORM:
-        return vk_rms_norm(b, op, NULL, NULL);
+        return vk_rms_norm(b, op, NULL, NULL, NULL);
     case LMH_OP_ADD:
     case LMH_OP_MUL:
     case LMH_OP_SCALE:

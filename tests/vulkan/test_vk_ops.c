@@ -273,6 +273,42 @@ static void check(const char *what, tt *x, double tol) {
     free(b);
 }
 
+static float from16(uint16_t h, lmh_dtype dt) {
+    if (dt == LMH_BF16) {
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    int e = (h >> 10) & 31, m = h & 1023;
+    float v = e == 0    ? ldexpf((float)m, -24)
+              : e == 31 ? INFINITY
+                        : ldexpf((float)(m | 1024), e - 25);
+    return h & 0x8000 ? -v : v;
+}
+
+/* A 16-bit result computed from f32 values that may differ in their last bits (a
+ * conversion then rounds them apart by an ulp): within tol x max |cpu| as floats. */
+static void check16(const char *what, tt *x, double tol) {
+    size_t n0, n1;
+    uint16_t *a = fetch(x, 0, &n0), *b = fetch(x, 1, &n1);
+    lmh_dtype dt = x->t[0]->dtype;
+    g_checks++;
+    double mx = 0, md = 0;
+    size_t worst = 0;
+    for (size_t i = 0; i < n0 / 2; i++) mx = fmax(mx, fabs(from16(a[i], dt)));
+    for (size_t i = 0; i < n0 / 2; i++) {
+        double d = fabs((double)from16(a[i], dt) - from16(b[i], dt));
+        if (!(d <= md)) md = d, worst = i;
+    }
+    if (!(md <= tol * mx)) {
+        fprintf(stderr, "FAIL %s: max |d| %.3g at %zu, max |cpu| %.3g\n", what, md, worst, mx);
+        g_fail++;
+    }
+    free(a);
+    free(b);
+}
+
 #define TOL 1e-4
 static const lmh_dtype fdt[3] = {LMH_F32, LMH_F16, LMH_BF16};
 
@@ -495,6 +531,41 @@ static void t_fused(void) {
                 }
                 free_all();
             }
+    /* the cache append after them: (norm +) rope in place, then a copy of the result into
+     * a cache-like tensor at a row offset (f32, f16, bf16; an odd row offset of a 16-bit
+     * cache and a copy of part of the result are recorded apart), and what follows reads it */
+    static const int32_t rc[][2] = {{128, 128}, {64, 32}, {6, 6}, {7, 6}};
+    for (size_t c = 0; c < sizeof rc / sizeof rc[0]; c++)
+        for (int norm = 0; norm < 2; norm++)
+            for (int cd = 0; cd < 3; cd++)
+                for (int at = 0; at < 3; at++) { /* 1, 2: rows; 0: an odd element offset */
+                    int64_t n = 6, heads = 2, hd = rc[c][0], rows = 9;
+                    int32_t rot = rc[c][1];
+                    tt *x = mk(LMH_F32, 3, n, heads, hd, -2, 2, 0);
+                    tt *wt = norm ? mk(LMH_BF16, 1, hd, 0, 0, -1, 1, LMH_TENSOR_WEIGHT) : NULL;
+                    tt *p, *iv;
+                    rope_inputs(rot, &p, &iv);
+                    tt *cache = mk(fdt[cd], 1, rows * heads * hd + 1, 0, 0, -1, 1, 0);
+                    int64_t off = at ? at * heads * hd : 1, cn = at == 2 ? n - 1 : n;
+                    tt *slot = view(cache, off, fdt[cd], 3, cn, heads, hd);
+                    tt *src = at == 2 ? view(x, 0, LMH_F32, 3, cn, heads, hd) : x;
+                    float fn[8] = {1e-6f, 0}, fr[8] = {1.0f};
+                    int32_t i8[8] = {rot, (int32_t)c & 1};
+                    char what[112];
+                    snprintf(what, sizeof what, "%srope + copy hd=%lld rot=%d %s at %d",
+                             norm ? "rms_norm + " : "", (long long)hd, rot, lmh_dtype_name(fdt[cd]),
+                             at);
+                    if ((!norm || !run(what, LMH_OP_RMS_NORM, x, x, wt, NULL, NULL, fn, NULL)) &&
+                        !run(what, LMH_OP_ROPE, x, x, p, iv, NULL, fr, i8) &&
+                        !run(what, LMH_OP_COPY, slot, src, NULL, NULL, NULL, NULL, NULL)) {
+                        if (cd)
+                            check16(what, cache, 1e-2); /* an ulp of bf16: 2^-8 */
+                        else
+                            check(what, cache, TOL);
+                        check(what, x, TOL);
+                    }
+                    free_all();
+                }
 }
 
 /* A weight [out, in] for the fused-product tests: f32, f16, bf16 or (kind 3) 4-bit g64. */
@@ -631,7 +702,8 @@ static void t_fused_products(void) {
 
 /* Whether the fusion happens at all: two decode layers' MLPs (norm, gate and up products,
  * SwiGLU, down product, residual add) on a Vulkan backend that profiles its dispatches
- * (LMHOST_VK_PROFILE=1) run as six fused products and nothing else. */
+ * (LMHOST_VK_PROFILE=1) run as six fused products and nothing else, and a head norm, rope
+ * and cache append (and a rope and append) as one rms_norm_rope dispatch each. */
 static char g_capture[8192];
 static int g_capturing;
 
@@ -688,6 +760,29 @@ static void t_fused_dispatches(void) {
     rc = 0;
     for (int layer = 0; layer < 2; layer++)
         for (int i = 0; i < 6; i++) rc |= api->enqueue(vb, &ops[i]);
+    /* keys' head norm, rope and cache append (f16), then the rope and append alone: two
+     * rms_norm_rope dispatches */
+    int64_t kne[3] = {1, 2, D}, cne[3] = {4, 2, D}, one = 1, half = D / 2;
+    lmh_tensor *k3 = api->tensor_new(vb, LMH_F32, 3, kne, 0);
+    lmh_tensor *cache = api->tensor_new(vb, LMH_F16, 3, cne, 0);
+    lmh_tensor *pos = api->tensor_new(vb, LMH_I32, 1, &one, 0);
+    lmh_tensor *inv = api->tensor_new(vb, LMH_F32, 1, &half, LMH_TENSOR_WEIGHT);
+    lmh_tensor *slot = cache ? api->tensor_view(vb, cache, 2 * 2 * D * 2, LMH_F16, 3, kne) : NULL;
+    int32_t p5 = 5;
+    if (!k3 || !cache || !pos || !inv || !slot || api->upload(vb, k3, 0, buf, 2 * D * 4) ||
+        api->upload(vb, pos, 0, &p5, 4) || api->upload(vb, inv, 0, buf, (size_t)half * 4))
+        rc = 1;
+    const lmh_op kops[3] = {
+        {.code = LMH_OP_RMS_NORM, .dst = k3, .src = {k3, wt}, .p.f = {1e-6f}},
+        {.code = LMH_OP_ROPE, .dst = k3, .src = {k3, pos, inv}, .p.i = {D}, .p.f = {1.0f}},
+        {.code = LMH_OP_COPY, .dst = slot, .src = {k3}}};
+    for (int i = 0; i < 3 && !rc; i++) rc |= api->enqueue(vb, &kops[i]);
+    for (int i = 1; i < 3 && !rc; i++) rc |= api->enqueue(vb, &kops[i]);
+    api->tensor_free(vb, slot);
+    api->tensor_free(vb, inv);
+    api->tensor_free(vb, pos);
+    api->tensor_free(vb, cache);
+    api->tensor_free(vb, k3);
     /* freed unread: the last SwiGLU's result (recorded at a sync, which may be followed
      * by a download of anything) is dropped */
     for (int i = 0; i < 9; i++) api->tensor_free(vb, t[i]);
@@ -706,7 +801,7 @@ static void t_fused_dispatches(void) {
         return;
     }
     g_checks++;
-    int fused = 0, other = 0;
+    int fused = 0, rope = 0, other = 0;
     for (const char *l = g_capture; (l = strstr(l, "profile: ")); l++) {
         char name[32];
         unsigned long long n;
@@ -714,14 +809,16 @@ static void t_fused_dispatches(void) {
         if (sscanf(l, "profile: %31s %llu dispatches%n", name, &n, &end) != 2 || !end) continue;
         if (!strcmp(name, "matvec1_fx"))
             fused += (int)n;
+        else if (!strcmp(name, "rms_norm_rope"))
+            rope += (int)n;
         else
             other += (int)n;
     }
-    if (fused != 6 || other) {
+    if (fused != 6 || rope != 2 || other) {
         fprintf(stderr,
-                "FAIL fused dispatches: %d fused products and %d other dispatches "
-                "(want 6 and 0):\n%s",
-                fused, other, g_capture);
+                "FAIL fused dispatches: %d fused products, %d norm + rope + append and %d "
+                "other dispatches (want 6, 2 and 0):\n%s",
+                fused, rope, other, g_capture);
         g_fail++;
     }
 }

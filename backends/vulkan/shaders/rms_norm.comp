@@ -3,7 +3,9 @@
 // dst = x / sqrt(mean(x^2) + eps) * (w + off), one workgroup per row.
 // Built with ADD (a residual add fused ahead of the norm): x = A + B, also written to S.
 // Built with ROPE (a rotary embedding fused behind the norm, rows being heads): the
-// normalized row is rotated (see rope.comp) before it is written.
+// normalized row is rotated (see rope.comp) before it is written; without has_norm the
+// rope alone (x as it is); with has_copy the result is also converted to cdt and written
+// to C (the cache append that reads it, vk_fuse.c).
 // (Variants of their own, not specialization constants: the plain norm then declares no
 // binding that the unused descriptors would alias.)
 layout(constant_id = 0) const uint WG = 256;
@@ -21,8 +23,9 @@ BUF(4, S)
 #ifdef ROPE
 RBUF(3, POS)
 RBUF(4, INV)
+BUF(5, C)
 #define MAXD 512
-shared float ys[MAXD];
+shared float ys[MAXD], yr[MAXD];
 #endif
 
 layout(push_constant) uniform PC {
@@ -37,6 +40,10 @@ layout(push_constant) uniform PC {
     uint rot;   // ROPE: rotated dims
     uint style; // ROPE: 0 half, 1 interleaved
     float af;   // ROPE: cos/sin factor
+    uint oc5;      // ROPE: element offset of C
+    uint has_norm; // ROPE: 0: the rope alone
+    uint has_copy; // ROPE: also write the result to C
+    uint cdt;      // ROPE: C's dtype (16-bit: d and oc5 even)
 } pc;
 
 void main() {
@@ -54,6 +61,9 @@ void main() {
     }
     ss = wg_sum(ss);
     float s = 1.0 / sqrt(ss / float(pc.d) + pc.eps);
+#ifdef ROPE
+    if (pc.has_norm == 0u) s = 1.0;
+#endif
     for (uint i = l; i < pc.d; i += WG) {
 #ifdef ADD
         // the sum this thread wrote (S may alias A, which is read-only here)
@@ -81,6 +91,21 @@ void main() {
             y = i == ia ? ys[ia] * cs.x - ys[ib] * cs.y : ys[ib] * cs.x + ys[ia] * cs.y;
         }
         D[pc.od + base + i] = floatBitsToUint(y);
+        if (pc.has_copy != 0u) {
+            if (pc.cdt == DT_F32)
+                C[pc.oc5 + base + i] = floatBitsToUint(y);
+            else
+                yr[i] = y;
+        }
+    }
+    if (pc.has_copy != 0u && pc.cdt != DT_F32) { // 16 bits: a word (two elements) a thread
+        barrier();
+        for (uint k = l; k < pc.d / 2u; k += WG) {
+            float a = yr[2u * k], c = yr[2u * k + 1u];
+            uint lo = pc.cdt == DT_F16 ? f32_to_f16(a) : f32_to_bf16(a);
+            uint hi = pc.cdt == DT_F16 ? f32_to_f16(c) : f32_to_bf16(c);
+            C[(pc.oc5 + base) / 2u + k] = lo | (hi << 16);
+        }
     }
 #endif
 }
