@@ -3,6 +3,10 @@
 benchmarks (no download, no numpy: bytes come from os.urandom).
 
 usage: make_random_model.py OUT [--preset qwen3-0.6b|qwen3-1.7b|mixtral-2g] [--layers N] [--vocab N]
+                             [--set KEY=N ...]
+
+--set overrides any integer of the preset's config (e.g. hidden_size=256 intermediate_size=256
+for a model whose decode time is the dispatch chain's fixed cost, not its weight reads).
 
 Weights are uniform in magnitude over [2^-7, 2^-5) with random signs (like a trained
 matrix's spread); norm weights are in [1, 2). The tokenizer is not written: `lmhost bench`
@@ -86,7 +90,7 @@ def main():
     args = sys.argv[1:]
     if not args or args[0].startswith("-"):
         sys.exit(__doc__)
-    out, preset, layers, vocab = args[0], "qwen3-0.6b", None, None
+    out, preset, layers, vocab, sets = args[0], "qwen3-0.6b", None, None, {}
     i = 1
     while i < len(args):
         if args[i] == "--preset":
@@ -95,6 +99,9 @@ def main():
             layers = int(args[i + 1]); i += 2
         elif args[i] == "--vocab":
             vocab = int(args[i + 1]); i += 2
+        elif args[i] == "--set" and "=" in args[i + 1]:
+            k, v = args[i + 1].split("=", 1)
+            sets[k] = int(v); i += 2
         else:
             sys.exit(f"unknown option {args[i]}")
     c = dict(PRESETS[preset])
@@ -102,6 +109,10 @@ def main():
         c["num_hidden_layers"] = layers
     if vocab:
         c["vocab_size"] = vocab
+    for k, v in sets.items():
+        if k not in c or not isinstance(c[k], int):
+            sys.exit(f"--set: {k} is not an integer of the {preset} config")
+        c[k] = v
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(c, f, indent=2)

@@ -18,7 +18,10 @@
  * tests on lavapipe run a GPU's path; LMHOST_VK_SUBMIT_MIN=N sets the batch size
  * (dispatches) handed to an idle device (default 16) and LMHOST_VK_MATVEC=WGxNR the
  * matrix-vector workgroup of the f32/f16/bf16 products (threads x output columns, default
- * 64x2, 128x2 for one row), for measurement.
+ * 64x2, 128x2 for one row), for measurement. LMHOST_VK_ATTN_UNROLL=KUxVU sets how many K
+ * chunks and V rows attention loads together (GPU default 64x32, CPU devices 1x1; tests run
+ * a GPU's on lavapipe with it), LMHOST_VK_FULL_BARRIERS=1 makes every barrier take all
+ * stages and accesses (the form before compute-only barriers, for measurement).
  * LMHOST_VK_NO_PUSH_DESCRIPTOR=1 uses descriptor pools even where
  * VK_KHR_push_descriptor is available (for tests of that path). LMHOST_VK_MAX_MEMORY=N[K|M|G]
  * caps the device memory it allocates (for tests of running out: an allocation past the cap
@@ -445,7 +448,19 @@ static void cmd_barrier(VkCommandBuffer cb, VkPipelineStageFlags dst_stage, VkAc
                          dst_stage, 0, 1, &mb, 0, NULL, 0, NULL);
 }
 
-static void barrier(vk_batch *bt) {
+/* Between two compute dispatches the barrier says only that: shader writes before shader
+ * reads and writes. Where a copy or an indirect dispatch is on either side it takes every
+ * stage and access. (The all-stages form cost NVIDIA's driver more per step.) */
+static void barrier(vk_batch *bt, int heavy) {
+    if (!heavy) {
+        VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                              .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+                              .dstAccessMask =
+                                  VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT};
+        vkCmdPipelineBarrier(bt->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                             VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+        return;
+    }
     cmd_barrier(bt->cb,
                 VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
                     VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT,
@@ -631,15 +646,22 @@ static int overlaps(const vk_range *list, int n, const vk_range *r) {
 /* Records a barrier when the new reads/writes depend on those since the last one (or
  * when that many independent ones have piled up that checking them costs more). */
 static int track(lmh_backend *b, vk_batch *bt, const vk_range *rd, int nrd, const vk_range *wr,
-                 int nwr) {
+                 int nwr, int xfer) {
     int need = b->nrd + b->nwr > 256;
     for (int i = 0; i < nrd && !need; i++) need = overlaps(b->wr, b->nwr, &rd[i]);
     for (int i = 0; i < nwr && !need; i++)
         need = overlaps(b->wr, b->nwr, &wr[i]) || overlaps(b->rd, b->nrd, &wr[i]);
+    /* a write before a compute-only barrier is not yet visible to a copy or an indirect
+     * dispatch, whatever it touches */
+    need |= xfer && b->compute_only_since;
     if (need) {
-        barrier(bt);
+        int heavy = xfer || b->xfer_since_barrier || b->full_barriers;
+        barrier(bt, heavy);
+        b->compute_only_since = !heavy;
         b->nrd = b->nwr = 0;
+        b->xfer_since_barrier = 0;
     }
+    b->xfer_since_barrier |= xfer;
     void *p = grow(b->rd, &b->caprd, b->nrd + nrd + 1, sizeof *b->rd);
     if (!p) return LMH_ENOMEM;
     b->rd = p;
@@ -787,7 +809,7 @@ static int record(lmh_backend *b, const vk_dispatch *d) {
         }
     }
     if (d->indirect) rd[nrd++] = range_of(d->indirect);
-    int rc = track(b, bt, rd, nrd, wr, nwr);
+    int rc = track(b, bt, rd, nrd, wr, nwr, d->indirect != NULL);
     if (rc) return rc;
     vkCmdBindPipeline(bt->cb, VK_PIPELINE_BIND_POINT_COMPUTE, p);
     if (b->push_set) {
@@ -972,7 +994,7 @@ static int upload_locked(lmh_backend *b, vk_tensor *t, size_t off, const uint8_t
         memcpy((uint8_t *)bt->staging.map + bt->staging_used, src, chunk);
         vk_range wr = {t->a->blk, (t->off + off) & ~(VkDeviceSize)15,
                        (t->off + off + chunk + 15) & ~(VkDeviceSize)15};
-        int rc = track(b, bt, NULL, 0, &wr, 1);
+        int rc = track(b, bt, NULL, 0, &wr, 1, 1);
         if (rc) return rc;
         VkBufferCopy c = {bt->staging_used, t->off + off, chunk};
         vkCmdCopyBuffer(bt->cb, bt->staging.buf, t->a->blk->buf, 1, &c);
@@ -1011,7 +1033,7 @@ static int download_locked(lmh_backend *b, const vk_tensor *t, size_t off, void 
         if (!bt) return b->err ? b->err : LMH_EIO;
         vk_range rd = {t->a->blk, (t->off + off) & ~(VkDeviceSize)15,
                        (t->off + off + n + 15) & ~(VkDeviceSize)15};
-        int rc = track(b, bt, &rd, 1, NULL, 0);
+        int rc = track(b, bt, &rd, 1, NULL, 0, 1);
         if (rc) return rc;
         VkBufferCopy c = {t->off + off, 0, n};
         vkCmdCopyBuffer(bt->cb, t->a->blk->buf, b->readback.buf, 1, &c);
@@ -1373,6 +1395,8 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
     b->matvec_wg = mv_wg ? mv_wg : MATVEC_WG;
     b->matvec1_wg = mv_wg ? mv_wg : MATVEC1_WG;
     b->matvec_nr = mv_nr;
+    const char *fb = getenv("LMHOST_VK_FULL_BARRIERS");
+    b->full_barriers = fb && *fb && strcmp(fb, "0");
     const char *smin = getenv("LMHOST_VK_SUBMIT_MIN");
     b->submit_min = smin && atoi(smin) > 0 ? atoi(smin) : SUBMIT_MIN;
     const char *prof = getenv("LMHOST_VK_PROFILE");
@@ -1383,6 +1407,16 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
     b->max_range = lim->maxStorageBufferRange;
     b->max_shared = lim->maxComputeSharedMemorySize;
     b->attn_target_wgs = b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 8 : 512;
+    /* attention's loads issued together (attention.comp): a GPU's or one at a time */
+    const char *au = getenv("LMHOST_VK_ATTN_UNROLL");
+    unsigned ku = 0, vu = 0;
+    if (!au || sscanf(au, "%ux%u", &ku, &vu) != 2 || ku < 1 || ku > 64 || vu < 1 || vu > 64) {
+        int cpu = b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+        ku = cpu ? 1 : 64;
+        vu = cpu ? 1 : 32;
+    }
+    b->attn_ku = ku;
+    b->attn_vu = vu;
     if ((b->align & (b->align - 1)) || lim->maxPushConstantsSize < VK_PC_WORDS * 4 ||
         lim->maxComputeWorkGroupInvocations < 256 || lim->maxComputeWorkGroupSize[0] < 256 ||
         b->max_shared < 16384) {
@@ -1489,6 +1523,15 @@ static int setup_objects(lmh_backend *b, char *err, size_t err_len) {
         return LMH_ENOMEM;
     }
     b->other_bytes -= b->dummy->bytes;
+    /* attention's split counters (attention.comp), zero between dispatches */
+    static const uint8_t zeros[4 * 512];
+    size_t cnt_bytes = 4 * (size_t)b->attn_target_wgs;
+    b->attn_cnt = cnt_bytes <= sizeof zeros ? vk_scratch(b, cnt_bytes) : NULL;
+    if (!b->attn_cnt || upload_locked(b, b->attn_cnt, 0, zeros, cnt_bytes) || wait_all(b)) {
+        snprintf(err, err_len, "cannot set up device memory on %s", b->props.deviceName);
+        return b->err ? b->err : LMH_ENOMEM;
+    }
+    b->other_bytes -= b->attn_cnt->bytes;
     return LMH_OK;
 }
 
@@ -1529,6 +1572,10 @@ static void vk_destroy(lmh_backend *b) {
         if (b->dummy) {
             free(b->dummy->a);
             free(b->dummy);
+        }
+        if (b->attn_cnt) {
+            free(b->attn_cnt->a);
+            free(b->attn_cnt);
         }
         if (b->profile) {
             double total = 0;

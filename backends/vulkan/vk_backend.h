@@ -63,7 +63,6 @@ enum vk_shader {
     VK_SH_MATVEC_MOE,
     VK_SH_MATMUL_MOE,
     VK_SH_ATTENTION,
-    VK_SH_ATTN_COMBINE,
     VK_SH_MOE_ROUTE,
     VK_SH_MOE_SORT,
     VK_SH_MOE_COMBINE,
@@ -153,11 +152,12 @@ struct lmh_backend {
     int subgroup_arith; /* subgroupAdd in compute shaders */
     int coopmat;        /* VK_NV_cooperative_matrix 16x16x16 f16 -> f32, subgroups of 32 */
     uint32_t subgroup_size;
-    VkDeviceSize align;       /* offset alignment of storage buffer bindings (>= 16) */
-    VkDeviceSize max_range;   /* maxStorageBufferRange */
-    VkDeviceSize max_alloc;   /* maxMemoryAllocationSize */
-    uint32_t max_shared;      /* maxComputeSharedMemorySize */
-    uint32_t attn_target_wgs; /* workgroups to aim for when splitting attention keys */
+    VkDeviceSize align;        /* offset alignment of storage buffer bindings (>= 16) */
+    VkDeviceSize max_range;    /* maxStorageBufferRange */
+    VkDeviceSize max_alloc;    /* maxMemoryAllocationSize */
+    uint32_t max_shared;       /* maxComputeSharedMemorySize */
+    uint32_t attn_target_wgs;  /* workgroups to aim for when splitting attention keys */
+    uint32_t attn_ku, attn_vu; /* attention.comp's KU (at most) and VU */
     char desc[400];
 
     vk_block **blocks;
@@ -179,13 +179,17 @@ struct lmh_backend {
     /* ranges read and written since the last barrier */
     vk_range *rd, *wr;
     int nrd, nwr, caprd, capwr;
+    int xfer_since_barrier; /* a copy or an indirect dispatch among them */
+    int compute_only_since; /* the last barrier was compute-only */
+    int full_barriers;      /* LMHOST_VK_FULL_BARRIERS: every barrier takes all stages */
 
     /* owned allocations freed once the batch that last used them completes */
     vk_alloc **defer;
     int ndefer, capdefer;
 
     vk_hostbuf readback;
-    vk_tensor *dummy; /* bound where a pipeline has no tensor */
+    vk_tensor *dummy;    /* bound where a pipeline has no tensor */
+    vk_tensor *attn_cnt; /* attention's split counters: attn_target_wgs words, zero at rest */
 
     uint64_t weight_bytes, other_bytes, weight_read;
     int err;                            /* sticky: after a lost device every call fails */

@@ -520,9 +520,12 @@ static int op_attention(lmh_backend *b, const lmh_op *op) {
     }
     uint32_t kch = K->dtype == LMH_F32 ? 4 : 8;
     int kvec = d % kch == 0 && VT(K)->off % 16 == 0;
-    vk_dispatch x = {
-        .shader = VK_SH_ATTENTION,
-        .spec = {ATTN_WG, dtc(K->dtype), dtc(V->dtype), bq, (uint32_t)d, dpt, (uint32_t)kvec}};
+    /* K chunks loaded together: the most that divides a row's chunks */
+    uint32_t ku = b->attn_ku < (uint32_t)d / kch ? b->attn_ku : (uint32_t)d / kch;
+    while (ku > 1 && ((uint32_t)d / kch) % ku) ku--;
+    vk_dispatch x = {.shader = VK_SH_ATTENTION,
+                     .spec = {ATTN_WG, dtc(K->dtype), dtc(V->dtype), bq, (uint32_t)d, dpt,
+                              (uint32_t)kvec, kvec && ku ? ku : 1, b->attn_vu}};
     x.bind[0] = VT(op->dst);
     x.bind[1] = VT(q);
     x.bind[2] = VT(K);
@@ -533,7 +536,9 @@ static int op_attention(lmh_backend *b, const lmh_op *op) {
         part = vk_scratch(b, (VkDeviceSize)(n * heads) * nsplit * (VkDeviceSize)(dv + 2) * 4);
         if (!part) return LMH_ENOMEM;
         x.bind[5] = part;
-        x.writes = 1u << 5;
+        x.bind[6] = b->attn_cnt; /* wgs < attn_target_wgs, the counters it holds */
+        x.writes = 1u | 1u << 5 | 1u << 6;
+        x.pc[19] = vk_elem_off(b, b->attn_cnt);
     } else {
         x.writes = 1;
     }
@@ -555,16 +560,6 @@ static int op_attention(lmh_backend *b, const lmh_op *op) {
     x.groups[1] = (uint32_t)kvh;
     x.groups[2] = nsplit;
     int rc = vk_record(b, &x);
-    if (rc == LMH_OK && part) {
-        vk_dispatch c = {.shader = VK_SH_ATTN_COMBINE, .spec = {128}, .writes = 1};
-        c.bind[0] = VT(op->dst);
-        c.bind[5] = part;
-        c.pc[5] = (uint32_t)(n * heads);
-        c.pc[6] = (uint32_t)dv;
-        c.pc[7] = nsplit;
-        grid(&c, (uint64_t)(n * heads));
-        rc = vk_record(b, &c);
-    }
     vk_tensor_release(b, part);
     return rc;
 }

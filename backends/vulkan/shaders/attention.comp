@@ -7,7 +7,9 @@
 // the tile's softmax is folded into running max/sum, and each thread accumulates DPT
 // output dimensions of all BQ queries. With one split the result goes to dst; with
 // several (split-K, for decoding over long caches) each split writes (max, sum, acc[dv])
-// to binding 5 and attn_combine.comp merges them. Visibility follows ops.h: keys in
+// to binding 5, and the last of a block's splits to finish merges them into dst (it
+// learns it is last from a counter per block in binding 6, which it sets back to 0): no
+// dispatch of its own, so no step more in decode's chain. Visibility follows ops.h: keys in
 // order from position kv0, or a ring of `ring` rows holding the last positions before
 // `total`; causal, optional window; optional soft-cap.
 layout(constant_id = 0) const uint WG = 128; // keys per tile; a power of two
@@ -17,6 +19,11 @@ layout(constant_id = 3) const uint BQ = 4;   // queries per workgroup; divides W
 layout(constant_id = 4) const uint QD = 128; // head dim of q and k
 layout(constant_id = 5) const uint DPT = 1;  // ceil(dv / WG)
 layout(constant_id = 6) const uint KVEC = 0; // 16-byte loads of K rows are aligned
+// Loads issued together: KU 16-byte chunks of a K row (divides QD / chunk) and VU V rows.
+// A GPU hides memory latency with them; lavapipe gets 1 and 1, as its LLVM takes minutes
+// over the unrolled code (the coroutines it makes of barriers grow with it).
+layout(constant_id = 7) const uint KU = 1;
+layout(constant_id = 8) const uint VU = 1;
 layout(local_size_x_id = 0) in;
 #include "common.glsl"
 
@@ -26,7 +33,9 @@ RBUF(2, K)
 RBUF4(2, K)
 RBUF(3, V)
 RBUF(4, POS)
-BUF(5, P)
+// coherent: the last split reads what the other workgroups wrote
+layout(binding = 5) coherent buffer P_b { uint P[]; };
+layout(binding = 6) coherent buffer CNT_b { uint CNT[]; };
 
 layout(push_constant) uniform PC {
     PC_OFFSETS
@@ -44,6 +53,7 @@ layout(push_constant) uniform PC {
     uint nsplit;
     float scale;
     float cap;
+    uint ocnt; // this dispatch's counters in CNT: one per (query block, K/V head)
 } pc;
 
 const float MASKED = -3.0e38;
@@ -53,6 +63,7 @@ shared float ss[BQ * WG];
 shared float red[WG];
 shared float m_s[BQ], l_s[BQ], alpha_s[BQ];
 shared int pq_s[BQ];
+shared uint last_s;
 
 void main() {
     uint l = gl_LocalInvocationID.x, g = gl_WorkGroupID.y, z = gl_WorkGroupID.z;
@@ -104,8 +115,8 @@ void main() {
             uint kb = pc.ob + (uint(key) * pc.kvh + g) * QD;
             if (KVEC != 0u) {
                 const uint CH = KDT == DT_F32 ? 4u : 8u;
-                // unrolled (QD is a constant): the row's loads are all issued up front
-                [[unroll]] for (uint c = 0; c < QD / CH; c++) {
+                for (uint c0 = 0; c0 < QD / CH; c0 += KU) [[unroll]] for (uint u = 0; u < KU; u++) {
+                    uint c = c0 + u;
                     uvec4 w = K4[kb / CH + c];
                     vec4 wa, wb = vec4(0.0);
                     if (KDT == DT_F32) {
@@ -178,20 +189,19 @@ void main() {
         [[unroll]] for (uint q = 0; q < BQ; q++)
             [[unroll]] for (uint j = 0; j < DPT; j++) acc[q * DPT + j] *= alpha_s[q];
         // V rows VU at a time, their loads issued before the first is used: one key at a
-        // time made this loop a chain of WG memory latencies (most of a decode step's
-        // attention time).
-        const int VU = 32;
+        // time made this loop a chain of WG memory latencies on a GPU (most of a decode
+        // step's attention time).
         int nk = min(int(WG), ke - t0), k = 0;
-        for (; k + VU <= nk; k += VU) {
+        for (; k + int(VU) <= nk; k += int(VU)) {
             float vv[VU * DPT];
-            [[unroll]] for (int u = 0; u < VU; u++) {
+            [[unroll]] for (int u = 0; u < int(VU); u++) {
                 uint vb = pc.oc + (uint(t0 + k + u) * pc.kvh + g) * pc.dv;
                 [[unroll]] for (uint j = 0; j < DPT; j++) {
                     uint dim = l + j * WG;
                     vv[u * DPT + j] = dim < pc.dv ? LOADF(V, VDT, vb + dim) : 0.0;
                 }
             }
-            [[unroll]] for (int u = 0; u < VU; u++)
+            [[unroll]] for (int u = 0; u < int(VU); u++)
                 [[unroll]] for (uint j = 0; j < DPT; j++)
                     [[unroll]] for (uint q = 0; q < BQ; q++)
                         acc[q * DPT + j] += ss[q * WG + uint(k + u)] * vv[u * DPT + j];
@@ -231,6 +241,48 @@ void main() {
                 uint dim = l + j * WG;
                 if (dim < pc.dv) P[pb + 2u + dim] = floatBitsToUint(acc[q * DPT + j]);
             }
+        }
+    }
+    if (pc.nsplit == 1u) return;
+
+    // every thread's partials visible device-wide before the block's count goes up
+    memoryBarrierBuffer();
+    barrier();
+    if (l == 0u) {
+        uint c = pc.ocnt + gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+        last_s = atomicAdd(CNT[c], 1u) == pc.nsplit - 1u ? 1u : 0u;
+        if (last_s != 0u) CNT[c] = 0u; // the others have all counted: ready for the next use
+    }
+    barrier();
+    if (last_s == 0u) return;
+    memoryBarrierBuffer();
+    // the last split: merge every split's (max, sum, acc) of each query of the block, in
+    // one pass with a running max, four splits' loads at a time (this is the tail of the
+    // step's critical path)
+    for (uint q = 0; q < BQ; q++) {
+        uint qi = q0 + q;
+        if (qi >= pc.nq) break;
+        uint r = qi / pc.group, h = g * pc.group + (qi - r * pc.group), row = r * pc.heads + h;
+        uint stride = pc.dv + 2u, base = row * pc.nsplit * stride;
+        for (uint dim = l; dim < pc.dv; dim += WG) {
+            float M = MASKED, L = 0.0, o = 0.0;
+            for (uint s0 = 0; s0 < pc.nsplit; s0 += 4u) {
+                float m4[4], l4[4], a4[4];
+                [[unroll]] for (uint u = 0; u < 4u; u++) {
+                    uint pb = base + min(s0 + u, pc.nsplit - 1u) * stride;
+                    m4[u] = s0 + u < pc.nsplit ? uintBitsToFloat(P[pb]) : MASKED;
+                    l4[u] = uintBitsToFloat(P[pb + 1u]);
+                    a4[u] = uintBitsToFloat(P[pb + 2u + dim]);
+                }
+                [[unroll]] for (uint u = 0; u < 4u; u++) {
+                    if (m4[u] <= -1.0e38) continue; // a split that saw no key
+                    float mn = max(M, m4[u]), f = exp(M - mn), w = exp(m4[u] - mn);
+                    L = L * f + l4[u] * w;
+                    o = o * f + a4[u] * w;
+                    M = mn;
+                }
+            }
+            D[pc.od + row * pc.dv + dim] = floatBitsToUint(L > 0.0 ? o / L : 0.0);
         }
     }
 }
