@@ -91,9 +91,14 @@ static void drop(lmh_backend *b, int i) {
     b->nvirt--;
 }
 
+/* x shares bytes with an operand of the put-off op */
+static int hits_operand(const vk_virt *v, const vk_tensor *x) {
+    return overlap(x, &v->t[1]) || (v->op.src[1] && overlap(x, &v->t[2]));
+}
+
 /* its result overwrote an operand: once recorded it cannot be computed again */
 static int in_place(const vk_virt *v) {
-    return overlap(&v->t[0], &v->t[1]) || (v->op.src[1] && overlap(&v->t[0], &v->t[2]));
+    return hits_operand(v, &v->t[0]);
 }
 
 /* What an op reads and writes, as put-off ops see it: its sources are read (and MoE
@@ -115,7 +120,7 @@ static void settle(lmh_backend *b, const vk_tensor *const *rd, int nr, const vk_
         for (int k = 0; k < nr; k++) reads |= overlap(rd[k], &v->t[0]);
         for (int k = 0; k < nw; k++) {
             wd |= overlap(wr[k], &v->t[0]);
-            ws |= overlap(wr[k], &v->t[1]) || (v->op.src[1] && overlap(wr[k], &v->t[2]));
+            ws |= hits_operand(v, wr[k]);
         }
         int dead = whole && nw && covers(wr[0], &v->t[0]) && !reads;
         if (reads || ((wd || ws) && !dead)) materialize(b, v);
@@ -216,9 +221,7 @@ static int residual_add(const lmh_backend *b, const lmh_op *mm, const lmh_op *ad
         return 0;
     if (b->held_has_pro) {
         const vk_virt *v = &b->held_pro;
-        if (!disjoint(d, &v->t[1].t) || (v->op.src[1] && !disjoint(d, &v->t[2].t)) ||
-            (b->held_write_pro && !disjoint(d, &v->t[0].t)))
-            return 0;
+        if (hits_operand(v, VT(d)) || (b->held_write_pro && overlap(VT(d), &v->t[0]))) return 0;
     }
     return 1;
 }
@@ -332,8 +335,8 @@ void vk_fuse_free(lmh_backend *b, const vk_tensor *t) {
     for (int i = b->nvirt - 1; i >= 0; i--) {
         vk_virt *v = &b->virt[i];
         int dst = v->t[0].a == t->a;
-        if (!dst && (v->t[1].a == t->a || (v->op.src[1] && v->t[2].a == t->a)))
-            materialize(b, v); /* its operands go: now or never */
-        if (dst || v->t[1].a == t->a || (v->op.src[1] && v->t[2].a == t->a)) drop(b, i);
+        int src = v->t[1].a == t->a || (v->op.src[1] && v->t[2].a == t->a);
+        if (!dst && src) materialize(b, v); /* its operands go: now or never */
+        if (dst || src) drop(b, i);
     }
 }

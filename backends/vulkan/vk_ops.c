@@ -525,7 +525,7 @@ static int op_attention(lmh_backend *b, const lmh_op *op) {
     while (ku > 1 && ((uint32_t)d / kch) % ku) ku--;
     vk_dispatch x = {.shader = VK_SH_ATTENTION,
                      .spec = {ATTN_WG, dtc(K->dtype), dtc(V->dtype), bq, (uint32_t)d, dpt,
-                              (uint32_t)kvec, kvec && ku ? ku : 1, b->attn_vu}};
+                              (uint32_t)kvec, kvec ? ku : 1, b->attn_vu}};
     x.bind[0] = VT(op->dst);
     x.bind[1] = VT(q);
     x.bind[2] = VT(K);
