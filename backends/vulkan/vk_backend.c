@@ -11,7 +11,8 @@
  * the Khronos validation layer with synchronization validation: every message it reports
  * is logged as an error and makes the next sync point fail, so tests cannot miss one.
  * LMHOST_VK_PROFILE=1 times every dispatch on the GPU and logs the time per shader, and the
- * host's time recording and waiting, when the backend is destroyed. LMHOST_VK_NO_FUSE=1
+ * host's time recording and waiting, when the backend is destroyed (=2: per shader and
+ * workgroup count too, which tells a model's products apart). LMHOST_VK_NO_FUSE=1
  * records every op as a dispatch of its own (nothing fused or put off: vk_fuse.c), for
  * tests and measurement, and LMHOST_VK_FUSE_PRODUCTS=0|1 says whether decode's norms and
  * SwiGLU are computed inside the products (default: on GPUs, not on CPU devices), so that
@@ -20,7 +21,12 @@
  * matrix-vector workgroup of the f32/f16/bf16 products (threads x output columns, default
  * 64x2, 128x2 for one row), for measurement. LMHOST_VK_ATTN_UNROLL=KUxVU sets how many K
  * chunks and V rows attention loads together (GPU default 64x32, CPU devices 1x1; tests run
- * a GPU's on lavapipe with it), LMHOST_VK_FULL_BARRIERS=1 makes every barrier take all
+ * a GPU's on lavapipe with it), LMHOST_VK_ATTN_WGS=N the workgroups attention's key splits
+ * aim for (GPU default 512, CPU devices 8; tests run a GPU's on lavapipe), and for
+ * attn_decode.comp LMHOST_VK_ATTN_DEC_WGS=N (default half of that), LMHOST_VK_ATTN_DECODE=0
+ * leaves decoding to the tiled attention kernel (=KU[xTPK]: keys a key group of
+ * attn_decode.comp loads together, GPU default 2, CPU devices 1, and its lanes, default 16
+ * within the smallest subgroup), LMHOST_VK_FULL_BARRIERS=1 makes every barrier take all
  * stages and accesses (the form before compute-only barriers, for measurement).
  * LMHOST_VK_NO_PUSH_DESCRIPTOR=1 uses descriptor pools even where
  * VK_KHR_push_descriptor is available (for tests of that path). LMHOST_VK_MAX_MEMORY=N[K|M|G]
@@ -477,9 +483,23 @@ static void read_profile(lmh_backend *b, vk_batch *bt) {
                   sizeof *ts, VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) == VK_SUCCESS)
         for (uint32_t i = 0; i < bt->nqueries; i++) {
             int sh = bt->query_shader[i];
-            b->prof_us[sh] +=
+            double us =
                 (double)(ts[2 * i + 1] - ts[2 * i]) * b->props.limits.timestampPeriod * 1e-3;
+            b->prof_us[sh] += us;
             b->prof_n[sh]++;
+            if (b->profile < 2) continue;
+            int k = 0;
+            while (k < b->nprof_shape && (b->prof_shape[k].shader != sh ||
+                                          b->prof_shape[k].groups != bt->query_groups[i]))
+                k++;
+            if (k == 64) continue;
+            if (k == b->nprof_shape) {
+                b->nprof_shape++;
+                b->prof_shape[k].shader = sh;
+                b->prof_shape[k].groups = bt->query_groups[i];
+            }
+            b->prof_shape[k].us += us;
+            b->prof_shape[k].n++;
         }
     free(ts);
     bt->nqueries = 0;
@@ -824,6 +844,7 @@ static int record(lmh_backend *b, const vk_dispatch *d) {
     if (bt->queries && q < MAX_DISPATCH) {
         vkCmdWriteTimestamp(bt->cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, bt->queries, 2 * q);
         bt->query_shader[q] = (uint8_t)d->shader;
+        bt->query_groups[q] = d->indirect ? 0 : d->groups[0] * d->groups[1] * d->groups[2];
     }
     if (d->indirect)
         vkCmdDispatchIndirect(bt->cb, d->indirect->a->blk->buf, d->indirect->off);
@@ -1367,6 +1388,11 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
     vkGetPhysicalDeviceMemoryProperties(b->pd, &b->mem);
     VkPhysicalDeviceMaintenance3Properties m3 = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
+    /* the smallest subgroup a shader may run in (Vulkan 1.3), where a device compiles to
+     * several sizes */
+    VkPhysicalDeviceSubgroupSizeControlProperties sgc = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES};
+    if (b->props.apiVersion >= VK_API_VERSION_1_3) m3.pNext = &sgc;
     VkPhysicalDeviceSubgroupProperties sg = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES, .pNext = &m3};
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
@@ -1400,13 +1426,19 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
     const char *smin = getenv("LMHOST_VK_SUBMIT_MIN");
     b->submit_min = smin && atoi(smin) > 0 ? atoi(smin) : SUBMIT_MIN;
     const char *prof = getenv("LMHOST_VK_PROFILE");
-    b->profile = prof && *prof && strcmp(prof, "0") && b->props.limits.timestampComputeAndGraphics;
+    b->profile = prof && *prof && strcmp(prof, "0") && b->props.limits.timestampComputeAndGraphics
+                     ? (strcmp(prof, "2") ? 1 : 2)
+                     : 0;
     const VkPhysicalDeviceLimits *lim = &b->props.limits;
     b->align =
         lim->minStorageBufferOffsetAlignment > 16 ? lim->minStorageBufferOffsetAlignment : 16;
     b->max_range = lim->maxStorageBufferRange;
     b->max_shared = lim->maxComputeSharedMemorySize;
-    b->attn_target_wgs = b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 8 : 512;
+    /* LMHOST_VK_ATTN_WGS=N (1..512, the counters' room): a GPU's split counts on lavapipe */
+    const char *aw = getenv("LMHOST_VK_ATTN_WGS");
+    b->attn_target_wgs = aw && atoi(aw) > 0 && atoi(aw) <= 512                ? (uint32_t)atoi(aw)
+                         : b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 8
+                                                                              : 512;
     /* attention's loads issued together (attention.comp): a GPU's or one at a time */
     const char *au = getenv("LMHOST_VK_ATTN_UNROLL");
     unsigned ku = 0, vu = 0;
@@ -1417,6 +1449,27 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
     }
     b->attn_ku = ku;
     b->attn_vu = vu;
+    /* the decode kernel: a key's lanes within one subgroup of the smallest size a shader
+     * may get (8 where the device does not say), 16 at most (measured best on an H100
+     * beside 8 and 32); LMHOST_VK_ATTN_DECODE=0 leaves decode to attention.comp, =KU[xTPK]
+     * sets how many keys a key group loads together (and its lanes), for measurement */
+    const char *ad = getenv("LMHOST_VK_ATTN_DECODE");
+    int shuffle = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                  (sg.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT) &&
+                  (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) &&
+                  !(nosg && *nosg && strcmp(nosg, "0"));
+    unsigned dku = 0, dtpk = 16;
+    if (ad && sscanf(ad, "%ux%u", &dku, &dtpk) < 1) dku = 0;
+    if (dtpk < 1 || dtpk > 64 || (dtpk & (dtpk - 1))) dtpk = 16;
+    uint32_t sg_min = sgc.minSubgroupSize ? sgc.minSubgroupSize : sg.subgroupSize;
+    if (!sgc.minSubgroupSize && sg_min > 8) sg_min = 8;
+    b->attn_dec_tpk =
+        shuffle && !(ad && !strcmp(ad, "0")) && sg_min ? (sg_min < dtpk ? sg_min : dtpk) : 0;
+    const char *adw = getenv("LMHOST_VK_ATTN_DEC_WGS");
+    b->attn_dec_wgs = adw && atoi(adw) > 0 && atoi(adw) <= 4096 ? (uint32_t)atoi(adw)
+                                                                : (b->attn_target_wgs + 1) / 2;
+    b->attn_dec_ku =
+        dku > 0 && dku <= 8 ? dku : (b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 1 : 2);
     if ((b->align & (b->align - 1)) || lim->maxPushConstantsSize < VK_PC_WORDS * 4 ||
         lim->maxComputeWorkGroupInvocations < 256 || lim->maxComputeWorkGroupSize[0] < 256 ||
         b->max_shared < 16384) {
@@ -1508,7 +1561,8 @@ static int setup_objects(lmh_backend *b, char *err, size_t err_len) {
                                     .queryCount = 2 * MAX_DISPATCH};
         if (r == VK_SUCCESS && b->profile) {
             b->batch[i].query_shader = calloc(MAX_DISPATCH, 1);
-            r = b->batch[i].query_shader
+            b->batch[i].query_groups = calloc(MAX_DISPATCH, sizeof(uint32_t));
+            r = b->batch[i].query_shader && b->batch[i].query_groups
                     ? vkCreateQueryPool(b->dev, &qi, NULL, &b->batch[i].queries)
                     : VK_ERROR_OUT_OF_HOST_MEMORY;
         }
@@ -1592,6 +1646,12 @@ static void vk_destroy(lmh_backend *b) {
                            "profile: %-13s %8llu dispatches %10.3f ms %8.2f us each",
                            vk_shaders[i].name, (unsigned long long)b->prof_n[i],
                            b->prof_us[i] * 1e-3, b->prof_us[i] / (double)b->prof_n[i]);
+            for (int k = 0; k < b->nprof_shape; k++)
+                vk_log(b, LMH_LOG_INFO,
+                       "profile: %-13s %8u workgroups %8llu dispatches %10.3f ms %8.2f us each",
+                       vk_shaders[b->prof_shape[k].shader].name, b->prof_shape[k].groups,
+                       (unsigned long long)b->prof_shape[k].n, b->prof_shape[k].us * 1e-3,
+                       b->prof_shape[k].us / (double)b->prof_shape[k].n);
         }
         for (int i = 0; i < b->npipes; i++) vkDestroyPipeline(b->dev, b->pipes[i].p, NULL);
         for (int i = 0; i < VK_SH_COUNT; i++)
@@ -1604,6 +1664,7 @@ static void vk_destroy(lmh_backend *b) {
             if (bt->fence) vkDestroyFence(b->dev, bt->fence, NULL);
             if (bt->queries) vkDestroyQueryPool(b->dev, bt->queries, NULL);
             free(bt->query_shader);
+            free(bt->query_groups);
             hostbuf_free(b, &bt->staging);
             if (bt->stats_t) free(bt->stats_t->a);
             free(bt->stats_t);

@@ -63,6 +63,7 @@ enum vk_shader {
     VK_SH_MATVEC_MOE,
     VK_SH_MATMUL_MOE,
     VK_SH_ATTENTION,
+    VK_SH_ATTN_DECODE, /* few queries over many keys (attn_decode.comp) */
     VK_SH_MOE_ROUTE,
     VK_SH_MOE_SORT,
     VK_SH_MOE_COMBINE,
@@ -109,6 +110,7 @@ typedef struct vk_batch {
     VkQueryPool queries; /* LMHOST_VK_PROFILE: a timestamp pair per dispatch */
     uint32_t nqueries;
     uint8_t *query_shader;
+    uint32_t *query_groups; /* the dispatch's workgroups (LMHOST_VK_PROFILE=2) */
     VkDescriptorPool *pools;
     int npools, pool_sets; /* sets taken from pools[npools - 1] */
     vk_hostbuf staging;
@@ -158,6 +160,10 @@ struct lmh_backend {
     uint32_t max_shared;       /* maxComputeSharedMemorySize */
     uint32_t attn_target_wgs;  /* workgroups to aim for when splitting attention keys */
     uint32_t attn_ku, attn_vu; /* attention.comp's KU (at most) and VU */
+    /* attn_decode.comp: lanes per key at most (0: not used; it needs subgroup shuffles)
+     * and keys a key group loads together */
+    uint32_t attn_dec_tpk, attn_dec_ku;
+    uint32_t attn_dec_wgs; /* workgroups its key splits aim for */
     char desc[400];
 
     vk_block **blocks;
@@ -202,6 +208,14 @@ struct lmh_backend {
     uint64_t prof_n[VK_SH_COUNT];
     double prof_record_s, prof_wait_s; /* host time recording dispatches, waiting on fences */
     uint64_t prof_submits;
+    /* LMHOST_VK_PROFILE=2: GPU time per (shader, workgroup count), the first 64 seen */
+    struct {
+        int shader;
+        uint32_t groups;
+        double us;
+        uint64_t n;
+    } prof_shape[64];
+    int nprof_shape;
     /* a batch of at least this many dispatches is submitted as soon as the device is idle */
     int submit_min;
     /* vk_fuse.c: an op held back to be fused with the next one (with the put-off op its

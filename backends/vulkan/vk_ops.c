@@ -11,6 +11,9 @@ enum { ELT_ADD, ELT_MUL, ELT_SCALE, ELT_SWIGLU, ELT_GEGLU, ELT_SOFTCAP, ELT_SIGM
 #define MATVEC_MAXR     4 /* rows up to which matmuls read the weight as matrix-vector */
 #define QMATVEC_NR      4 /* quantized: 4 columns a workgroup was best of 1..16 on an H100 */
 #define ATTN_WG         128
+#define ATTN_DEC_WG     128 /* attn_decode.comp's workgroup */
+#define ATTN_DEC_MAXS   64  /* its splits at most (MAXS there) */
+#define ATTN_DEC_MAXQ   16  /* queries per K/V head up to which it is used */
 #define MOE_MAX_EXPERTS 1024
 #define ROUTE_MAXK      32
 
@@ -500,21 +503,58 @@ static int op_transpose(lmh_backend *b, const lmh_op *op) {
     return vk_record(b, &x);
 }
 
+/* attn_decode.comp's shape for this op: lanes per key and queries per workgroup; 0 where
+ * it does not apply (many queries, dv != d, rows not in whole aligned 16-byte words, no
+ * subgroup shuffles, or its shared memory does not fit). */
+static int attn_decode_shape(const lmh_backend *b, const lmh_op *op, uint32_t *tpk, uint32_t *bq) {
+    const lmh_tensor *q = op->src[0], *K = op->src[1], *V = op->src[2];
+    int64_t nq = q->ne[0] * (q->ne[1] / K->ne[1]), d = q->ne[2];
+    uint32_t kch = K->dtype == LMH_F32 ? 4 : 8, vch = V->dtype == LMH_F32 ? 4 : 8;
+    uint32_t ch = kch > vch ? kch : vch, t = b->attn_dec_tpk;
+    if (!t || nq > ATTN_DEC_MAXQ || V->ne[2] != d || d > 1024 || VT(K)->off % 16 || VT(V)->off % 16)
+        return 0;
+    while (t > 1 && d % (t * ch)) t /= 2;
+    if (d % (t * ch)) return 0;
+    /* a lane's q and output: BQ * d / TPK registers each, 64 at most */
+    uint32_t ept = (uint32_t)d / t, n = 1;
+    while (n < nq && 2 * n * ept <= 64) n *= 2;
+    if (n * ept > 64) return 0;
+    uint32_t kp = ATTN_DEC_WG / t;
+    /* its shared memory: the key groups' (max, sum, acc[d]), the splits' (max, sum), red4 */
+    if (4u * (kp * n * ((uint32_t)d + 2) + 2 * n * ATTN_DEC_MAXS + 4 * ATTN_DEC_WG + 1) >
+        b->max_shared)
+        return 0;
+    *tpk = t;
+    *bq = n;
+    return 1;
+}
+
 static int op_attention(lmh_backend *b, const lmh_op *op) {
     const lmh_tensor *q = op->src[0], *K = op->src[1], *V = op->src[2];
     int64_t n = q->ne[0], heads = q->ne[1], d = q->ne[2], kvh = K->ne[1], dv = V->ne[2];
     int64_t group = heads / kvh, nq = n * group;
     int32_t n_kv = op->p.i[0];
-    uint32_t dpt = cdiv((uint64_t)dv, ATTN_WG), bq = attn_bq_max(b, d, dv);
+    uint32_t tpk, dbq;
+    int dec = attn_decode_shape(b, op, &tpk, &dbq);
+    uint32_t dpt = cdiv((uint64_t)dv, ATTN_WG), bq = dec ? dbq : attn_bq_max(b, d, dv);
     if (!dpt) dpt = 1;
     while (bq > 1 && bq / 2 >= nq) bq /= 2;
     uint32_t qblocks = cdiv((uint64_t)nq, bq);
-    /* split the keys when the queries alone give the device too few workgroups */
-    uint32_t tiles = cdiv((uint64_t)n_kv, ATTN_WG), nsplit = 1, chunk_tiles = tiles ? tiles : 1;
+    /* split the keys when the queries alone give the device too few workgroups: into
+     * tiles of ATTN_WG keys for attention.comp; for attn_decode.comp into at least a key
+     * per key group and ATTN_DEC_MAXS splits at most */
+    uint32_t unit = dec ? ATTN_DEC_WG / tpk : ATTN_WG, most = UINT32_MAX;
+    if (dec) /* and its last split weighs every split's partials a thread each */
+        most = ATTN_DEC_MAXS < ATTN_DEC_WG / bq ? ATTN_DEC_MAXS : ATTN_DEC_WG / bq;
+    uint32_t tiles = cdiv((uint64_t)n_kv, unit), nsplit = 1, chunk_tiles = tiles ? tiles : 1;
     uint64_t wgs = (uint64_t)qblocks * (uint64_t)kvh;
-    if (tiles > 1 && wgs < b->attn_target_wgs) {
-        nsplit = cdiv(b->attn_target_wgs, wgs);
+    /* attn_decode's workgroups do more each: by default half as many (256 on a GPU, about
+     * two an SM of an H100, measured best there at 512 and 8K keys, against 128 and 512) */
+    uint32_t target = dec ? b->attn_dec_wgs : b->attn_target_wgs;
+    if (tiles > 1 && wgs < target && wgs <= b->attn_target_wgs /* the counters' room */) {
+        nsplit = cdiv(target, wgs);
         if (nsplit > tiles) nsplit = tiles;
+        if (nsplit > most) nsplit = most;
         chunk_tiles = cdiv(tiles, nsplit);
         nsplit = cdiv(tiles, chunk_tiles);
     }
@@ -526,6 +566,10 @@ static int op_attention(lmh_backend *b, const lmh_op *op) {
     vk_dispatch x = {.shader = VK_SH_ATTENTION,
                      .spec = {ATTN_WG, dtc(K->dtype), dtc(V->dtype), bq, (uint32_t)d, dpt,
                               (uint32_t)kvec, kvec ? ku : 1, b->attn_vu}};
+    if (dec)
+        x = (vk_dispatch){.shader = VK_SH_ATTN_DECODE,
+                          .spec = {ATTN_DEC_WG, dtc(K->dtype), dtc(V->dtype), bq, (uint32_t)d, tpk,
+                                   b->attn_dec_ku}};
     x.bind[0] = VT(op->dst);
     x.bind[1] = VT(q);
     x.bind[2] = VT(K);
@@ -533,10 +577,12 @@ static int op_attention(lmh_backend *b, const lmh_op *op) {
     x.bind[4] = VT(op->src[3]);
     vk_tensor *part = NULL;
     if (nsplit > 1) {
-        part = vk_scratch(b, (VkDeviceSize)(n * heads) * nsplit * (VkDeviceSize)(dv + 2) * 4);
+        /* a split's (max, sum, acc[dv]); attn_decode.comp puts acc 16-byte aligned */
+        part = vk_scratch(b, (VkDeviceSize)(n * heads) * nsplit *
+                                 (VkDeviceSize)(dv + (dec ? 4 : 2)) * 4);
         if (!part) return LMH_ENOMEM;
         x.bind[5] = part;
-        x.bind[6] = b->attn_cnt; /* wgs < attn_target_wgs, the counters it holds */
+        x.bind[6] = b->attn_cnt; /* wgs <= attn_target_wgs, the counters it holds */
         x.writes = 1u | 1u << 5 | 1u << 6;
         x.pc[19] = vk_elem_off(b, b->attn_cnt);
     } else {
@@ -552,7 +598,7 @@ static int op_attention(lmh_backend *b, const lmh_op *op) {
     x.pc[12] = (uint32_t)op->p.i[2];
     x.pc[13] = (uint32_t)op->p.i[3];
     x.pc[14] = (uint32_t)op->p.i[4];
-    x.pc[15] = chunk_tiles * ATTN_WG;
+    x.pc[15] = chunk_tiles * unit;
     x.pc[16] = nsplit;
     x.pc[17] = fbits(op->p.f[0]);
     x.pc[18] = fbits(op->p.f[1]);

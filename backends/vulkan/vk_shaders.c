@@ -3,6 +3,7 @@
 #include "vk_backend.h"
 
 #include "spv_attention.h"
+#include "spv_attn_decode.h"
 #include "spv_copy.h"
 #include "spv_eltwise.h"
 #include "spv_get_rows.h"
@@ -63,6 +64,7 @@ const vk_spirv vk_shaders[VK_SH_COUNT] = {
     [VK_SH_MATVEC_MOE] = SH_SG(matvec_moe),
     [VK_SH_MATMUL_MOE] = SH(matmul_moe),
     [VK_SH_ATTENTION] = SH(attention),
+    [VK_SH_ATTN_DECODE] = SH(attn_decode),
     [VK_SH_MOE_ROUTE] = SH(moe_route),
     [VK_SH_MOE_SORT] = SH(moe_sort),
     [VK_SH_MOE_COMBINE] = SH(moe_combine),

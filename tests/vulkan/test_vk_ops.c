@@ -726,7 +726,7 @@ static void t_fused_dispatches(void) {
     lmh_backend_opts o = {.size = sizeof o, .threads = 1};
     lmh_backend *vb = NULL;
     char err[256];
-    setenv("LMHOST_VK_PROFILE", "1", 1);
+    setenv("LMHOST_VK_PROFILE", "2", 1); /* per shader, and per shader and grid */
     int rc = api->create(&host, &o, &vb, err, sizeof err);
     unsetenv("LMHOST_VK_PROFILE");
     if (rc) {
@@ -822,20 +822,32 @@ static void t_fused_dispatches(void) {
         return;
     }
     g_checks++;
-    int fused = 0, rope = 0, attn = 0, other = 0;
+    int fused = 0, rope = 0, attn = 0, other = 0, by_grid = 0;
     for (const char *l = g_capture; (l = strstr(l, "profile: ")); l++) {
         char name[32];
         unsigned long long n;
+        unsigned groups;
         int end = 0;
+        if (sscanf(l, "profile: %31s %u workgroups %llu dispatches%n", name, &groups, &n, &end) ==
+                3 &&
+            end) {
+            by_grid += (int)n;
+            continue;
+        }
         if (sscanf(l, "profile: %31s %llu dispatches%n", name, &n, &end) != 2 || !end) continue;
         if (!strcmp(name, "matvec1_fx"))
             fused += (int)n;
         else if (!strcmp(name, "rms_norm_rope"))
             rope += (int)n;
-        else if (!strcmp(name, "attention"))
+        else if (!strcmp(name, "attention") || !strcmp(name, "attn_decode"))
             attn += (int)n;
         else
             other += (int)n;
+    }
+    if (by_grid != fused + rope + attn + other) {
+        fprintf(stderr, "FAIL profile per grid: %d dispatches, %d per shader:\n%s", by_grid,
+                fused + rope + attn + other, g_capture);
+        g_fail++;
     }
     if (fused != 6 || rope != 2 || attn != 1 || other) {
         fprintf(stderr,
@@ -896,6 +908,15 @@ static void t_attention(void) {
         {70, 2, 1, 64, 64, 70, 70, 0, 0, 0, 0, 0.125f, 30, LMH_F32, "prefill 70 rows"},
         {1, 16, 8, 128, 128, 600, 600, 0, 0, 0, 0, 0.088f, 0, LMH_F16, "decode d 128, 8 kv heads"},
         {2, 4, 4, 512, 512, 40, 40, 0, 0, 0, 0, 0.044f, 0, LMH_BF16, "head dim 512"},
+        /* the decode kernel (attn_decode.comp) where the device has subgroup shuffles */
+        {1, 16, 8, 128, 128, 900, 900, 0, 0, 0, 0, 0.088f, 0, LMH_F32, "decode d 128 f32"},
+        {1, 8, 2, 128, 128, 1500, 1500, 0, 400, 0, 0, 0.088f, 30, LMH_F32,
+         "decode window 400, soft-cap"},
+        {1, 4, 1, 64, 64, 300, 300, 0, 256, 300, 1234, 0.125f, 0, LMH_BF16, "decode ring"},
+        {4, 8, 2, 32, 32, 70, 70, 0, 0, 0, 0, 0.17f, 0, LMH_F16, "4 rows, 16 queries a head"},
+        {1, 2, 1, 64, 64, 5, 3, 0, 0, 0, 0, 0.125f, 0, LMH_F32, "decode, 3 keys"},
+        /* a GPU's 16 lanes a key: 8 queries a workgroup, their merge in two passes */
+        {4, 8, 2, 128, 128, 600, 600, 0, 0, 0, 0, 0.088f, 0, LMH_F32, "4 rows d 128"},
     };
     for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
         const attn_cfg *a = &cfgs[c];
@@ -1182,6 +1203,12 @@ int main(int argc, char **argv) {
             setenv("LMHOST_VK_NO_PUSH_DESCRIPTOR", "1", 1);
             /* attention's loads several at a time, as on a GPU (lavapipe's own is one) */
             setenv("LMHOST_VK_ATTN_UNROLL", "4x8", 1);
+            unsetenv("LMHOST_VK_ATTN_WGS");
+            unsetenv("LMHOST_VK_ATTN_DECODE");
+        } else {
+            /* a GPU's split counts (up to attn_decode's 64) and key loads, 3 at a time */
+            setenv("LMHOST_VK_ATTN_WGS", "512", 1);
+            setenv("LMHOST_VK_ATTN_DECODE", "3", 1);
         }
         if (g_be[1].api->create(&g_host, &o, &g_be[1].b, err, sizeof err)) {
             printf("SKIP: no Vulkan device: %s\n", err);

@@ -1,0 +1,305 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+// Attention for a few queries over many keys (decoding), flash-decoding style. A workgroup
+// takes BQ queries that share K/V head gl_WorkGroupID.y and the keys of its split
+// (gl_WorkGroupID.z). Its threads form key groups of TPK lanes of one subgroup; a key group
+// walks its own keys, KU at a time, each lane loading QD / TPK dimensions of the key's K
+// and V rows in 16-byte words, all issued before any is used; the dot products are summed
+// across the lanes by subgroup shuffles, and each key group keeps its own running
+// max/sum/output in registers: no barrier inside the loop (attention.comp has four a tile
+// of keys, and one thread a key, which left decode a chain of memory latencies). At the end
+// the key groups are merged through shared memory. With one split the result goes to dst;
+// with several each split writes (max, sum, acc[QD]) to binding 5 and the last of a block's
+// splits to finish merges them (counter per block in binding 6, set back to 0), as in
+// attention.comp. Needs dv == QD, K and V rows in whole 16-byte words and TPK dividing the
+// subgroup; visibility rules as in attention.comp.
+layout(constant_id = 0) const uint WG = 128;
+layout(constant_id = 1) const uint KDT = 0;
+layout(constant_id = 2) const uint VDT = 0;
+layout(constant_id = 3) const uint BQ = 2;   // queries per workgroup
+layout(constant_id = 4) const uint QD = 128; // head dim of q, k and v
+layout(constant_id = 5) const uint TPK = 8;  // lanes per key: a power of two
+layout(constant_id = 6) const uint KU = 1;   // keys a key group loads together
+layout(local_size_x_id = 0) in;
+#include "common.glsl"
+
+BUF(0, D)
+RBUF(1, Q)
+RBUF4(2, K)
+RBUF4(3, V)
+RBUF(4, POS)
+// coherent: the last split reads what the other workgroups wrote
+layout(binding = 5) coherent buffer P_b { uint P[]; };
+layout(binding = 5) coherent buffer P4_b { uvec4 P4[]; };
+layout(binding = 6) coherent buffer CNT_b { uint CNT[]; };
+
+layout(push_constant) uniform PC {
+    PC_OFFSETS
+    uint nq;     // queries per K/V head: n * group
+    uint heads;
+    uint kvh;
+    uint group;
+    uint dv;
+    int n_kv;
+    int kv0;
+    int window;
+    int ring;
+    int total;
+    int chunk;   // keys per split
+    uint nsplit; // at most MAXS
+    float scale;
+    float cap;
+    uint ocnt; // this dispatch's counters in CNT: one per (query block, K/V head)
+} pc;
+
+const float MASKED = -3.0e38;
+const uint MAXS = 64;
+const uint STRIDE = QD + 4u; // a split's partials: max, sum, 2 words unused, acc[QD]
+const uint KCH = KDT == DT_F32 ? 4u : 8u; // elements in a 16-byte word
+const uint VCH = VDT == DT_F32 ? 4u : 8u;
+const uint EPT = QD / TPK;                // dimensions a lane holds
+const uint KP = WG / TPK;                 // key groups
+const uint NKW = QD / (TPK * KCH);        // 16-byte words of a K row a lane loads
+const uint NVW = QD / (TPK * VCH);
+const uint NO = BQ * QD / 4u;             // the block's outputs in 4s
+const uint SP = WG > NO ? WG / NO : 1u;   // threads an output's split merge is spread over
+
+// KU keys' rows from T0 (key groups interleaved), clamped to the split: KW, VW
+#define LOAD_KEYS(T0, KW, VW)                                                                   \
+    [[unroll]] for (uint u = 0; u < KU; u++) {                                                  \
+        uint row = uint(min((T0) + int(u * KP + kg), ke - 1)) * pc.kvh + g;                   \
+        uint kb = pc.ob / KCH + row * (QD / KCH), vb = pc.oc / VCH + row * (QD / VCH);           \
+        [[unroll]] for (uint c = 0; c < NKW; c++) KW[u * NKW + c] = K4[kb + c * TPK + t];     \
+        [[unroll]] for (uint c = 0; c < NVW; c++) VW[u * NVW + c] = V4[vb + c * TPK + t];     \
+    }
+
+shared float cm[KP * BQ], cl[KP * BQ];
+shared float cacc[KP * BQ * QD];
+shared float wm[BQ * MAXS], wl[BQ * MAXS];
+shared vec4 red4[WG];
+shared uint last_s;
+
+// the (up to) 8 values of a 16-byte word of dtype dt: a, then b for 16-bit types
+void unpack_word(uvec4 w, uint dt, out vec4 a, out vec4 b) {
+    if (dt == DT_F32) {
+        a = uintBitsToFloat(w);
+        b = vec4(0.0);
+    } else if (dt == DT_F16) {
+        a = vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y));
+        b = vec4(unpackHalf2x16(w.z), unpackHalf2x16(w.w));
+    } else {
+        a = uintBitsToFloat(uvec4(w.x << 16, w.x & 0xffff0000u, w.y << 16, w.y & 0xffff0000u));
+        b = uintBitsToFloat(uvec4(w.z << 16, w.z & 0xffff0000u, w.w << 16, w.w & 0xffff0000u));
+    }
+}
+
+// query qi of the workgroup's K/V head: its row in q and dst (token row * heads + head)
+uint query_row(uint qi) {
+    uint r = qi / pc.group;
+    return r * pc.heads + pc.group * gl_WorkGroupID.y + (qi - r * pc.group);
+}
+
+void main() {
+    uint lid = gl_LocalInvocationID.x, g = gl_WorkGroupID.y, z = gl_WorkGroupID.z;
+    uint q0 = gl_WorkGroupID.x * BQ;
+    // key group and lane from the subgroup, so the shuffles stay inside a key group
+    uint t = gl_SubgroupInvocationID % TPK;
+    uint kg = gl_SubgroupID * (gl_SubgroupSize / TPK) + gl_SubgroupInvocationID / TPK;
+
+    // the lane's dimensions: word c * TPK + t of a row, for c < QD / (TPK * CH)
+    float qr[BQ * EPT];
+    int pq[BQ];
+    [[unroll]] for (uint q = 0; q < BQ; q++) {
+        uint qi = q0 + q;
+        bool ok = qi < pc.nq;
+        uint qb = pc.oa + (ok ? query_row(qi) : 0u) * QD;
+        [[unroll]] for (uint c = 0; c < NKW; c++)
+            [[unroll]] for (uint e = 0; e < KCH; e++)
+                qr[q * EPT + c * KCH + e] =
+                    ok ? uintBitsToFloat(Q[qb + (c * TPK + t) * KCH + e]) : 0.0;
+        pq[q] = ok ? int(POS[pc.oe + qi / pc.group]) : 0;
+    }
+
+    // this split's keys, narrowed to what some query of the block can see
+    int ks = int(z) * pc.chunk, ke = min(pc.n_kv, ks + pc.chunk);
+    if (pc.ring == 0) {
+        int pmin = 0x7fffffff, pmax = -0x7fffffff;
+        [[unroll]] for (uint q = 0; q < BQ; q++)
+            if (q0 + q < pc.nq) {
+                pmin = min(pmin, pq[q]);
+                pmax = max(pmax, pq[q]);
+            }
+        ke = min(ke, pmax - pc.kv0 + 1);
+        if (pc.window > 0) ks = max(ks, pmin - pc.window + 1 - pc.kv0);
+    }
+
+    float m[BQ], l[BQ], acc[BQ * EPT];
+    [[unroll]] for (uint q = 0; q < BQ; q++) {
+        m[q] = MASKED;
+        l[q] = 0.0;
+    }
+    [[unroll]] for (uint i = 0; i < BQ * EPT; i++) acc[i] = 0.0;
+
+    // The same trip count in every thread: the shuffles need the whole subgroup. The next
+    // keys' loads are issued before this step's arithmetic (two steps' rows in registers),
+    // so memory is kept busy while the scores are folded in.
+    uvec4 kw[KU * NKW], vw[KU * NVW], kn[KU * NKW], vn[KU * NVW];
+    if (ks < ke) LOAD_KEYS(ks, kw, vw);
+    for (int t0 = ks; t0 < ke; t0 += int(KP * KU)) {
+        if (t0 + int(KP * KU) < ke) LOAD_KEYS(t0 + int(KP * KU), kn, vn);
+        float p[KU * BQ];
+        [[unroll]] for (uint u = 0; u < KU; u++) {
+            float dq[BQ];
+            [[unroll]] for (uint q = 0; q < BQ; q++) dq[q] = 0.0;
+            [[unroll]] for (uint c = 0; c < NKW; c++) {
+                vec4 a, b;
+                unpack_word(kw[u * NKW + c], KDT, a, b);
+                [[unroll]] for (uint q = 0; q < BQ; q++) {
+                    uint o = q * EPT + c * KCH;
+                    dq[q] += dot(a, vec4(qr[o], qr[o + 1u], qr[o + 2u], qr[o + 3u]));
+                    if (KCH == 8u)
+                        dq[q] += dot(b, vec4(qr[o + 4u], qr[o + 5u], qr[o + 6u], qr[o + 7u]));
+                }
+            }
+            // every lane of the key group ends with the same sum (the adds commute)
+            [[unroll]] for (uint s = 1u; s < TPK; s <<= 1)
+                [[unroll]] for (uint q = 0; q < BQ; q++) dq[q] += subgroupShuffleXor(dq[q], s);
+            int key = t0 + int(u * KP + kg);
+            int pk = pc.ring != 0 ? key + pc.ring * ((pc.total - 1 - key) / pc.ring) : pc.kv0 + key;
+            [[unroll]] for (uint q = 0; q < BQ; q++) {
+                float v = dq[q] * pc.scale;
+                if (pc.cap > 0.0) v = pc.cap * tanh_safe(v / pc.cap);
+                bool ok = key < ke && q0 + q < pc.nq && pk <= pq[q] &&
+                          (pc.window == 0 || pq[q] - pk < pc.window);
+                p[u * BQ + q] = ok ? v : MASKED;
+            }
+        }
+        // fold the KU scores into the running max and sum, then add their V rows
+        [[unroll]] for (uint q = 0; q < BQ; q++) {
+            float mx = m[q];
+            [[unroll]] for (uint u = 0; u < KU; u++) mx = max(mx, p[u * BQ + q]);
+            float alpha = m[q] <= -1.0e38 ? 0.0 : exp(m[q] - mx);
+            m[q] = mx;
+            l[q] *= alpha;
+            [[unroll]] for (uint i = 0; i < EPT; i++) acc[q * EPT + i] *= alpha;
+            [[unroll]] for (uint u = 0; u < KU; u++) {
+                float s = p[u * BQ + q];
+                s = s <= -1.0e38 ? 0.0 : exp(s - mx);
+                p[u * BQ + q] = s;
+                l[q] += s;
+            }
+        }
+        [[unroll]] for (uint u = 0; u < KU; u++)
+            [[unroll]] for (uint c = 0; c < NVW; c++) {
+                vec4 a, b;
+                unpack_word(vw[u * NVW + c], VDT, a, b);
+                [[unroll]] for (uint q = 0; q < BQ; q++) {
+                    uint o = q * EPT + c * VCH;
+                    float s = p[u * BQ + q];
+                    [[unroll]] for (uint e = 0; e < 4u; e++) acc[o + e] += s * a[e];
+                    if (VCH == 8u) [[unroll]] for (uint e = 0; e < 4u; e++) acc[o + 4u + e] += s * b[e];
+                }
+            }
+        [[unroll]] for (uint i = 0; i < KU * NKW; i++) kw[i] = kn[i];
+        [[unroll]] for (uint i = 0; i < KU * NVW; i++) vw[i] = vn[i];
+    }
+
+    // merge the key groups
+    if (t == 0u)
+        [[unroll]] for (uint q = 0; q < BQ; q++) {
+            cm[kg * BQ + q] = m[q];
+            cl[kg * BQ + q] = l[q];
+        }
+    [[unroll]] for (uint q = 0; q < BQ; q++)
+        [[unroll]] for (uint c = 0; c < NVW; c++)
+            [[unroll]] for (uint e = 0; e < VCH; e++)
+                cacc[(kg * BQ + q) * QD + (c * TPK + t) * VCH + e] = acc[q * EPT + c * VCH + e];
+    barrier();
+    for (uint i = lid; i < BQ * QD; i += WG) {
+        uint q = i / QD, dim = i - q * QD, qi = q0 + q;
+        if (qi >= pc.nq) continue;
+        float M = MASKED;
+        for (uint k = 0; k < KP; k++) M = max(M, cm[k * BQ + q]);
+        float L = 0.0, o = 0.0;
+        for (uint k = 0; k < KP; k++) {
+            float mk = cm[k * BQ + q];
+            if (mk <= -1.0e38) continue; // a key group that saw no key
+            float w = exp(mk - M);
+            L += cl[k * BQ + q] * w;
+            o += cacc[(k * BQ + q) * QD + dim] * w;
+        }
+        uint row = query_row(qi);
+        if (pc.nsplit == 1u) {
+            D[pc.od + row * QD + dim] = floatBitsToUint(L > 0.0 ? o / L : 0.0);
+        } else {
+            uint pb = (row * pc.nsplit + z) * STRIDE;
+            if (dim == 0u) {
+                P[pb] = floatBitsToUint(M);
+                P[pb + 1u] = floatBitsToUint(L);
+            }
+            P[pb + 4u + dim] = floatBitsToUint(o);
+        }
+    }
+    if (pc.nsplit == 1u) return;
+
+    // every thread's partials visible device-wide before the block's count goes up
+    memoryBarrierBuffer();
+    barrier();
+    if (lid == 0u) {
+        uint c = pc.ocnt + gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+        last_s = atomicAdd(CNT[c], 1u) == pc.nsplit - 1u ? 1u : 0u;
+        if (last_s != 0u) CNT[c] = 0u; // the others have all counted: ready for the next use
+    }
+    barrier();
+    if (last_s == 0u) return;
+    memoryBarrierBuffer();
+    // The last split merges: every split's weight exp(max - overall max) first (a thread a
+    // split), then each 4 outputs a sum over the splits, spread over SP threads with their
+    // 16-byte loads issued together (this is the tail of the step's critical path).
+    for (uint i = lid; i < BQ * pc.nsplit; i += WG) {
+        uint q = i / pc.nsplit, s = i - q * pc.nsplit, qi = q0 + q;
+        uint pb = ((qi < pc.nq ? query_row(qi) : 0u) * pc.nsplit + s) * STRIDE;
+        wm[q * MAXS + s] = uintBitsToFloat(P[pb]);
+        wl[q * MAXS + s] = uintBitsToFloat(P[pb + 1u]);
+    }
+    barrier();
+    float w = 0.0; // BQ * nsplit <= WG (the host caps nsplit)
+    if (lid < BQ * pc.nsplit) {
+        uint q = lid / pc.nsplit, s = lid - q * pc.nsplit;
+        float M = MASKED, ms = wm[q * MAXS + s];
+        for (uint k = 0; k < pc.nsplit; k++) M = max(M, wm[q * MAXS + k]);
+        w = ms <= -1.0e38 ? 0.0 : exp(ms - M);
+    }
+    barrier();
+    if (lid < BQ * pc.nsplit) wm[lid / pc.nsplit * MAXS + lid % pc.nsplit] = w;
+    barrier();
+    for (uint i0 = 0; i0 < NO * SP; i0 += WG) {
+        uint i = i0 + lid, ov = i % NO, sp = i / NO, q = ov / (QD / 4u), qi = q0 + q;
+        vec4 o = vec4(0.0);
+        if (i < NO * SP && qi < pc.nq) {
+            uint base = (query_row(qi) * pc.nsplit * STRIDE + 4u) / 4u + ov - q * (QD / 4u);
+            uint s = sp;
+            for (; s + 3u * SP < pc.nsplit; s += 4u * SP) {
+                uvec4 a4[4];
+                [[unroll]] for (uint u = 0; u < 4u; u++) a4[u] = P4[base + (s + u * SP) * (STRIDE / 4u)];
+                [[unroll]] for (uint u = 0; u < 4u; u++) o += wm[q * MAXS + s + u * SP] * uintBitsToFloat(a4[u]);
+            }
+            for (; s < pc.nsplit; s += SP) o += wm[q * MAXS + s] * uintBitsToFloat(P4[base + s * (STRIDE / 4u)]);
+        }
+        red4[lid] = o;
+        barrier();
+        if (i < NO && qi < pc.nq) {
+            // part 0 gathers the others (SP > 1 only where NO * SP <= WG: one pass, i == lid)
+            vec4 r = red4[lid];
+            for (uint k = 1; k < SP; k++) r += red4[k * NO + lid];
+            float L = 0.0;
+            for (uint k = 0; k < pc.nsplit; k++) L += wm[q * MAXS + k] * wl[q * MAXS + k];
+            r = L > 0.0 ? r / L : vec4(0.0);
+            uint db = pc.od + query_row(qi) * QD + (ov - q * (QD / 4u)) * 4u;
+            [[unroll]] for (uint e = 0; e < 4u; e++) D[db + e] = floatBitsToUint(r[e]);
+        }
+        barrier();
+    }
+}
