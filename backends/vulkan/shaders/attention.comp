@@ -117,19 +117,8 @@ void main() {
                 const uint CH = KDT == DT_F32 ? 4u : 8u;
                 for (uint c0 = 0; c0 < QD / CH; c0 += KU) [[unroll]] for (uint u = 0; u < KU; u++) {
                     uint c = c0 + u;
-                    uvec4 w = K4[kb / CH + c];
-                    vec4 wa, wb = vec4(0.0);
-                    if (KDT == DT_F32) {
-                        wa = uintBitsToFloat(w);
-                    } else if (KDT == DT_F16) {
-                        wa = vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y));
-                        wb = vec4(unpackHalf2x16(w.z), unpackHalf2x16(w.w));
-                    } else {
-                        wa = uintBitsToFloat(uvec4(w.x << 16, w.x & 0xffff0000u, w.y << 16,
-                                                   w.y & 0xffff0000u));
-                        wb = uintBitsToFloat(uvec4(w.z << 16, w.z & 0xffff0000u, w.w << 16,
-                                                   w.w & 0xffff0000u));
-                    }
+                    vec4 wa, wb;
+                    unpack_word(K4[kb / CH + c], KDT, wa, wb);
                     [[unroll]] for (uint q = 0; q < BQ; q++) {
                         uint qb = q * QD + c * CH;
                         dsum[q] += dot(wa, vec4(qs[qb], qs[qb + 1u], qs[qb + 2u], qs[qb + 3u]));

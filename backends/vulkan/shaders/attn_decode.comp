@@ -81,20 +81,6 @@ shared float wm[BQ * MAXS], wl[BQ * MAXS];
 shared vec4 red4[WG];
 shared uint last_s;
 
-// the (up to) 8 values of a 16-byte word of dtype dt: a, then b for 16-bit types
-void unpack_word(uvec4 w, uint dt, out vec4 a, out vec4 b) {
-    if (dt == DT_F32) {
-        a = uintBitsToFloat(w);
-        b = vec4(0.0);
-    } else if (dt == DT_F16) {
-        a = vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y));
-        b = vec4(unpackHalf2x16(w.z), unpackHalf2x16(w.w));
-    } else {
-        a = uintBitsToFloat(uvec4(w.x << 16, w.x & 0xffff0000u, w.y << 16, w.y & 0xffff0000u));
-        b = uintBitsToFloat(uvec4(w.z << 16, w.z & 0xffff0000u, w.w << 16, w.w & 0xffff0000u));
-    }
-}
-
 // query qi of the workgroup's K/V head: its row in q and dst (token row * heads + head)
 uint query_row(uint qi) {
     uint r = qi / pc.group;

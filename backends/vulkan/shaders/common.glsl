@@ -34,6 +34,21 @@ float cvt16(uint h, uint dt) { return dt == DT_F16 ? unpackHalf2x16(h).x : uintB
 // The raw 16 bits of element i.
 #define LOAD16(BUF, i) ((BUF[(i) >> 1] >> (((i)&1u) << 4)) & 0xffffu)
 
+// A 16-byte word of dtype dt as f32: its 4 values (f32) or 8 (f16, bf16), the first four in
+// a and the next four in b (0 for f32).
+void unpack_word(uvec4 w, uint dt, out vec4 a, out vec4 b) {
+    if (dt == DT_F32) {
+        a = uintBitsToFloat(w);
+        b = vec4(0.0);
+    } else if (dt == DT_F16) {
+        a = vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y));
+        b = vec4(unpackHalf2x16(w.z), unpackHalf2x16(w.w));
+    } else {
+        a = uintBitsToFloat(uvec4(w.x << 16, w.x & 0xffff0000u, w.y << 16, w.y & 0xffff0000u));
+        b = uintBitsToFloat(uvec4(w.z << 16, w.z & 0xffff0000u, w.w << 16, w.w & 0xffff0000u));
+    }
+}
+
 // Round to nearest even, like the CPU backend (the rounding of packHalf2x16 is not
 // specified); overflow gives inf, NaN stays NaN.
 uint f32_to_f16(float f) {

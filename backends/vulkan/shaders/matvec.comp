@@ -62,20 +62,7 @@ void chunk(uint c, uint CH, uvec4 w[NR], uint nrows, uint xrow[MAXR], inout floa
     }
     [[unroll]] for (uint r = 0; r < NR; r++) {
         vec4 wa, wb;
-        if (WDT == DT_F32) {
-            wa = uintBitsToFloat(w[r]);
-            wb = vec4(0.0);
-        } else if (WDT == DT_F16) {
-            vec2 p0 = unpackHalf2x16(w[r].x), p1 = unpackHalf2x16(w[r].y);
-            vec2 p2 = unpackHalf2x16(w[r].z), p3 = unpackHalf2x16(w[r].w);
-            wa = vec4(p0, p1);
-            wb = vec4(p2, p3);
-        } else {
-            wa = uintBitsToFloat(uvec4(w[r].x << 16, w[r].x & 0xffff0000u, w[r].y << 16,
-                                       w[r].y & 0xffff0000u));
-            wb = uintBitsToFloat(uvec4(w[r].z << 16, w[r].z & 0xffff0000u, w[r].w << 16,
-                                       w[r].w & 0xffff0000u));
-        }
+        unpack_word(w[r], WDT, wa, wb);
         [[unroll]] for (uint j = 0; j < MAXR; j++)
             if (j < nrows) acc[r][j] += dot(wa, xa[j]) + dot(wb, xb[j]);
     }
