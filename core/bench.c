@@ -184,7 +184,18 @@ int cli_bench(int argc, char **argv) {
                s2.backend[i].name, (double)s2.backend[i].weights / 1048576.0,
                (double)s2.backend[i].mapped / 1048576.0, (double)s2.backend[i].other / 1048576.0);
     printf("peak resident memory: %.1f MiB\n", (double)ru.ru_maxrss / 1024.0);
-    if (!no_bw) {
+    /* The host's bandwidth bounds decode only where the weights are in host memory: with
+     * any of them on another backend (a GPU's) the line would compare against the wrong
+     * memory. */
+    const char *elsewhere = NULL;
+    for (int i = 0; i < s2.n_backends; i++)
+        if (strcmp(s2.backend[i].name, "cpu") && s2.backend[i].weights + s2.backend[i].mapped)
+            elsewhere = s2.backend[i].name;
+    if (!no_bw && elsewhere)
+        printf("memory read bandwidth: not measured (weights on backend %s, not in host "
+               "memory alone)\n",
+               elsewhere);
+    if (!no_bw && !elsewhere) {
         int bw_threads = threads > 0 ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
         if (bw_threads > 256) bw_threads = 256;
         double bw = measure_read_bw(bw_threads, (size_t)1 << 30, 5);
