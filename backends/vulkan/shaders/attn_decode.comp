@@ -5,16 +5,16 @@
 // Attention for a few queries over many keys (decoding), flash-decoding style. A workgroup
 // takes BQ queries that share K/V head gl_WorkGroupID.y and the keys of its split
 // (gl_WorkGroupID.z). Its threads form key groups of TPK lanes of one subgroup; a key group
-// walks its own keys, KU at a time, each lane loading QD / TPK dimensions of the key's K
-// and V rows in 16-byte words, all issued before any is used; the dot products are summed
-// across the lanes by subgroup shuffles, and each key group keeps its own running
-// max/sum/output in registers: no barrier inside the loop (attention.comp has four a tile
-// of keys, and one thread a key, which left decode a chain of memory latencies). At the end
-// the key groups are merged through shared memory. With one split the result goes to dst;
-// with several each split writes (max, sum, acc[QD]) to binding 5 and the last of a block's
-// splits to finish merges them (counter per block in binding 6, set back to 0), as in
-// attention.comp. Needs dv == QD, K and V rows in whole 16-byte words and TPK dividing the
-// subgroup; visibility rules as in attention.comp.
+// walks its own keys, KU at a time, each lane loading QD / TPK dimensions of the keys' K
+// and V rows in 16-byte words (the next KU keys' loads issued before these are used); the
+// dot products are summed across the lanes by subgroup shuffles, and each key group keeps
+// its own running max/sum/output in registers: no barrier inside the loop (attention.comp
+// has four a tile of keys, and one thread a key, which left decode a chain of memory
+// latencies). At the end the key groups are merged through shared memory. With one split
+// the result goes to dst; with several each split writes (max, sum, acc[QD]) to binding 5
+// and the last of a block's splits to finish merges them (counter per block in binding 6,
+// set back to 0), as in attention.comp. Needs dv == QD, K and V rows in whole 16-byte
+// words and TPK dividing the subgroup; visibility rules as in attention.comp.
 layout(constant_id = 0) const uint WG = 128;
 layout(constant_id = 1) const uint KDT = 0;
 layout(constant_id = 2) const uint VDT = 0;
