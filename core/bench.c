@@ -184,17 +184,34 @@ int cli_bench(int argc, char **argv) {
                s2.backend[i].name, (double)s2.backend[i].weights / 1048576.0,
                (double)s2.backend[i].mapped / 1048576.0, (double)s2.backend[i].other / 1048576.0);
     printf("peak resident memory: %.1f MiB\n", (double)ru.ru_maxrss / 1024.0);
-    /* The host's bandwidth bounds decode only where the weights are in host memory: with
-     * any of them on another backend (a GPU's) the line would compare against the wrong
-     * memory. */
+    /* Decode's bound is the bandwidth of the memory its weights are read from: the host's
+     * (measured here) on the CPU backend; a device's, measured by its backend, where all
+     * weights are on one other backend (a GPU's). Weights split over two memories get no
+     * bound. */
     const char *elsewhere = NULL;
+    int n_holding = 0, holder = -1;
     for (int i = 0; i < s2.n_backends; i++)
-        if (strcmp(s2.backend[i].name, "cpu") && s2.backend[i].weights + s2.backend[i].mapped)
-            elsewhere = s2.backend[i].name;
-    if (!no_bw && elsewhere)
-        printf("memory read bandwidth: not measured (weights on backend %s, not in host "
-               "memory alone)\n",
-               elsewhere);
+        if (s2.backend[i].weights + s2.backend[i].mapped) {
+            n_holding++;
+            holder = i;
+            if (strcmp(s2.backend[i].name, "cpu")) elsewhere = s2.backend[i].name;
+        }
+    if (!no_bw && elsewhere) {
+        double bps = 0;
+        int brc = n_holding == 1 ? engine_backend_read_bandwidth(e, holder, &bps) : LMH_EINVAL;
+        if (brc == 0 && bps > 0) {
+            double limit = bps / per_tok;
+            printf("device memory read bandwidth (backend %s): %.1f GB/s\n", elsewhere, bps * 1e-9);
+            printf("decode bound by bandwidth (weight reads): %.2f tokens/s; measured decode is "
+                   "%.0f%% of it\n",
+                   limit, 100.0 * dec_tps / limit);
+        } else {
+            printf("memory read bandwidth: not measured (weights on backend %s%s)\n", elsewhere,
+                   n_holding > 1             ? " and the host"
+                   : brc == LMH_EUNSUPPORTED ? ", which offers no probe"
+                                             : ", whose probe failed");
+        }
+    }
     if (!no_bw && !elsewhere) {
         int bw_threads = threads > 0 ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
         if (bw_threads > 256) bw_threads = 256;
@@ -202,8 +219,9 @@ int cli_bench(int argc, char **argv) {
         double limit = bw * 1e9 / per_tok;
         printf("memory read bandwidth: %.2f GB/s (%d threads summing a 1 GiB buffer, best of 5)\n",
                bw, bw_threads);
-        printf("decode bound by bandwidth: %.2f tokens/s; measured decode is %.0f%% of it\n", limit,
-               100.0 * dec_tps / limit);
+        printf("decode bound by bandwidth (weight reads): %.2f tokens/s; measured decode is %.0f%% "
+               "of it\n",
+               limit, 100.0 * dec_tps / limit);
     }
     (void)s0;
     rc = 0;

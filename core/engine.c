@@ -1013,6 +1013,15 @@ void engine_get_stats(engine *e, engine_stats *s) {
     }
 }
 
+int engine_backend_read_bandwidth(engine *e, int i, double *bytes_per_s) {
+    if (i < 0 || i >= e->n_slots) return LMH_EINVAL;
+    const lmh_backend_api *api = e->slots[i].api;
+    if (api->size < offsetof(lmh_backend_api, read_bandwidth) + sizeof api->read_bandwidth ||
+        !api->read_bandwidth)
+        return LMH_EUNSUPPORTED;
+    return api->read_bandwidth(e->slots[i].b, bytes_per_s);
+}
+
 int engine_seq_add(engine *e, uint64_t seq) {
     for (int s = 0; s < e->n_slots; s++) {
         int rc = e->cache_api->seq_add(e->cache[s], seq);

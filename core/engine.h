@@ -49,6 +49,9 @@ json_object *engine_config(const engine *e);
 /* "arch=NAME backend=DESC cache=NAME(FORMAT)": the plugin chain in use. */
 const char *engine_chain(const engine *e);
 void engine_get_stats(engine *e, engine_stats *s);
+/* Backend i's (engine_stats order) memory read bandwidth in bytes/s, measured by the
+ * backend; LMH_EUNSUPPORTED where it offers no probe. */
+int engine_backend_read_bandwidth(engine *e, int i, double *bytes_per_s);
 
 int engine_seq_add(engine *e, uint64_t seq);
 void engine_seq_remove(engine *e, uint64_t seq);

@@ -15,7 +15,7 @@ extern "C" {
 #endif
 
 #define LMH_ABI_MAJOR 1
-#define LMH_ABI_MINOR 0
+#define LMH_ABI_MINOR 1 /* 1: lmh_backend_api.read_bandwidth */
 
 /* Every plugin exports this symbol (C linkage, default visibility). */
 #define LMH_PLUGIN_ENTRY_NAME "lmhost_plugin_entry"

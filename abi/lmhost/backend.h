@@ -88,6 +88,12 @@ typedef struct lmh_backend_api {
     lmh_tensor *(*tensor_quant)(lmh_backend *b, lmh_dtype qtype, int32_t group, int32_t ndim,
                                 const int64_t *ne, const uint32_t *packed, lmh_dtype sb_dtype,
                                 const void *scales, const void *biases);
+
+    /* (ABI 1.1) The read bandwidth of the device memory its tensors live in, in bytes/s,
+     * measured now over a buffer larger than the device's caches: `lmhost bench` compares
+     * decode with it. It frees what it allocated before returning. May be NULL (or absent
+     * by size): the host then measures its own memory where the backend is the CPU's. */
+    int (*read_bandwidth)(lmh_backend *b, double *bytes_per_s);
 } lmh_backend_api;
 
 #ifdef __cplusplus

@@ -1178,6 +1178,43 @@ static void vk_memory(lmh_backend *b, lmh_backend_mem *m) {
     pthread_mutex_unlock(&b->mu);
 }
 
+/* lmh_backend_api.read_bandwidth: bw_read.comp over a buffer of 1 GiB (20 times an H100's
+ * L2; less where the device cannot bind or allocate that much), timed from the host: the
+ * passes a run needs to take 20 ms (so that submission costs little beside it), then the
+ * best of three runs. */
+static int vk_read_bandwidth(lmh_backend *b, double *bytes_per_s) {
+    VkDeviceSize size = (VkDeviceSize)1 << 30;
+    if (size > b->max_range) size = b->max_range;
+    if (size > b->max_alloc) size = b->max_alloc;
+    size &= ~(VkDeviceSize)4095;
+    int64_t n = (int64_t)(size / 4), one = 4;
+    lmh_tensor *buf = vk_tensor_new(b, LMH_F32, 1, &n, 0);
+    lmh_tensor *dst = vk_tensor_new(b, LMH_F32, 1, &one, 0);
+    int rc = buf && dst ? vk_sync(b) : LMH_ENOMEM;
+    double best = 0;
+    for (int reps = 1, runs = 0; !rc && runs < 3;) {
+        double t0 = now_s();
+        pthread_mutex_lock(&b->mu);
+        for (int r = 0; r < reps && !rc; r++) rc = vk_record_read_probe(b, VT(buf), VT(dst));
+        pthread_mutex_unlock(&b->mu);
+        if (!rc) rc = vk_sync(b);
+        double t = now_s() - t0;
+        if (rc) break;
+        if (t < 0.02 && reps < 4096) {
+            reps *= 2;
+            continue;
+        }
+        double bps = (double)reps * (double)size / t;
+        if (bps > best) best = bps;
+        runs++;
+    }
+    vk_tensor_free(b, dst);
+    vk_tensor_free(b, buf);
+    if (!rc) rc = vk_sync(b);
+    if (!rc) *bytes_per_s = best;
+    return rc;
+}
+
 static const char *vk_describe(lmh_backend *b) {
     return b->desc;
 }
@@ -1726,6 +1763,7 @@ static const lmh_backend_api api = {
     .sync = vk_sync,
     .memory = vk_memory,
     .tensor_quant = vk_tensor_quant,
+    .read_bandwidth = vk_read_bandwidth,
 };
 
 static const lmh_plugin_info info = {

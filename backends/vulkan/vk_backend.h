@@ -73,6 +73,7 @@ enum vk_shader {
     VK_SH_QMATMUL_MOE,
     VK_SH_QGET_ROWS,
     VK_SH_MATMUL_COOP, /* prefill on matrix cores (VK_NV_cooperative_matrix) */
+    VK_SH_BW_READ,     /* the memory read bandwidth probe */
     VK_SH_COUNT
 };
 
@@ -259,6 +260,8 @@ uint32_t vk_elem_off(const lmh_backend *b, const vk_tensor *t);
 /* vk_ops.c */
 int vk_check_op(lmh_backend *b, const lmh_op *op);
 int vk_enqueue_op(lmh_backend *b, const lmh_op *op);
+/* vk_ops.c: one pass of the read bandwidth probe over buf (vk_read_bandwidth) */
+int vk_record_read_probe(lmh_backend *b, vk_tensor *buf, vk_tensor *dst);
 /* RMSNorm (op), with the ADD whose result it reads (add) or the ROPE in place on its
  * result (rope) in the same dispatch; op NULL: the rope alone; copy (with rope): the COPY
  * of the rope's result (a cache append) too. */

@@ -503,6 +503,21 @@ static int op_transpose(lmh_backend *b, const lmh_op *op) {
     return vk_record(b, &x);
 }
 
+/* One pass of bw_read.comp over buf (its 16-byte words, RU a thread), writing nothing but
+ * (in a 1 in 2^128 case) dst's first word: the read bandwidth probe. */
+int vk_record_read_probe(lmh_backend *b, vk_tensor *buf, vk_tensor *dst) {
+    enum { WG = 256, RU = 16 };
+    uint64_t n4 = buf->bytes / 16, groups = cdiv(n4, WG * RU);
+    if (!n4 || groups > 65535 || n4 > UINT32_MAX) return LMH_EINVAL;
+    vk_dispatch x = {.shader = VK_SH_BW_READ, .spec = {WG, RU}, .writes = 1};
+    x.bind[0] = dst;
+    x.bind[1] = buf;
+    x.pc[5] = (uint32_t)n4;
+    x.groups[0] = (uint32_t)groups;
+    x.groups[1] = x.groups[2] = 1;
+    return vk_record(b, &x);
+}
+
 /* attn_decode.comp's shape for this op: lanes per key and queries per workgroup; 0 where
  * it does not apply (many queries, dv != d, rows not in whole aligned 16-byte words, no
  * subgroup shuffles, or its shared memory does not fit). */

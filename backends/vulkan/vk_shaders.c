@@ -4,6 +4,7 @@
 
 #include "spv_attention.h"
 #include "spv_attn_decode.h"
+#include "spv_bw_read.h"
 #include "spv_copy.h"
 #include "spv_eltwise.h"
 #include "spv_get_rows.h"
@@ -74,4 +75,5 @@ const vk_spirv vk_shaders[VK_SH_COUNT] = {
     [VK_SH_QMATMUL_MOE] = SH(qmatmul_moe),
     [VK_SH_QGET_ROWS] = SH(qget_rows),
     [VK_SH_MATMUL_COOP] = SH(matmul_coop),
+    [VK_SH_BW_READ] = SH(bw_read),
 };

@@ -1132,6 +1132,20 @@ static void t_memory(void) {
     free(big);
     free(back);
 
+    /* the bandwidth probe: a rate, and its buffers given back */
+    lmh_backend_mem before, after;
+    double bps = 0;
+    g_be[1].api->memory(g_be[1].b, &before);
+    int brc = g_be[1].api->read_bandwidth(g_be[1].b, &bps);
+    g_be[1].api->memory(g_be[1].b, &after);
+    g_checks++;
+    if (brc || !(bps > 1e6 && bps < 1e14) || after.other != before.other ||
+        after.weights != before.weights) {
+        fprintf(stderr, "FAIL: read_bandwidth: rc %d, %.3g bytes/s, other bytes %llu -> %llu\n",
+                brc, bps, (unsigned long long)before.other, (unsigned long long)after.other);
+        g_fail++;
+    }
+
     lmh_backend_mem m0[2], m1[2];
     for (int k = 0; k < 2; k++) g_be[k].api->memory(g_be[k].b, &m0[k]);
     tt *x = mk(LMH_F32, 2, 2, 64, 0, -1, 1, 0),
