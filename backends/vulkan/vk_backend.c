@@ -1425,11 +1425,12 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
     vkGetPhysicalDeviceMemoryProperties(b->pd, &b->mem);
     VkPhysicalDeviceMaintenance3Properties m3 = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
-    /* the smallest subgroup a shader may run in (Vulkan 1.3), where a device compiles to
-     * several sizes */
-    VkPhysicalDeviceSubgroupSizeControlProperties sgc = {
-        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES};
-    if (b->props.apiVersion >= VK_API_VERSION_1_3) m3.pNext = &sgc;
+    /* the smallest subgroup a shader may run in, where a device compiles to several sizes
+     * (VK_EXT_subgroup_size_control: the instance asks for Vulkan 1.2, so the core 1.3
+     * struct may be chained only through the extension) */
+    VkPhysicalDeviceSubgroupSizeControlPropertiesEXT sgc = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES_EXT};
+    if (has_device_ext(b->pd, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME)) m3.pNext = &sgc;
     VkPhysicalDeviceSubgroupProperties sg = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES, .pNext = &m3};
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
