@@ -492,7 +492,7 @@ static void read_profile(lmh_backend *b, vk_batch *bt) {
             while (k < b->nprof_shape && (b->prof_shape[k].shader != sh ||
                                           b->prof_shape[k].groups != bt->query_groups[i]))
                 k++;
-            if (k == 64) continue;
+            if (k == PROF_SHAPES) continue;
             if (k == b->nprof_shape) {
                 b->nprof_shape++;
                 b->prof_shape[k].shader = sh;
@@ -1263,6 +1263,13 @@ on_validation(VkDebugUtilsMessageSeverityFlagBitsEXT sev, VkDebugUtilsMessageTyp
     return VK_FALSE;
 }
 
+/* $name as a number in 1..most, else dflt */
+static uint32_t env_uint(const char *name, int most, uint32_t dflt) {
+    const char *v = getenv(name);
+    int n = v ? atoi(v) : 0;
+    return n > 0 && n <= most ? (uint32_t)n : dflt;
+}
+
 static int has_device_ext(VkPhysicalDevice pd, const char *name) {
     uint32_t n = 0;
     vkEnumerateDeviceExtensionProperties(pd, NULL, &n, NULL);
@@ -1438,11 +1445,12 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
     vkGetPhysicalDeviceProperties2(b->pd, &p2);
     b->max_alloc = m3.maxMemoryAllocationSize ? m3.maxMemoryAllocationSize : BLOCK_MAX;
     const char *nosg = getenv("LMHOST_VK_NO_SUBGROUP");
+    /* subgroup operations in compute shaders, unless turned off for tests */
+    int sg_ok = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                (sg.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT) &&
+                !(nosg && *nosg && strcmp(nosg, "0"));
     b->subgroup_size = sg.subgroupSize;
-    b->subgroup_arith = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
-                        (sg.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT) &&
-                        (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) &&
-                        !(nosg && *nosg && strcmp(nosg, "0"));
+    b->subgroup_arith = sg_ok && (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
     const char *nofuse = getenv("LMHOST_VK_NO_FUSE");
     b->no_fuse = nofuse && *nofuse && strcmp(nofuse, "0");
     /* Norm and SwiGLU inside the products: every workgroup redoes that work, which a GPU
@@ -1473,10 +1481,8 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
     b->max_range = lim->maxStorageBufferRange;
     b->max_shared = lim->maxComputeSharedMemorySize;
     /* LMHOST_VK_ATTN_WGS=N (1..512, the counters' room): a GPU's split counts on lavapipe */
-    const char *aw = getenv("LMHOST_VK_ATTN_WGS");
-    b->attn_target_wgs = aw && atoi(aw) > 0 && atoi(aw) <= 512                ? (uint32_t)atoi(aw)
-                         : b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 8
-                                                                              : 512;
+    b->attn_target_wgs = env_uint("LMHOST_VK_ATTN_WGS", 512,
+                                  b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 8 : 512);
     /* attention's loads issued together (attention.comp): a GPU's or one at a time */
     const char *au = getenv("LMHOST_VK_ATTN_UNROLL");
     unsigned ku = 0, vu = 0;
@@ -1492,10 +1498,7 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
      * beside 8 and 32); LMHOST_VK_ATTN_DECODE=0 leaves decode to attention.comp, =KU[xTPK]
      * sets how many keys a key group loads together (and its lanes), for measurement */
     const char *ad = getenv("LMHOST_VK_ATTN_DECODE");
-    int shuffle = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
-                  (sg.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT) &&
-                  (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) &&
-                  !(nosg && *nosg && strcmp(nosg, "0"));
+    int shuffle = sg_ok && (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
     unsigned dku = 0, dtpk = 16;
     if (ad && sscanf(ad, "%ux%u", &dku, &dtpk) < 1) dku = 0;
     if (dtpk < 1 || dtpk > 64 || (dtpk & (dtpk - 1))) dtpk = 16;
@@ -1503,9 +1506,7 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
     if (!sgc.minSubgroupSize && sg_min > 8) sg_min = 8;
     b->attn_dec_tpk =
         shuffle && !(ad && !strcmp(ad, "0")) && sg_min ? (sg_min < dtpk ? sg_min : dtpk) : 0;
-    const char *adw = getenv("LMHOST_VK_ATTN_DEC_WGS");
-    b->attn_dec_wgs = adw && atoi(adw) > 0 && atoi(adw) <= 4096 ? (uint32_t)atoi(adw)
-                                                                : (b->attn_target_wgs + 1) / 2;
+    b->attn_dec_wgs = env_uint("LMHOST_VK_ATTN_DEC_WGS", 4096, (b->attn_target_wgs + 1) / 2);
     b->attn_dec_ku =
         dku > 0 && dku <= 8 ? dku : (b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 1 : 2);
     if ((b->align & (b->align - 1)) || lim->maxPushConstantsSize < VK_PC_WORDS * 4 ||

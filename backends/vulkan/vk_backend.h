@@ -209,13 +209,14 @@ struct lmh_backend {
     uint64_t prof_n[VK_SH_COUNT];
     double prof_record_s, prof_wait_s; /* host time recording dispatches, waiting on fences */
     uint64_t prof_submits;
-    /* LMHOST_VK_PROFILE=2: GPU time per (shader, workgroup count), the first 64 seen */
+    /* LMHOST_VK_PROFILE=2: GPU time per (shader, workgroup count), the first ones seen */
+#define PROF_SHAPES 64
     struct {
         int shader;
         uint32_t groups;
         double us;
         uint64_t n;
-    } prof_shape[64];
+    } prof_shape[PROF_SHAPES];
     int nprof_shape;
     /* a batch of at least this many dispatches is submitted as soon as the device is idle */
     int submit_min;

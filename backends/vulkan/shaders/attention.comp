@@ -33,28 +33,6 @@ RBUF(2, K)
 RBUF4(2, K)
 RBUF(3, V)
 RBUF(4, POS)
-// coherent: the last split reads what the other workgroups wrote
-layout(binding = 5) coherent buffer P_b { uint P[]; };
-layout(binding = 6) coherent buffer CNT_b { uint CNT[]; };
-
-layout(push_constant) uniform PC {
-    PC_OFFSETS
-    uint nq;     // queries per K/V head: n * group
-    uint heads;
-    uint kvh;
-    uint group;
-    uint dv;
-    int n_kv;
-    int kv0;
-    int window;
-    int ring;
-    int total;
-    int chunk;   // keys per split, a multiple of WG
-    uint nsplit;
-    float scale;
-    float cap;
-    uint ocnt; // this dispatch's counters in CNT: one per (query block, K/V head)
-} pc;
 
 const float MASKED = -3.0e38;
 
@@ -63,7 +41,8 @@ shared float ss[BQ * WG];
 shared float red[WG];
 shared float m_s[BQ], l_s[BQ], alpha_s[BQ];
 shared int pq_s[BQ];
-shared uint last_s;
+// after the kernel's own shared arrays (its last_s was last before too)
+#include "attn_split.glsl"
 
 void main() {
     uint l = gl_LocalInvocationID.x, g = gl_WorkGroupID.y, z = gl_WorkGroupID.z;
@@ -89,15 +68,14 @@ void main() {
 
     // this split's keys, narrowed to what some query of the block can see
     int ks = int(z) * pc.chunk, ke = min(pc.n_kv, ks + pc.chunk);
-    if (pc.ring == 0) {
+    if (pc.ring == 0) { // a ring's keys are not in order
         int pmin = 0x7fffffff, pmax = -0x7fffffff;
         for (uint q = 0; q < BQ; q++)
             if (q0 + q < pc.nq) {
                 pmin = min(pmin, pq_s[q]);
                 pmax = max(pmax, pq_s[q]);
             }
-        ke = min(ke, pmax - pc.kv0 + 1);
-        if (pc.window > 0) ks = max(ks, pmin - pc.window + 1 - pc.kv0);
+        narrow(pmin, pmax, ks, ke);
     }
 
     float acc[BQ * DPT];
@@ -108,8 +86,7 @@ void main() {
         float s[BQ];
         [[unroll]] for (uint q = 0; q < BQ; q++) s[q] = MASKED;
         if (key < ke) {
-            int pk = pc.ring != 0 ? key + pc.ring * ((pc.total - 1 - key) / pc.ring)
-                                  : pc.kv0 + key;
+            int pk = key_pos(key);
             float dsum[BQ];
             [[unroll]] for (uint q = 0; q < BQ; q++) dsum[q] = 0.0;
             uint kb = pc.ob + (uint(key) * pc.kvh + g) * QD;
@@ -135,7 +112,7 @@ void main() {
             }
             [[unroll]] for (uint q = 0; q < BQ; q++) {
                 int pq = pq_s[q];
-                if (q0 + q < pc.nq && pk <= pq && (pc.window == 0 || pq - pk < pc.window)) {
+                if (q0 + q < pc.nq && visible(pk, pq)) {
                     float v = dsum[q] * pc.scale;
                     if (pc.cap > 0.0) v = pc.cap * tanh_safe(v / pc.cap);
                     s[q] = v;
@@ -212,7 +189,7 @@ void main() {
     [[unroll]] for (uint q = 0; q < BQ; q++) {
         uint qi = q0 + q;
         if (qi >= pc.nq) break;
-        uint r = qi / pc.group, h = g * pc.group + (qi - r * pc.group), row = r * pc.heads + h;
+        uint row = query_row(qi);
         if (pc.nsplit == 1u) {
             float L = l_s[q];
             [[unroll]] for (uint j = 0; j < DPT; j++) {
@@ -234,24 +211,14 @@ void main() {
     }
     if (pc.nsplit == 1u) return;
 
-    // every thread's partials visible device-wide before the block's count goes up
-    memoryBarrierBuffer();
-    barrier();
-    if (l == 0u) {
-        uint c = pc.ocnt + gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
-        last_s = atomicAdd(CNT[c], 1u) == pc.nsplit - 1u ? 1u : 0u;
-        if (last_s != 0u) CNT[c] = 0u; // the others have all counted: ready for the next use
-    }
-    barrier();
-    if (last_s == 0u) return;
-    memoryBarrierBuffer();
+    if (!last_split()) return;
     // the last split: merge every split's (max, sum, acc) of each query of the block, in
     // one pass with a running max, four splits' loads at a time (this is the tail of the
     // step's critical path)
     for (uint q = 0; q < BQ; q++) {
         uint qi = q0 + q;
         if (qi >= pc.nq) break;
-        uint r = qi / pc.group, h = g * pc.group + (qi - r * pc.group), row = r * pc.heads + h;
+        uint row = query_row(qi);
         uint stride = pc.dv + 2u, base = row * pc.nsplit * stride;
         for (uint dim = l; dim < pc.dv; dim += WG) {
             float M = MASKED, L = 0.0, o = 0.0;

@@ -30,32 +30,9 @@ RBUF(1, Q)
 RBUF4(2, K)
 RBUF4(3, V)
 RBUF(4, POS)
-// coherent: the last split reads what the other workgroups wrote
-layout(binding = 5) coherent buffer P_b { uint P[]; };
-layout(binding = 5) coherent buffer P4_b { uvec4 P4[]; };
-layout(binding = 6) coherent buffer CNT_b { uint CNT[]; };
-
-layout(push_constant) uniform PC {
-    PC_OFFSETS
-    uint nq;     // queries per K/V head: n * group
-    uint heads;
-    uint kvh;
-    uint group;
-    uint dv;
-    int n_kv;
-    int kv0;
-    int window;
-    int ring;
-    int total;
-    int chunk;   // keys per split
-    uint nsplit; // at most MAXS
-    float scale;
-    float cap;
-    uint ocnt; // this dispatch's counters in CNT: one per (query block, K/V head)
-} pc;
 
 const float MASKED = -3.0e38;
-const uint MAXS = 64;
+const uint MAXS = 64; // splits at most (ATTN_DEC_MAXS in vk_ops.c)
 const uint STRIDE = QD + 4u; // a split's partials: max, sum, 2 words unused, acc[QD]
 const uint KCH = KDT == DT_F32 ? 4u : 8u; // elements in a 16-byte word
 const uint VCH = VDT == DT_F32 ? 4u : 8u;
@@ -79,13 +56,9 @@ shared float cm[KP * BQ], cl[KP * BQ];
 shared float cacc[KP * BQ * QD];
 shared float wm[BQ * MAXS], wl[BQ * MAXS];
 shared vec4 red4[WG];
-shared uint last_s;
-
-// query qi of the workgroup's K/V head: its row in q and dst (token row * heads + head)
-uint query_row(uint qi) {
-    uint r = qi / pc.group;
-    return r * pc.heads + pc.group * gl_WorkGroupID.y + (qi - r * pc.group);
-}
+// after the kernel's own shared arrays (its last_s was last before too)
+#include "attn_split.glsl"
+layout(binding = 5) coherent buffer P4_b { uvec4 P4[]; }; // the partials in 16-byte words
 
 void main() {
     uint lid = gl_LocalInvocationID.x, g = gl_WorkGroupID.y, z = gl_WorkGroupID.z;
@@ -110,15 +83,14 @@ void main() {
 
     // this split's keys, narrowed to what some query of the block can see
     int ks = int(z) * pc.chunk, ke = min(pc.n_kv, ks + pc.chunk);
-    if (pc.ring == 0) {
+    if (pc.ring == 0) { // a ring's keys are not in order
         int pmin = 0x7fffffff, pmax = -0x7fffffff;
         [[unroll]] for (uint q = 0; q < BQ; q++)
             if (q0 + q < pc.nq) {
                 pmin = min(pmin, pq[q]);
                 pmax = max(pmax, pq[q]);
             }
-        ke = min(ke, pmax - pc.kv0 + 1);
-        if (pc.window > 0) ks = max(ks, pmin - pc.window + 1 - pc.kv0);
+        narrow(pmin, pmax, ks, ke);
     }
 
     float m[BQ], l[BQ], acc[BQ * EPT];
@@ -153,12 +125,11 @@ void main() {
             [[unroll]] for (uint s = 1u; s < TPK; s <<= 1)
                 [[unroll]] for (uint q = 0; q < BQ; q++) dq[q] += subgroupShuffleXor(dq[q], s);
             int key = t0 + int(u * KP + kg);
-            int pk = pc.ring != 0 ? key + pc.ring * ((pc.total - 1 - key) / pc.ring) : pc.kv0 + key;
+            int pk = key_pos(key);
             [[unroll]] for (uint q = 0; q < BQ; q++) {
                 float v = dq[q] * pc.scale;
                 if (pc.cap > 0.0) v = pc.cap * tanh_safe(v / pc.cap);
-                bool ok = key < ke && q0 + q < pc.nq && pk <= pq[q] &&
-                          (pc.window == 0 || pq[q] - pk < pc.window);
+                bool ok = key < ke && q0 + q < pc.nq && visible(pk, pq[q]);
                 p[u * BQ + q] = ok ? v : MASKED;
             }
         }
@@ -230,17 +201,7 @@ void main() {
     }
     if (pc.nsplit == 1u) return;
 
-    // every thread's partials visible device-wide before the block's count goes up
-    memoryBarrierBuffer();
-    barrier();
-    if (lid == 0u) {
-        uint c = pc.ocnt + gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
-        last_s = atomicAdd(CNT[c], 1u) == pc.nsplit - 1u ? 1u : 0u;
-        if (last_s != 0u) CNT[c] = 0u; // the others have all counted: ready for the next use
-    }
-    barrier();
-    if (last_s == 0u) return;
-    memoryBarrierBuffer();
+    if (!last_split()) return;
     // The last split merges: every split's weight exp(max - overall max) first (a thread a
     // split), then each 4 outputs a sum over the splits, spread over SP threads with their
     // 16-byte loads issued together (this is the tail of the step's critical path).
