@@ -76,6 +76,41 @@ static double measure_read_bw(int threads, size_t bytes, int reps) {
     return best;
 }
 
+/* Host time to pick a token from the last decode step's logits with common settings:
+ * between two decode steps it is time the device waits. */
+static void sampling_times(const float *lg, int32_t V) {
+    static const struct {
+        const char *name;
+        float temperature, top_p;
+        int32_t top_k;
+    } cfg[] = {{"greedy", 0, 1, 0},
+               {"temperature 0.8", 0.8f, 1, 0},
+               {"top-k 40", 0.8f, 1, 40},
+               {"top-p 0.95", 0.8f, 0.95f, 0}};
+    float *tmp = malloc((size_t)V * sizeof *tmp);
+    if (!tmp) return;
+    printf("sampling a token from %d logits (host, best of 20):", V);
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        sampler_params sp = sampler_defaults();
+        sp.temperature = cfg[c].temperature;
+        sp.top_p = cfg[c].top_p;
+        sp.top_k = cfg[c].top_k;
+        sampler *smp = sampler_new(&sp, V, NULL, 0);
+        double best = 1e9;
+        for (int r = 0; smp && r < 20; r++) {
+            memcpy(tmp, lg, (size_t)V * sizeof *tmp);
+            double t0 = now();
+            sampler_sample(smp, tmp, NULL, 0);
+            double dt = now() - t0;
+            if (dt < best) best = dt;
+        }
+        sampler_free(smp);
+        printf("%s %s %.3f ms", c ? "," : "", cfg[c].name, best * 1e3);
+    }
+    printf("\n");
+    free(tmp);
+}
+
 int cli_bench(int argc, char **argv) {
     model_args a = {0};
     const char *prompt_s = NULL, *gen_s = NULL, *chunk_s = NULL;
@@ -184,6 +219,7 @@ int cli_bench(int argc, char **argv) {
                s2.backend[i].name, (double)s2.backend[i].weights / 1048576.0,
                (double)s2.backend[i].mapped / 1048576.0, (double)s2.backend[i].other / 1048576.0);
     printf("peak resident memory: %.1f MiB\n", (double)ru.ru_maxrss / 1024.0);
+    sampling_times(lg, V);
     /* Decode's bound is the bandwidth of the memory its weights are read from: the host's
      * (measured here) on the CPU backend; a device's, measured by its backend, where all
      * weights are on one other backend (a GPU's). Weights split over two memories get no

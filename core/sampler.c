@@ -1,4 +1,5 @@
 #include "sampler.h"
+#include "exp_nonpos.h"
 #include "log.h"
 
 #include <math.h>
@@ -14,7 +15,8 @@ struct sampler {
     sampler_params p;
     int32_t vocab;
     uint64_t rng[4];
-    cand *c;
+    cand *c, *tmp;   /* tmp: the radix sort's other half */
+    float *e;        /* the candidates' probabilities (unnormalised), in their order */
     int32_t *counts; /* occurrences of each token in the history, for the penalties */
 };
 
@@ -77,8 +79,10 @@ sampler *sampler_new(const sampler_params *p, int32_t vocab, char *err, size_t e
     s->p = *p;
     s->vocab = vocab;
     s->c = malloc((size_t)vocab * sizeof *s->c);
+    s->tmp = malloc((size_t)vocab * sizeof *s->tmp);
+    s->e = malloc((size_t)vocab * sizeof *s->e);
     s->counts = calloc((size_t)vocab, sizeof *s->counts);
-    if (!s->c || !s->counts) {
+    if (!s->c || !s->tmp || !s->e || !s->counts) {
         sampler_free(s);
         errf(err, err_len, "out of memory");
         return NULL;
@@ -91,6 +95,8 @@ sampler *sampler_new(const sampler_params *p, int32_t vocab, char *err, size_t e
 void sampler_free(sampler *s) {
     if (!s) return;
     free(s->c);
+    free(s->tmp);
+    free(s->e);
     free(s->counts);
     free(s);
 }
@@ -112,6 +118,45 @@ static int32_t argmax(const float *x, int32_t n) {
     for (i = 0; i < n; i++)
         if (x[i] == best) return i;
     return 0;
+}
+
+/* e[i] = exp(c[i].logit - mx) for i < n, where no logit exceeds mx */
+static void exp_shifted(float *e, const cand *c, int32_t n, float mx) {
+    int32_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        f32x4 x = {c[i].logit, c[i + 1].logit, c[i + 2].logit, c[i + 3].logit};
+        f32x4 y = exp_nonpos4(x - mx);
+        memcpy(e + i, &y, sizeof y);
+    }
+    if (i < n) {
+        f32x4 x = {0, 0, 0, 0};
+        for (int32_t j = 0; i + j < n; j++) x[j] = c[i + j].logit - mx;
+        f32x4 y = exp_nonpos4(x);
+        for (int32_t j = 0; i + j < n; j++) e[i + j] = y[j];
+    }
+}
+
+/* the largest of c[0..n).logit, none NaN, in eight running maxima (one would wait on each
+ * comparison) */
+static float max_logit(const cand *c, int32_t n) {
+    float m[8];
+    for (int j = 0; j < 8; j++) m[j] = -INFINITY;
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) m[j] = c[i + j].logit > m[j] ? c[i + j].logit : m[j];
+    for (; i < n; i++) m[0] = c[i].logit > m[0] ? c[i].logit : m[0];
+    for (int j = 1; j < 8; j++) m[0] = m[j] > m[0] ? m[j] : m[0];
+    return m[0];
+}
+
+/* sum of e[0..n) in double, in four running sums (one would wait on each add) */
+static double sum_of(const float *e, int32_t n) {
+    double s[4] = {0, 0, 0, 0};
+    int32_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int j = 0; j < 4; j++) s[j] += e[i + j];
+    for (; i < n; i++) s[0] += e[i];
+    return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
 static int by_logit_desc(const void *a, const void *b) {
@@ -177,14 +222,52 @@ static int32_t sort_first(cand *c, int32_t n, int32_t k) {
     return k;
 }
 
+/* the candidates: finite logits (and +inf ones) over the temperature, in id order */
+static int32_t candidates(cand *c, const float *lg, int32_t V, float temperature) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < V; i++)
+        if (isfinite(lg[i]) || lg[i] > 0) c[n++] = (cand){lg[i] / temperature, i};
+    return n;
+}
+
+/* a float's bits as an unsigned key that orders the values from the largest down (not NaN;
+ * -0 ties with +0, as the comparator has it) */
+static uint32_t desc_key(float v) {
+    uint32_t k;
+    memcpy(&k, &v, sizeof k);
+    k = k == 0x80000000u ? 0 : k;
+    return k & 0x80000000u ? k : ~k & 0x7fffffffu;
+}
+
+/* c[0..n), in id order, into by_logit_desc order: a stable radix sort (three passes of 11
+ * bits) on desc_key, so that ties keep their ascending ids. For most of a vocabulary, where qsort's
+ * calls to the comparator took 25 ms at 151936 candidates. */
+static void radix_sort(cand *c, cand *tmp, int32_t n) {
+    cand *from = c, *to = tmp;
+    for (int shift = 0; shift < 33; shift += 11) {
+        int32_t at[2048] = {0};
+        for (int32_t i = 0; i < n; i++) at[(desc_key(from[i].logit) >> shift) & 2047]++;
+        for (int32_t b = 0, sum = 0; b < 2048; b++) {
+            int32_t k = at[b];
+            at[b] = sum;
+            sum += k;
+        }
+        for (int32_t i = 0; i < n; i++)
+            to[at[(desc_key(from[i].logit) >> shift) & 2047]++] = from[i];
+        cand *t = from;
+        from = to;
+        to = t;
+    }
+    memcpy(c, from, (size_t)n * sizeof *c); /* three passes: the result is in tmp */
+}
+
 int32_t sampler_sample(sampler *s, float *lg, const int32_t *hist, int32_t n_hist) {
     const sampler_params *p = &s->p;
     const int32_t V = s->vocab;
     penalties(s, lg, hist, n_hist);
     if (p->temperature == 0) return argmax(lg, V);
-    int32_t n = 0;
-    for (int32_t i = 0; i < V; i++)
-        if (isfinite(lg[i]) || lg[i] > 0) s->c[n++] = (cand){lg[i] / p->temperature, i};
+    cand *c = s->c;
+    int32_t n = candidates(c, lg, V, p->temperature);
     if (n == 0) return 0;
     /* Only what a filter looks at is put in order: the top k, or as long a prefix as the
      * top-p mass needs (sorting a whole vocabulary took 25-31 ms a token at 151936). */
@@ -193,41 +276,50 @@ int32_t sampler_sample(sampler *s, float *lg, const int32_t *hist, int32_t n_his
         n = sort_first(s->c, n, p->top_k);
         sorted = 1;
     }
-    float mx = -INFINITY;
-    for (int32_t i = 0; i < n; i++)
-        if (s->c[i].logit > mx) mx = s->c[i].logit;
+    float mx = sorted ? c[0].logit : max_logit(c, n);
+    float *e = s->e;
     if (p->top_p < 1) {
-        double sum = 0;
-        for (int32_t i = 0; i < n; i++) sum += expf(s->c[i].logit - mx);
-        for (int32_t m = sorted ? n : 64;; m = m > n / 8 ? n : m * 8) {
-            if (!sorted) sort_first(s->c, n, m < n ? m : n);
+        exp_shifted(e, s->c, n, mx);
+        double sum = sum_of(e, n);
+        for (int32_t m = sorted ? n : 64;; m = m > n / 64 ? n : m * 64) {
+            if (m > n) m = n;
+            if (!sorted && m < n) sort_first(c, n, m);
+            if (!sorted && m == n) { /* most of them: all, from id order */
+                candidates(c, lg, V, p->temperature);
+                radix_sort(c, s->tmp, n);
+            }
+            exp_shifted(e, s->c, m, mx);
             double acc = 0;
             int32_t keep = 0;
-            for (int32_t i = 0; i < m && i < n && !keep; i++) {
-                acc += expf(s->c[i].logit - mx) / sum;
+            for (int32_t i = 0; i < m && !keep; i++) {
+                acc += e[i] / sum;
                 if (acc >= p->top_p) keep = i + 1;
             }
-            if (keep || m >= n) {
+            if (keep || m == n) {
                 if (keep) n = keep;
                 break;
             }
         }
     }
-    for (int32_t i = 0; i < n; i++)
-        s->c[i].logit = expf(s->c[i].logit - mx); /* from here on: unnormalised probability */
+    exp_shifted(e, s->c, n, mx); /* from here on: unnormalised probabilities */
     if (p->min_p > 0) {
         /* the largest probability is exp(0) = 1 after the shift */
         int32_t m = 0;
         for (int32_t i = 0; i < n; i++)
-            if (s->c[i].logit >= p->min_p) s->c[m++] = s->c[i];
+            if (e[i] >= p->min_p) {
+                s->c[m] = s->c[i];
+                e[m++] = e[i];
+            }
         n = m > 0 ? m : 1;
     }
-    double sum = 0;
-    for (int32_t i = 0; i < n; i++) sum += s->c[i].logit;
+    double sum = sum_of(e, n);
+    /* the draw's place: whole blocks' sums first, then the block's elements */
     double r = uniform(s->rng) * sum, acc = 0;
-    for (int32_t i = 0; i < n; i++) {
-        acc += s->c[i].logit;
-        if (r < acc) return s->c[i].id;
+    int32_t i = 0;
+    for (double b; i + 256 <= n && r >= acc + (b = sum_of(e + i, 256)); i += 256) acc += b;
+    for (; i < n; i++) {
+        acc += e[i];
+        if (r < acc) return c[i].id;
     }
-    return s->c[n - 1].id;
+    return c[n - 1].id;
 }

@@ -1,5 +1,6 @@
 /* Sampler tests: greedy picks the lowest id of the largest logit, skipping NaNs (as the
  * one-comparison-a-logit loop it replaced did), and sampling keeps its contracts. */
+#include "exp_nonpos.h"
 #include "sampler.h"
 
 #include <math.h>
@@ -217,7 +218,67 @@ static void filter_cases(void) {
     free(x);
 }
 
+/* the softmax's exp against the C library's in double: relative error, NaN, the floor */
+static void exp_cases(void) {
+    double worst = 0;
+    for (int32_t i = 0; i <= 4000000; i += 4) {
+        f32x4 x = {-87.0f * (float)i / 4000000, -87.0f * (float)(i + 1) / 4000000,
+                   -87.0f * (float)(i + 2) / 4000000, -(float)(next() % 87000) * 1e-3f};
+        f32x4 y = exp_nonpos4(x);
+        for (int j = 0; j < 4; j++) {
+            if (x[j] < -87.0f) continue; /* 0 there: checked below */
+            double want = exp((double)x[j]), err = fabs(y[j] - want) / want;
+            if (err > worst) worst = err;
+        }
+    }
+    printf("exp_nonpos4: worst relative error %.3g over [-87, 0]\n", worst);
+    check(worst < 4e-7, "exp relative error below 4e-7", 0, (int)(worst * 1e9), 400);
+    f32x4 odd = exp_nonpos4((f32x4){NAN, -88.0f, -INFINITY, 0.0f});
+    check(odd[0] == 1 && odd[1] == 0 && odd[2] == 0 && odd[3] == 1, "exp of NaN, -88, -inf, 0", 4,
+          (int)(odd[0] * 10 + odd[1] * 100 + odd[2] * 1000), 10 + 0);
+}
+
+/* the drawn frequencies follow the softmax (each count within 5 sigma), the top-p cut falls
+ * on the right side of a 1e-4 margin, and +inf logits take all the mass */
+static void distribution_cases(void) {
+    enum { V = 4, N = 40000 };
+    float x[V], y[V];
+    for (int i = 0; i < V; i++) x[i] = logf((float)(i + 1)); /* 0.1 0.2 0.3 0.4 */
+    sampler_params p = sampler_defaults();
+    p.temperature = 1;
+    p.seed = 3;
+    char err[128];
+    sampler *s = sampler_new(&p, V, err, sizeof err);
+    int count[V] = {0};
+    for (int d = 0; d < N; d++) {
+        memcpy(y, x, sizeof x);
+        count[sampler_sample(s, y, NULL, 0)]++;
+    }
+    sampler_free(s);
+    for (int i = 0; i < V; i++) {
+        double q = (i + 1) / 10.0, mean = N * q, sd = sqrt(N * q * (1 - q));
+        check(fabs(count[i] - mean) < 5 * sd, "softmax frequencies", V, count[i], (int)mean);
+    }
+    /* 0.4 + 0.3 = 0.7: top-p 0.6999 keeps two, 0.7001 three; scaled by a temperature */
+    char ok[V] = {0, 0, 1, 1};
+    for (int i = 0; i < V; i++) x[i] = 2.5f * logf((float)(i + 1));
+    p.temperature = 2.5f;
+    p.top_p = 0.6999f;
+    draws("top-p just under a sum", x, V, p, ok, 400);
+    ok[1] = 1;
+    p.top_p = 0.7001f;
+    draws("top-p just over a sum", x, V, p, ok, 400);
+    /* +inf logits share the mass; finite ones beside them get none */
+    float inf[V] = {1, INFINITY, 3, INFINITY};
+    char only_inf[V] = {0, 1, 0, 1};
+    p = sampler_defaults();
+    p.temperature = 0.7f;
+    draws("+inf logits", inf, V, p, only_inf, 200);
+}
+
 int main(void) {
+    exp_cases();
+    distribution_cases();
     greedy_cases();
     sampling_cases();
     filter_cases();
