@@ -475,8 +475,42 @@ static void barrier(vk_batch *bt, int heavy) {
                     VK_ACCESS_INDIRECT_COMMAND_READ_BIT);
 }
 
+/* LMHOST_VK_PROFILE=3: a timestamp once what was recorded before it has run, ending the step
+ * recorded since the previous one (the first of a batch ends none: the time between
+ * batches is not a step's) */
+static void step_mark(lmh_backend *b, vk_batch *bt, int first) {
+    if (b->profile != 3 || !bt->queries || bt->nqueries >= 2 * MAX_DISPATCH) return;
+    vkCmdWriteTimestamp(bt->cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, bt->queries, bt->nqueries);
+    if (!first) {
+        bt->steps[bt->nqueries] = b->step_cur;
+        memset(&b->step_cur, 0, sizeof b->step_cur);
+    }
+    bt->nqueries++;
+}
+
+static void read_steps(lmh_backend *b, vk_batch *bt) {
+    uint64_t ts[2 * MAX_DISPATCH];
+    if (bt->nqueries < 2 ||
+        vkGetQueryPoolResults(b->dev, bt->queries, 0, bt->nqueries, bt->nqueries * sizeof *ts, ts,
+                              sizeof *ts, VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT))
+        return;
+    for (uint32_t i = 1; i < bt->nqueries; i++) {
+        const vk_step *st = &bt->steps[i];
+        int k = 0;
+        while (k < b->nprof_step && memcmp(&b->prof_step[k].s, st, sizeof *st)) k++;
+        if (k == PROF_STEPS) continue;
+        if (k == b->nprof_step) b->prof_step[b->nprof_step++].s = *st;
+        b->prof_step[k].us += (double)(ts[i] - ts[i - 1]) * b->props.limits.timestampPeriod * 1e-3;
+        b->prof_step[k].n++;
+    }
+}
+
 static void read_profile(lmh_backend *b, vk_batch *bt) {
-    if (!bt->nqueries) return;
+    if (b->profile == 3) read_steps(b, bt);
+    if (!bt->nqueries || b->profile == 3) {
+        bt->nqueries = 0;
+        return;
+    }
     uint64_t *ts = malloc(2 * bt->nqueries * sizeof *ts);
     if (ts && vkGetQueryPoolResults(
                   b->dev, bt->queries, 0, 2 * bt->nqueries, 2 * bt->nqueries * sizeof *ts, ts,
@@ -549,6 +583,7 @@ static int submit(lmh_backend *b) {
     b->cur = -1;
     /* make results (downloads, MoE statistics) visible to the host */
     cmd_barrier(bt->cb, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+    step_mark(b, bt, 0);
     VkResult r = vkEndCommandBuffer(bt->cb);
     VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
                        .commandBufferCount = 1,
@@ -598,6 +633,7 @@ static vk_batch *batch_begin(lmh_backend *b) {
     }
     bt->nqueries = 0;
     if (bt->queries) vkCmdResetQueryPool(bt->cb, bt->queries, 0, 2 * MAX_DISPATCH);
+    step_mark(b, bt, 1);
     bt->serial = ++b->serial;
     bt->state = 1;
     b->cur = i;
@@ -676,6 +712,8 @@ static int track(lmh_backend *b, vk_batch *bt, const vk_range *rd, int nrd, cons
     need |= xfer && b->compute_only_since;
     if (need) {
         int heavy = xfer || b->xfer_since_barrier || b->full_barriers;
+        step_mark(b, bt, 0);
+        b->step_cur.heavy = (uint8_t)heavy;
         barrier(bt, heavy);
         b->compute_only_since = !heavy;
         b->nrd = b->nwr = 0;
@@ -840,17 +878,27 @@ static int record(lmh_backend *b, const vk_dispatch *d) {
                                 NULL);
     }
     vkCmdPushConstants(bt->cb, b->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, pc);
-    uint32_t q = bt->nqueries;
-    if (bt->queries && q < MAX_DISPATCH) {
+    uint32_t q = bt->nqueries,
+             groups = d->indirect ? 0 : d->groups[0] * d->groups[1] * d->groups[2];
+    int per_dispatch = bt->queries && q < MAX_DISPATCH && b->profile < 3;
+    if (b->profile == 3) {
+        vk_step *st = &b->step_cur;
+        if (st->n < STEP_NAMED) {
+            st->shader[st->n] = (uint8_t)d->shader;
+            st->groups[st->n] = groups;
+        }
+        if (st->n < 255) st->n++;
+    }
+    if (per_dispatch) {
         vkCmdWriteTimestamp(bt->cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, bt->queries, 2 * q);
         bt->query_shader[q] = (uint8_t)d->shader;
-        bt->query_groups[q] = d->indirect ? 0 : d->groups[0] * d->groups[1] * d->groups[2];
+        bt->query_groups[q] = groups;
     }
     if (d->indirect)
         vkCmdDispatchIndirect(bt->cb, d->indirect->a->blk->buf, d->indirect->off);
     else
         vkCmdDispatch(bt->cb, d->groups[0], d->groups[1], d->groups[2]);
-    if (bt->queries && q < MAX_DISPATCH) {
+    if (per_dispatch) {
         vkCmdWriteTimestamp(bt->cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, bt->queries, 2 * q + 1);
         bt->nqueries++;
     }
@@ -1019,6 +1067,7 @@ static int upload_locked(lmh_backend *b, vk_tensor *t, size_t off, const uint8_t
         if (rc) return rc;
         VkBufferCopy c = {bt->staging_used, t->off + off, chunk};
         vkCmdCopyBuffer(bt->cb, bt->staging.buf, t->a->blk->buf, 1, &c);
+        if (b->step_cur.copies < 255) b->step_cur.copies++;
         t->a->last_use = bt->serial;
         bt->staging_used = (bt->staging_used + chunk + 15) & ~(VkDeviceSize)15;
         src += chunk;
@@ -1058,6 +1107,7 @@ static int download_locked(lmh_backend *b, const vk_tensor *t, size_t off, void 
         if (rc) return rc;
         VkBufferCopy c = {t->off + off, 0, n};
         vkCmdCopyBuffer(bt->cb, t->a->blk->buf, b->readback.buf, 1, &c);
+        if (b->step_cur.copies < 255) b->step_cur.copies++;
         t->a->last_use = bt->serial;
     }
     int rc = wait_all(b);
@@ -1473,7 +1523,9 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
     b->submit_min = smin && atoi(smin) > 0 ? atoi(smin) : SUBMIT_MIN;
     const char *prof = getenv("LMHOST_VK_PROFILE");
     b->profile = prof && *prof && strcmp(prof, "0") && b->props.limits.timestampComputeAndGraphics
-                     ? (strcmp(prof, "2") ? 1 : 2)
+                     ? (!strcmp(prof, "2")   ? 2
+                        : !strcmp(prof, "3") ? 3
+                                             : 1)
                      : 0;
     const VkPhysicalDeviceLimits *lim = &b->props.limits;
     b->align =
@@ -1601,7 +1653,8 @@ static int setup_objects(lmh_backend *b, char *err, size_t err_len) {
         if (r == VK_SUCCESS && b->profile) {
             b->batch[i].query_shader = calloc(MAX_DISPATCH, 1);
             b->batch[i].query_groups = calloc(MAX_DISPATCH, sizeof(uint32_t));
-            r = b->batch[i].query_shader && b->batch[i].query_groups
+            b->batch[i].steps = calloc(2 * MAX_DISPATCH, sizeof(vk_step));
+            r = b->batch[i].query_shader && b->batch[i].query_groups && b->batch[i].steps
                     ? vkCreateQueryPool(b->dev, &qi, NULL, &b->batch[i].queries)
                     : VK_ERROR_OUT_OF_HOST_MEMORY;
         }
@@ -1655,6 +1708,34 @@ static int vk_create(const lmh_host_api *host, const lmh_backend_opts *o, lmh_ba
     return LMH_OK;
 }
 
+/* LMHOST_VK_PROFILE=3 at destroy: each kind of step, the largest total first */
+static void log_steps(lmh_backend *b) {
+    for (int done = 0; done < b->nprof_step; done++) {
+        int k = done;
+        for (int i = done + 1; i < b->nprof_step; i++)
+            if (b->prof_step[i].us > b->prof_step[k].us) k = i;
+        if (k != done) {
+            vk_step_time t = b->prof_step[k];
+            b->prof_step[k] = b->prof_step[done];
+            b->prof_step[done] = t;
+        }
+        const vk_step *st = &b->prof_step[done].s;
+        char what[256];
+        int o = snprintf(what, sizeof what, "%s", st->heavy ? " after a full barrier:" : "");
+        for (int i = 0; i < st->n && i < STEP_NAMED && o < (int)sizeof what; i++)
+            o += snprintf(what + o, sizeof what - (size_t)o, " %s/%u",
+                          vk_shaders[st->shader[i]].name, st->groups[i]);
+        if (st->n > STEP_NAMED && o < (int)sizeof what)
+            o += snprintf(what + o, sizeof what - (size_t)o, " and %d more", st->n - STEP_NAMED);
+        if (st->copies && o < (int)sizeof what)
+            snprintf(what + o, sizeof what - (size_t)o, " +%d copies", st->copies);
+        vk_log(b, LMH_LOG_INFO, "profile: step %8llu x %9.2f us = %10.3f ms:%s",
+               (unsigned long long)b->prof_step[done].n,
+               b->prof_step[done].us / (double)b->prof_step[done].n, b->prof_step[done].us * 1e-3,
+               st->n || st->copies ? what : " (nothing recorded)");
+    }
+}
+
 static void vk_destroy(lmh_backend *b) {
     if (!b) return;
     if (b->dev) {
@@ -1673,7 +1754,8 @@ static void vk_destroy(lmh_backend *b) {
         if (b->profile) {
             double total = 0;
             for (int i = 0; i < VK_SH_COUNT; i++) total += b->prof_us[i];
-            vk_log(b, LMH_LOG_INFO, "profile: %.3f ms of GPU time in dispatches", total * 1e-3);
+            if (b->profile < 3)
+                vk_log(b, LMH_LOG_INFO, "profile: %.3f ms of GPU time in dispatches", total * 1e-3);
             vk_log(b, LMH_LOG_INFO,
                    "profile: host %.3f ms recording, %.3f ms waiting for the device; "
                    "%llu submits",
@@ -1691,6 +1773,7 @@ static void vk_destroy(lmh_backend *b) {
                        vk_shaders[b->prof_shape[k].shader].name, b->prof_shape[k].groups,
                        (unsigned long long)b->prof_shape[k].n, b->prof_shape[k].us * 1e-3,
                        b->prof_shape[k].us / (double)b->prof_shape[k].n);
+            log_steps(b);
         }
         for (int i = 0; i < b->npipes; i++) vkDestroyPipeline(b->dev, b->pipes[i].p, NULL);
         for (int i = 0; i < VK_SH_COUNT; i++)
@@ -1703,6 +1786,7 @@ static void vk_destroy(lmh_backend *b) {
             if (bt->fence) vkDestroyFence(b->dev, bt->fence, NULL);
             if (bt->queries) vkDestroyQueryPool(b->dev, bt->queries, NULL);
             free(bt->query_shader);
+            free(bt->steps);
             free(bt->query_groups);
             hostbuf_free(b, &bt->staging);
             if (bt->stats_t) free(bt->stats_t->a);

@@ -102,6 +102,22 @@ typedef struct vk_moe_stat {
     uint64_t bytes_per_expert; /* 0 when the weights are not counted */
 } vk_moe_stat;
 
+/* LMHOST_VK_PROFILE=3: a step is what runs between two barriers (or a batch's ends); it is
+ * known by its first dispatches, whether a full barrier began it, and its copies */
+#define STEP_NAMED 4
+typedef struct vk_step {
+    uint32_t groups[STEP_NAMED];
+    uint8_t shader[STEP_NAMED];
+    uint8_t heavy, copies, n; /* n: dispatches, STEP_NAMED of them named */
+    uint8_t zero;             /* no padding: steps are compared with memcmp */
+} vk_step;
+
+typedef struct vk_step_time {
+    vk_step s;
+    double us;
+    uint64_t n;
+} vk_step_time;
+
 typedef struct vk_batch {
     VkCommandBuffer cb;
     VkFence fence;
@@ -112,6 +128,7 @@ typedef struct vk_batch {
     uint32_t nqueries;
     uint8_t *query_shader;
     uint32_t *query_groups; /* the dispatch's workgroups (LMHOST_VK_PROFILE=2) */
+    vk_step *steps;         /* LMHOST_VK_PROFILE=3: the step each timestamp ends */
     VkDescriptorPool *pools;
     int npools, pool_sets; /* sets taken from pools[npools - 1] */
     vk_hostbuf staging;
@@ -204,7 +221,7 @@ struct lmh_backend {
     int validation_errors;
     /* VK_KHR_push_descriptor: bindings go into the command buffer, no sets to allocate */
     PFN_vkCmdPushDescriptorSetKHR push_set;
-    int profile; /* LMHOST_VK_PROFILE=1: GPU time per shader, logged at destroy */
+    int profile; /* LMHOST_VK_PROFILE=1: GPU time per shader, logged at destroy (2, 3: below) */
     double prof_us[VK_SH_COUNT];
     uint64_t prof_n[VK_SH_COUNT];
     double prof_record_s, prof_wait_s; /* host time recording dispatches, waiting on fences */
@@ -218,6 +235,12 @@ struct lmh_backend {
         uint64_t n;
     } prof_shape[PROF_SHAPES];
     int nprof_shape;
+    /* LMHOST_VK_PROFILE=3: GPU time per kind of step (the first ones seen), and the step
+     * being recorded */
+#define PROF_STEPS 128
+    vk_step_time prof_step[PROF_STEPS];
+    int nprof_step;
+    vk_step step_cur;
     /* a batch of at least this many dispatches is submitted as soon as the device is idle */
     int submit_min;
     /* vk_fuse.c: an op held back to be fused with the next one (with the put-off op its

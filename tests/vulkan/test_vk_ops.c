@@ -858,6 +858,97 @@ static void t_fused_dispatches(void) {
     }
 }
 
+/* LMHOST_VK_PROFILE=3: the time between barriers, by step. Two decode layers' MLPs are two
+ * fused steps each (the gate and up products; the down product with SwiGLU and the residual
+ * add), so the log names a step of two products and one of one product, each twice (the
+ * first pair after the uploads' full barrier), steps of copies, and at most one SwiGLU (the
+ * last, whose result the sync makes it record). */
+static void t_step_profile(void) {
+    static const lmh_host_api host = {
+        .size = sizeof(lmh_host_api), .abi_minor = LMH_ABI_MINOR, .log = capture_log};
+    const lmh_backend_api *api = g_be[1].api;
+    lmh_backend_opts o = {.size = sizeof o, .threads = 1};
+    lmh_backend *vb = NULL;
+    char err[256];
+    setenv("LMHOST_VK_PROFILE", "3", 1);
+    int rc = api->create(&host, &o, &vb, err, sizeof err);
+    unsetenv("LMHOST_VK_PROFILE");
+    if (rc) {
+        fprintf(stderr, "FAIL step profile: create: %s\n", err);
+        g_fail++;
+        return;
+    }
+    enum { D = 64, M = 128 };
+    int64_t ne[5][2] = {{1, D}, {D, 0}, {1, M}, {M, D}, {D, M}};
+    static float buf[M * D];
+    for (int i = 0; i < M * D; i++) buf[i] = frand(-1, 1);
+    static const int shape[9] = {0, 1, 0, 2, 2, 3, 3, 4, 0}; /* x wt hn g u Wg Wu Wd o */
+    lmh_tensor *t[9];
+    for (int i = 0; i < 9; i++) {
+        t[i] = api->tensor_new(vb, LMH_F32, shape[i] == 1 ? 1 : 2, ne[shape[i]],
+                               i == 1 || (i >= 5 && i <= 7) ? LMH_TENSOR_WEIGHT : 0);
+        rc |= !t[i] || api->upload(vb, t[i], 0, buf, (size_t)lmh_nelem(t[i]) * 4);
+    }
+    const lmh_op ops[6] = {
+        {.code = LMH_OP_RMS_NORM, .dst = t[2], .src = {t[0], t[1]}, .p.f = {1e-6f}},
+        {.code = LMH_OP_MATMUL, .dst = t[3], .src = {t[2], t[5]}},
+        {.code = LMH_OP_MATMUL, .dst = t[4], .src = {t[2], t[6]}},
+        {.code = LMH_OP_SWIGLU, .dst = t[3], .src = {t[3], t[4]}},
+        {.code = LMH_OP_MATMUL, .dst = t[8], .src = {t[3], t[7]}},
+        {.code = LMH_OP_ADD, .dst = t[0], .src = {t[0], t[8]}}};
+    for (int layer = 0; layer < 2 && !rc; layer++)
+        for (int i = 0; i < 6; i++) rc |= api->enqueue(vb, &ops[i]);
+    rc |= api->sync(vb);
+    for (int i = 0; i < 9; i++) api->tensor_free(vb, t[i]);
+    g_capture[0] = 0;
+    g_capturing = 1;
+    api->destroy(vb);
+    g_capturing = 0;
+    if (rc) {
+        fprintf(stderr, "FAIL step profile: enqueue or sync failed\n");
+        g_fail++;
+        return;
+    }
+    if (!strstr(g_capture, "profile:")) {
+        printf("  (steps not timed: the device has no timestamps)\n");
+        return;
+    }
+    g_checks++;
+    int pairs = 0, downs = 0, uploads = 0, swiglu = 0, others = 0;
+    for (const char *l = g_capture; (l = strstr(l, "profile: step ")); l++) {
+        unsigned long long n;
+        double us, ms;
+        int end = 0;
+        char what[256] = "", a[64] = "", b2[64] = "";
+        if (sscanf(l, "profile: step %llu x %lf us = %lf ms:%n", &n, &us, &ms, &end) != 3 || !end ||
+            !(us >= 0)) {
+            others += 100;
+            continue;
+        }
+        sscanf(l + end, "%255[^\n]", what);
+        const char *w = what, *full = " after a full barrier:";
+        if (!strncmp(w, full, strlen(full))) w += strlen(full); /* the first, after uploads */
+        int words = sscanf(w, " %63s %63s", a, b2);
+        if (words == 2 && !strncmp(a, "matvec1_fx/", 11) && !strncmp(b2, "matvec1_fx/", 11))
+            pairs += (int)n;
+        else if (words == 1 && !strncmp(a, "matvec1_fx/", 11))
+            downs += (int)n;
+        else if (strstr(w, "copies") && !strchr(w, '/'))
+            uploads += (int)n;
+        else if (words == 1 && !strncmp(a, "eltwise/", 8) && !swiglu)
+            swiglu = (int)n; /* the last SwiGLU, recorded at the sync */
+        else
+            others += (int)n;
+    }
+    if (pairs != 2 || downs != 2 || uploads < 1 || swiglu > 1 || others) {
+        fprintf(stderr,
+                "FAIL step profile: %d gate/up steps, %d down steps, %d upload steps, %d "
+                "SwiGLU steps, %d others (want 2, 2, at least 1, at most 1, 0):\n%s",
+                pairs, downs, uploads, swiglu, others, g_capture);
+        g_fail++;
+    }
+}
+
 static void t_copy(void) {
     for (int s = 0; s < 3; s++)
         for (int d = 0; d < 3; d++) {
@@ -1245,6 +1336,7 @@ int main(int argc, char **argv) {
                      {"fused pairs", t_fused},
                      {"fused products", t_fused_products},
                      {"fused count", t_fused_dispatches},
+                     {"step profile", t_step_profile},
                      {"memory", t_memory}};
         for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
             struct timespec t0, t1;
