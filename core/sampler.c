@@ -267,11 +267,61 @@ static void radix_sort(cand *c, cand *tmp, int32_t n) {
     memcpy(c, from, (size_t)n * sizeof *c); /* three passes: the result is in tmp */
 }
 
+/* The draw's place in e[0..n) (unnormalised probabilities) for a uniform u: whole blocks'
+ * sums first, then the block's elements. -1 only if rounding left the draw past the end. */
+static int32_t draw(const float *e, int32_t n, double u) {
+    double r = u * sum_of(e, n), acc = 0;
+    int32_t i = 0;
+    for (double b; i + 256 <= n && r >= acc + (b = sum_of(e + i, 256)); i += 256) acc += b;
+    for (; i < n; i++) {
+        acc += e[i];
+        if (r < acc) return i;
+    }
+    return -1;
+}
+
+/* Temperature alone: the probabilities straight from the logits, in id order (the
+ * candidates' order), without building candidates (0.4 of 0.8 ms a token went there).
+ * Returns -1 where the general path decides: no finite logit, or an infinite one. */
+static int32_t sample_plain(sampler *s, const float *lg, int32_t V, float temperature) {
+    float m[8];
+    for (int j = 0; j < 8; j++) m[j] = -INFINITY;
+    int32_t i = 0;
+    for (; i + 8 <= V; i += 8)
+        for (int j = 0; j < 8; j++) m[j] = lg[i + j] > m[j] ? lg[i + j] : m[j]; /* NaN skipped */
+    for (; i < V; i++) m[0] = lg[i] > m[0] ? lg[i] : m[0];
+    for (int j = 1; j < 8; j++) m[0] = m[j] > m[0] ? m[j] : m[0];
+    if (!isfinite(m[0])) return -1;
+    float mx = m[0] / temperature; /* the largest quotient: dividing keeps the order */
+    float *e = s->e;
+    for (i = 0; i < V; i += 4) {
+        f32x4 x = {0, 0, 0, 0};
+        if (i + 4 <= V)
+            memcpy(&x, lg + i, sizeof x);
+        else
+            for (int j = 0; i + j < V; j++) x[j] = lg[i + j];
+        i32x4 nan = x != x; /* NaN logits are no candidates: weight 0 */
+        f32x4 y = (f32x4)((i32x4)exp_nonpos4(x / temperature - mx) & ~nan);
+        if (i + 4 <= V)
+            memcpy(e + i, &y, sizeof y);
+        else
+            for (int j = 0; i + j < V; j++) e[i + j] = y[j];
+    }
+    int32_t t = draw(e, V, uniform(s->rng));
+    while (t < 0 && V > 0 && e[--V] == 0) { /* past the end: the last candidate, as below */
+    }
+    return t >= 0 ? t : V;
+}
+
 int32_t sampler_sample(sampler *s, float *lg, const int32_t *hist, int32_t n_hist) {
     const sampler_params *p = &s->p;
     const int32_t V = s->vocab;
     penalties(s, lg, hist, n_hist);
     if (p->temperature == 0) return argmax(lg, V);
+    if ((p->top_k == 0 || p->top_k >= V) && p->top_p >= 1 && p->min_p <= 0) {
+        int32_t t = sample_plain(s, lg, V, p->temperature);
+        if (t >= 0) return t;
+    }
     cand *c = s->c;
     int32_t n = candidates(c, lg, V, p->temperature);
     if (n == 0) return 0;
@@ -318,14 +368,6 @@ int32_t sampler_sample(sampler *s, float *lg, const int32_t *hist, int32_t n_his
             }
         n = m > 0 ? m : 1;
     }
-    double sum = sum_of(e, n);
-    /* the draw's place: whole blocks' sums first, then the block's elements */
-    double r = uniform(s->rng) * sum, acc = 0;
-    int32_t i = 0;
-    for (double b; i + 256 <= n && r >= acc + (b = sum_of(e + i, 256)); i += 256) acc += b;
-    for (; i < n; i++) {
-        acc += e[i];
-        if (r < acc) return c[i].id;
-    }
-    return c[n - 1].id;
+    int32_t t = draw(e, n, uniform(s->rng));
+    return c[t >= 0 ? t : n - 1].id;
 }

@@ -268,6 +268,21 @@ static void distribution_cases(void) {
     ok[1] = 1;
     p.top_p = 0.7001f;
     draws("top-p just over a sum", x, V, p, ok, 400);
+    /* NaN and -inf logits are never drawn, with or without a filter (the plain path and
+     * the candidates'); 1001 logits, so that the vectors' tail is used */
+    enum { W = 1001 };
+    static float z[W];
+    static char valid[W];
+    for (int i = 0; i < W; i++) {
+        z[i] = i % 3 == 0 ? NAN : i % 3 == 1 ? -INFINITY : 0.001f * (float)(i % 7);
+        valid[i] = i % 3 == 2;
+    }
+    z[W - 1] = 0.5f, valid[W - 1] = 1; /* in the tail */
+    p = sampler_defaults();
+    p.temperature = 1;
+    draws("NaN and -inf never drawn", z, W, p, valid, 20000);
+    p.min_p = 1e-3f;
+    draws("NaN and -inf never drawn, min-p", z, W, p, valid, 20000);
     /* +inf logits share the mass; finite ones beside them get none */
     float inf[V] = {1, INFINITY, 3, INFINITY};
     char only_inf[V] = {0, 1, 0, 1};
