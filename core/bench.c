@@ -96,8 +96,12 @@ static void sampling_times(const float *lg, int32_t V) {
         sp.top_p = cfg[c].top_p;
         sp.top_k = cfg[c].top_k;
         sampler *smp = sampler_new(&sp, V, NULL, 0);
+        if (!smp) {
+            printf("%s %s: out of memory", c ? "," : "", cfg[c].name);
+            continue;
+        }
         double best = 1e9;
-        for (int r = 0; smp && r < 20; r++) {
+        for (int r = 0; r < 20; r++) {
             memcpy(tmp, lg, (size_t)V * sizeof *tmp);
             double t0 = now();
             sampler_sample(smp, tmp, NULL, 0);
