@@ -283,6 +283,14 @@ static void distribution_cases(void) {
     draws("NaN and -inf never drawn", z, W, p, valid, 20000);
     p.min_p = 1e-3f;
     draws("NaN and -inf never drawn, min-p", z, W, p, valid, 20000);
+    /* top-k 10 of 1000 equal logits: the ten lowest ids (ties go by id) */
+    static float flat[1000];
+    static char first10[1000];
+    for (int i = 0; i < 1000; i++) first10[i] = i < 10;
+    p = sampler_defaults();
+    p.temperature = 1;
+    p.top_k = 10;
+    draws("top-k 10 of 1000 ties", flat, 1000, p, first10, 2000);
     /* +inf logits share the mass; finite ones beside them get none */
     float inf[V] = {1, INFINITY, 3, INFINITY};
     char only_inf[V] = {0, 1, 0, 1};
