@@ -101,21 +101,28 @@ void sampler_free(sampler *s) {
     free(s);
 }
 
-/* The lowest index of the largest value (NaNs skipped; a NaN first is returned as is). One
- * pass with eight running maxima, which the CPU keeps apart, then one for the index, sixteen
- * values at a time up to the block that holds it. The loop that tracked the index in its
- * running comparison took 0.8 ms over a 151936-entry vocabulary, in the path of every
- * decoded token; this takes about 0.02 ms. */
-static int32_t argmax(const float *x, int32_t n) {
-    if (n <= 0 || x[0] != x[0]) return 0;
+/* The largest of start and x[0..n), NaNs skipped (start not NaN), in eight running maxima,
+ * which the CPU keeps apart and the compiler makes vector maxima (one would wait on each
+ * comparison). */
+static float max_of(const float *x, int32_t n, float start) {
     float m[8];
-    for (int j = 0; j < 8; j++) m[j] = x[0];
-    int32_t i = 1;
+    for (int j = 0; j < 8; j++) m[j] = start;
+    int32_t i = 0;
     for (; i + 8 <= n; i += 8)
         for (int j = 0; j < 8; j++) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
     for (; i < n; i++) m[0] = x[i] > m[0] ? x[i] : m[0];
-    float best = m[0];
-    for (int j = 1; j < 8; j++) best = m[j] > best ? m[j] : best;
+    for (int j = 1; j < 8; j++) m[0] = m[j] > m[0] ? m[j] : m[0];
+    return m[0];
+}
+
+/* The lowest index of the largest value (NaNs skipped; a NaN first is returned as is): the
+ * maximum, then its first index, sixteen values at a time up to the block that holds it. The loop
+ * that tracked the index in its running comparison took 0.8 ms over a 151936-entry vocabulary, in
+ * the path of every decoded token; this takes about 0.02 ms. */
+static int32_t argmax(const float *x, int32_t n) {
+    if (n <= 0 || x[0] != x[0]) return 0;
+    float best = max_of(x, n, x[0]);
+    int32_t i;
     for (i = 0; i + 16 <= n; i += 16) { /* the first block holding it, sixteen at a time */
         int hit = 0;
         for (int j = 0; j < 16; j++) hit |= x[i + j] == best;
@@ -299,17 +306,11 @@ static int32_t draw(const float *e, int32_t n, double u) {
  * candidates' order), without building candidates (0.41 -> 0.32 ms a token over 151936
  * logits). Returns -1 where the general path decides: no finite logit, or an infinite one. */
 static int32_t sample_plain(sampler *s, const float *lg, int32_t V, float temperature) {
-    float m[8];
-    for (int j = 0; j < 8; j++) m[j] = -INFINITY;
-    int32_t i = 0;
-    for (; i + 8 <= V; i += 8)
-        for (int j = 0; j < 8; j++) m[j] = lg[i + j] > m[j] ? lg[i + j] : m[j]; /* NaN skipped */
-    for (; i < V; i++) m[0] = lg[i] > m[0] ? lg[i] : m[0];
-    for (int j = 1; j < 8; j++) m[0] = m[j] > m[0] ? m[j] : m[0];
-    if (!isfinite(m[0])) return -1;
-    float mx = m[0] / temperature; /* the largest quotient: dividing keeps the order */
+    float top = max_of(lg, V, -INFINITY);
+    if (!isfinite(top)) return -1;
+    float mx = top / temperature; /* the largest quotient: dividing keeps the order */
     float *e = s->e;
-    for (i = 0; i < V; i += 4) {
+    for (int32_t i = 0; i < V; i += 4) {
         f32x4 x = {0, 0, 0, 0};
         if (i + 4 <= V)
             memcpy(&x, lg + i, sizeof x);

@@ -719,47 +719,82 @@ static void capture_log(int level, const char *fmt, ...) {
     if (n + 1 < sizeof g_capture) strcpy(g_capture + n, "\n");
 }
 
-static void t_fused_dispatches(void) {
+/* A Vulkan backend with LMHOST_VK_PROFILE=mode whose log can be captured; NULL (a failure
+ * counted) where it cannot be made. */
+static lmh_backend *profiled_backend(const char *mode, const char *what) {
     static const lmh_host_api host = {
         .size = sizeof(lmh_host_api), .abi_minor = LMH_ABI_MINOR, .log = capture_log};
-    const lmh_backend_api *api = g_be[1].api;
     lmh_backend_opts o = {.size = sizeof o, .threads = 1};
     lmh_backend *vb = NULL;
     char err[256];
-    setenv("LMHOST_VK_PROFILE", "2", 1); /* per shader, and per shader and grid */
-    int rc = api->create(&host, &o, &vb, err, sizeof err);
+    setenv("LMHOST_VK_PROFILE", mode, 1);
+    int rc = g_be[1].api->create(&host, &o, &vb, err, sizeof err);
     unsetenv("LMHOST_VK_PROFILE");
     if (rc) {
-        fprintf(stderr, "FAIL fused dispatches: create: %s\n", err);
+        fprintf(stderr, "FAIL %s: create: %s\n", what, err);
         g_fail++;
-        return;
+        return NULL;
     }
-    enum { D = 64, M = 128 };
-    int64_t ne[6][2] = {{1, D}, {D, 0}, {1, M}, {M, D}, {D, M}, {1, D}};
-    static float buf[M * D];
-    for (int i = 0; i < M * D; i++) buf[i] = frand(-1, 1);
-    lmh_tensor *t[9];
-    static const int shape[9] = {0, 1, 0, 2, 2, 3, 3, 4, 5}; /* x wt hn g u Wg Wu Wd o */
+    return vb;
+}
+
+/* Two decode layers' MLPs (norm, gate and up products, SwiGLU, down product, residual add)
+ * of width MLP_D and MLP_M, enqueued on vb; t: x wt hn g u Wg Wu Wd o, made from buf.
+ * Nonzero where something failed. */
+enum { MLP_D = 64, MLP_M = 128 };
+static int mlp_layers(lmh_backend *vb, lmh_tensor *t[9], const float *buf) {
+    const lmh_backend_api *api = g_be[1].api;
+    int64_t ne[5][2] = {{1, MLP_D}, {MLP_D, 0}, {1, MLP_M}, {MLP_M, MLP_D}, {MLP_D, MLP_M}};
+    static const int shape[9] = {0, 1, 0, 2, 2, 3, 3, 4, 0};
+    int rc = 0;
     for (int i = 0; i < 9; i++) {
-        int sh = shape[i];
-        t[i] = api->tensor_new(vb, LMH_F32, sh == 1 ? 1 : 2, ne[sh],
+        t[i] = api->tensor_new(vb, LMH_F32, shape[i] == 1 ? 1 : 2, ne[shape[i]],
                                i == 1 || (i >= 5 && i <= 7) ? LMH_TENSOR_WEIGHT : 0);
-        if (!t[i] || api->upload(vb, t[i], 0, buf, (size_t)lmh_nelem(t[i]) * 4)) {
-            fprintf(stderr, "FAIL fused dispatches: tensor %d\n", i);
-            g_fail++;
-            return;
-        }
+        rc |= !t[i] || api->upload(vb, t[i], 0, buf, (size_t)lmh_nelem(t[i]) * 4);
     }
-    lmh_tensor *x = t[0], *wt = t[1], *hn = t[2], *g = t[3], *u = t[4], *out = t[8];
-    const lmh_op ops[6] = {{.code = LMH_OP_RMS_NORM, .dst = hn, .src = {x, wt}, .p.f = {1e-6f}},
-                           {.code = LMH_OP_MATMUL, .dst = g, .src = {hn, t[5]}},
-                           {.code = LMH_OP_MATMUL, .dst = u, .src = {hn, t[6]}},
-                           {.code = LMH_OP_SWIGLU, .dst = g, .src = {g, u}},
-                           {.code = LMH_OP_MATMUL, .dst = out, .src = {g, t[7]}},
-                           {.code = LMH_OP_ADD, .dst = x, .src = {x, out}}};
-    rc = 0;
-    for (int layer = 0; layer < 2; layer++)
-        for (int i = 0; i < 6; i++) rc |= api->enqueue(vb, &ops[i]);
+    const lmh_op ops[6] = {
+        {.code = LMH_OP_RMS_NORM, .dst = t[2], .src = {t[0], t[1]}, .p.f = {1e-6f}},
+        {.code = LMH_OP_MATMUL, .dst = t[3], .src = {t[2], t[5]}},
+        {.code = LMH_OP_MATMUL, .dst = t[4], .src = {t[2], t[6]}},
+        {.code = LMH_OP_SWIGLU, .dst = t[3], .src = {t[3], t[4]}},
+        {.code = LMH_OP_MATMUL, .dst = t[8], .src = {t[3], t[7]}},
+        {.code = LMH_OP_ADD, .dst = t[0], .src = {t[0], t[8]}}};
+    for (int layer = 0; layer < 2 && !rc; layer++)
+        for (int i = 0; i < 6; i++) rc |= g_be[1].api->enqueue(vb, &ops[i]);
+    return rc;
+}
+
+/* Destroys vb with its log captured in g_capture. Whether there is a profile to check (a
+ * check counted): not where rc says the work failed (a failure counted), nor where the
+ * device has no timestamps. */
+static int destroy_captured(lmh_backend *vb, int rc, const char *what) {
+    g_capture[0] = 0;
+    g_capturing = 1;
+    g_be[1].api->destroy(vb);
+    g_capturing = 0;
+    if (rc) {
+        fprintf(stderr, "FAIL %s: enqueue or sync failed\n", what);
+        g_fail++;
+        return 0;
+    }
+    if (!strstr(g_capture, "profile:")) {
+        printf("  (%s not checked: the device has no timestamps)\n", what);
+        return 0;
+    }
+    g_checks++;
+    return 1;
+}
+
+static void t_fused_dispatches(void) {
+    const lmh_backend_api *api = g_be[1].api;
+    lmh_backend *vb = profiled_backend("2", "fused dispatches"); /* per shader, and grid */
+    if (!vb) return;
+    enum { D = MLP_D };
+    static float buf[MLP_M * MLP_D];
+    for (int i = 0; i < MLP_M * MLP_D; i++) buf[i] = frand(-1, 1);
+    lmh_tensor *t[9];
+    int rc = mlp_layers(vb, t, buf);
+    lmh_tensor *wt = t[1];
     /* keys' head norm, rope and cache append (f16), then the rope and append alone: two
      * rms_norm_rope dispatches */
     int64_t kne[3] = {1, 2, D}, cne[3] = {4, 2, D}, one = 1, half = D / 2;
@@ -808,20 +843,7 @@ static void t_fused_dispatches(void) {
      * by a download of anything) is dropped */
     for (int i = 0; i < 9; i++) api->tensor_free(vb, t[i]);
     rc |= api->sync(vb);
-    g_capture[0] = 0;
-    g_capturing = 1;
-    api->destroy(vb);
-    g_capturing = 0;
-    if (rc) {
-        fprintf(stderr, "FAIL fused dispatches: enqueue or sync failed\n");
-        g_fail++;
-        return;
-    }
-    if (!strstr(g_capture, "profile:")) {
-        printf("  (fused dispatches not counted: the device has no timestamps)\n");
-        return;
-    }
-    g_checks++;
+    if (!destroy_captured(vb, rc, "fused dispatches")) return;
     int fused = 0, rope = 0, attn = 0, other = 0, by_grid = 0;
     for (const char *l = g_capture; (l = strstr(l, "profile: ")); l++) {
         char name[32];
@@ -864,56 +886,15 @@ static void t_fused_dispatches(void) {
  * first pair after the uploads' full barrier), steps of copies, and at most one SwiGLU (the
  * last, whose result the sync makes it record). */
 static void t_step_profile(void) {
-    static const lmh_host_api host = {
-        .size = sizeof(lmh_host_api), .abi_minor = LMH_ABI_MINOR, .log = capture_log};
-    const lmh_backend_api *api = g_be[1].api;
-    lmh_backend_opts o = {.size = sizeof o, .threads = 1};
-    lmh_backend *vb = NULL;
-    char err[256];
-    setenv("LMHOST_VK_PROFILE", "3", 1);
-    int rc = api->create(&host, &o, &vb, err, sizeof err);
-    unsetenv("LMHOST_VK_PROFILE");
-    if (rc) {
-        fprintf(stderr, "FAIL step profile: create: %s\n", err);
-        g_fail++;
-        return;
-    }
-    enum { D = 64, M = 128 };
-    int64_t ne[5][2] = {{1, D}, {D, 0}, {1, M}, {M, D}, {D, M}};
-    static float buf[M * D];
-    for (int i = 0; i < M * D; i++) buf[i] = frand(-1, 1);
-    static const int shape[9] = {0, 1, 0, 2, 2, 3, 3, 4, 0}; /* x wt hn g u Wg Wu Wd o */
+    lmh_backend *vb = profiled_backend("3", "step profile");
+    if (!vb) return;
+    static float buf[MLP_M * MLP_D];
+    for (int i = 0; i < MLP_M * MLP_D; i++) buf[i] = frand(-1, 1);
     lmh_tensor *t[9];
-    for (int i = 0; i < 9; i++) {
-        t[i] = api->tensor_new(vb, LMH_F32, shape[i] == 1 ? 1 : 2, ne[shape[i]],
-                               i == 1 || (i >= 5 && i <= 7) ? LMH_TENSOR_WEIGHT : 0);
-        rc |= !t[i] || api->upload(vb, t[i], 0, buf, (size_t)lmh_nelem(t[i]) * 4);
-    }
-    const lmh_op ops[6] = {
-        {.code = LMH_OP_RMS_NORM, .dst = t[2], .src = {t[0], t[1]}, .p.f = {1e-6f}},
-        {.code = LMH_OP_MATMUL, .dst = t[3], .src = {t[2], t[5]}},
-        {.code = LMH_OP_MATMUL, .dst = t[4], .src = {t[2], t[6]}},
-        {.code = LMH_OP_SWIGLU, .dst = t[3], .src = {t[3], t[4]}},
-        {.code = LMH_OP_MATMUL, .dst = t[8], .src = {t[3], t[7]}},
-        {.code = LMH_OP_ADD, .dst = t[0], .src = {t[0], t[8]}}};
-    for (int layer = 0; layer < 2 && !rc; layer++)
-        for (int i = 0; i < 6; i++) rc |= api->enqueue(vb, &ops[i]);
-    rc |= api->sync(vb);
-    for (int i = 0; i < 9; i++) api->tensor_free(vb, t[i]);
-    g_capture[0] = 0;
-    g_capturing = 1;
-    api->destroy(vb);
-    g_capturing = 0;
-    if (rc) {
-        fprintf(stderr, "FAIL step profile: enqueue or sync failed\n");
-        g_fail++;
-        return;
-    }
-    if (!strstr(g_capture, "profile:")) {
-        printf("  (steps not timed: the device has no timestamps)\n");
-        return;
-    }
-    g_checks++;
+    int rc = mlp_layers(vb, t, buf);
+    rc |= g_be[1].api->sync(vb);
+    for (int i = 0; i < 9; i++) g_be[1].api->tensor_free(vb, t[i]);
+    if (!destroy_captured(vb, rc, "step profile")) return;
     int pairs = 0, downs = 0, uploads = 0, swiglu = 0, others = 0;
     for (const char *l = g_capture; (l = strstr(l, "profile: step ")); l++) {
         unsigned long long n;
