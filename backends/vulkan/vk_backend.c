@@ -28,7 +28,8 @@
  * attn_decode.comp loads together, GPU default 2, CPU devices 1, and its lanes, default 16
  * within the smallest subgroup), LMHOST_VK_FULL_BARRIERS=1 makes every barrier take all
  * stages and accesses (the form before compute-only barriers, for measurement).
- * LMHOST_VK_NO_PUSH_DESCRIPTOR=1 uses descriptor pools even where
+ * LMHOST_VK_SPIN=N: a wait polls its fence for up to N us before it sleeps (default 10000 on
+ * GPUs, 0 on CPU devices). LMHOST_VK_NO_PUSH_DESCRIPTOR=1 uses descriptor pools even where
  * VK_KHR_push_descriptor is available (for tests of that path). LMHOST_VK_MAX_MEMORY=N[K|M|G]
  * caps the device memory it allocates (for tests of running out: an allocation past the cap
  * fails as VK_ERROR_OUT_OF_DEVICE_MEMORY would). */
@@ -48,6 +49,7 @@
 #define STAGING_SIZE (16 * MIB) /* host-visible upload memory per batch */
 #define MAX_DISPATCH 256        /* dispatches per batch before it is submitted */
 #define SUBMIT_MIN   16         /* dispatches per batch before an idle device gets it */
+#define SPIN_US      10000      /* how long a wait polls its fence (LMHOST_VK_SPIN) */
 #define POOL_SETS    256        /* descriptor sets per pool */
 #define STAT_SLOTS   1024       /* MoE statistics per batch */
 
@@ -494,6 +496,15 @@ static void read_steps(lmh_backend *b, vk_batch *bt) {
         vkGetQueryPoolResults(b->dev, bt->queries, 0, bt->nqueries, bt->nqueries * sizeof *ts, ts,
                               sizeof *ts, VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT))
         return;
+    /* the device's idle time since the previous batch ended (batches complete in order) */
+    double gap = b->prof_last_end ? (double)(int64_t)(ts[0] - b->prof_last_end) *
+                                        b->props.limits.timestampPeriod * 1e-3
+                                  : -1;
+    if (gap >= 0 && gap < 1000) {
+        b->prof_gap_us += gap;
+        b->prof_gaps++;
+    }
+    b->prof_last_end = ts[bt->nqueries - 1];
     for (uint32_t i = 1; i < bt->nqueries; i++) {
         const vk_step *st = &bt->steps[i];
         int k = 0;
@@ -550,7 +561,17 @@ static void retire(lmh_backend *b, vk_batch *bt) {
     b->done = bt->serial;
 }
 
-/* Waits for every submitted batch with a serial <= serial, oldest first. */
+/* a spinning thread's hint to the core (and its hyperthread sibling) */
+static void cpu_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Waits for every submitted batch with a serial <= serial, oldest first (polling each
+ * fence for up to spin_us before sleeping on it). */
 static int wait_upto(lmh_backend *b, uint64_t serial) {
     for (;;) {
         vk_batch *old = NULL;
@@ -560,7 +581,13 @@ static int wait_upto(lmh_backend *b, uint64_t serial) {
                 old = &b->batch[i];
         if (!old) break;
         double t0 = b->profile ? now_s() : 0;
-        VkResult r = vkWaitForFences(b->dev, 1, &old->fence, VK_TRUE, UINT64_MAX);
+        VkResult r = VK_NOT_READY;
+        if (b->spin_us) {
+            double until = now_s() + b->spin_us * 1e-6;
+            while ((r = vkGetFenceStatus(b->dev, old->fence)) == VK_NOT_READY && now_s() < until)
+                cpu_pause();
+        }
+        if (r == VK_NOT_READY) r = vkWaitForFences(b->dev, 1, &old->fence, VK_TRUE, UINT64_MAX);
         if (b->profile) b->prof_wait_s += now_s() - t0;
         if (r == VK_SUCCESS) r = vkResetFences(b->dev, 1, &old->fence);
         if (r != VK_SUCCESS) {
@@ -1519,6 +1546,13 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
     b->matvec_nr = mv_nr;
     const char *fb = getenv("LMHOST_VK_FULL_BARRIERS");
     b->full_barriers = fb && *fb && strcmp(fb, "0");
+    /* Waits poll the fence before they sleep: woken by the driver, a decode step's wait for
+     * its logits left the GPU idle for about 0.25 ms a token (README, H100). Not on a CPU
+     * device, whose threads the poll would take a core from. */
+    const char *spin = getenv("LMHOST_VK_SPIN");
+    b->spin_us = spin && *spin ? (uint32_t)strtoul(spin, NULL, 10)
+                 : b->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU ? SPIN_US
+                                                                      : 0;
     const char *smin = getenv("LMHOST_VK_SUBMIT_MIN");
     b->submit_min = smin && atoi(smin) > 0 ? atoi(smin) : SUBMIT_MIN;
     const char *prof = getenv("LMHOST_VK_PROFILE");
@@ -1761,6 +1795,10 @@ static void vk_destroy(lmh_backend *b) {
                    "%llu submits",
                    b->prof_record_s * 1e3, b->prof_wait_s * 1e3,
                    (unsigned long long)b->prof_submits);
+            if (b->profile == 3)
+                vk_log(b, LMH_LOG_INFO,
+                       "profile: the device idle %.3f ms between batches (%llu gaps under 1 ms)",
+                       b->prof_gap_us * 1e-3, (unsigned long long)b->prof_gaps);
             for (int i = 0; i < VK_SH_COUNT; i++)
                 if (b->prof_n[i])
                     vk_log(b, LMH_LOG_INFO,

@@ -241,8 +241,11 @@ struct lmh_backend {
     vk_step_time prof_step[PROF_STEPS];
     int nprof_step;
     vk_step step_cur;
+    uint64_t prof_last_end, prof_gaps; /* the last batch's end (timestamp), idle gaps */
+    double prof_gap_us;
     /* a batch of at least this many dispatches is submitted as soon as the device is idle */
     int submit_min;
+    uint32_t spin_us; /* a wait polls its fence this long before it sleeps */
     /* vk_fuse.c: an op held back to be fused with the next one (with the put-off op its
      * product computes on the fly, and whether it stores that op's result), and the ops
      * put off */

@@ -1291,6 +1291,8 @@ int main(int argc, char **argv) {
             setenv("LMHOST_VK_ATTN_UNROLL", "4x8", 1);
             unsetenv("LMHOST_VK_ATTN_WGS");
             unsetenv("LMHOST_VK_ATTN_DECODE");
+            /* waits that poll their fence first (a GPU's default), for up to 1 ms */
+            setenv("LMHOST_VK_SPIN", "1000", 1);
         } else {
             /* a GPU's split counts (up to attn_decode's 64) and key loads, 3 at a time */
             setenv("LMHOST_VK_ATTN_WGS", "512", 1);
