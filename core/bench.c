@@ -165,10 +165,13 @@ int cli_bench(int argc, char **argv) {
     engine_get_stats(e, &s1);
 
     double t1 = now();
+    /* greedy, as generate and the server decode it: each step brings back its pick alone,
+     * the last one its logits too (for the sampling times below) */
+    int32_t next = sampler_sample(smp, lg, NULL, 0);
     for (int64_t i = 0; i < n_gen; i++) {
-        engine_row row = {.seq = 1, .token = sampler_sample(smp, lg, NULL, 0)};
+        engine_row row = {.seq = 1, .token = next};
         int32_t out0 = 0;
-        if (engine_step(e, &row, 1, &out0, 1, lg, err, sizeof err)) {
+        if (engine_step(e, &row, 1, &out0, 1, i + 1 == n_gen ? lg : NULL, &next, err, sizeof err)) {
             fprintf(stderr, "lmhost: %s\n", err);
             goto out;
         }

@@ -193,7 +193,7 @@ int cli_prefill(engine *e, uint64_t seq, const int32_t *ids, int32_t n, int32_t 
         float *dst = all ? all + (size_t)at * (size_t)V : last;
         int32_t n_out = all ? m : 1;
         if (!all) outs[0] = m - 1;
-        if (engine_step(e, rows, m, outs, n_out, dst, err, sizeof err)) {
+        if (engine_step(e, rows, m, outs, n_out, dst, NULL, err, sizeof err)) {
             fprintf(stderr, "lmhost: %s\n", err);
             rc = 1;
         }
@@ -341,9 +341,12 @@ int cli_generate(int argc, char **argv) {
         memcpy(hist, ids, (size_t)n * sizeof *hist);
         int32_t nh = n;
         rc = 0;
+        /* a greedy sampler needs no logits: each step brings back its pick (next) alone */
+        int greedy = sampler_is_greedy(s);
+        int32_t next = -1;
         printf("{\"tokens\": [");
         for (int64_t t = 0; t < maxn; t++) {
-            int32_t tok = sampler_sample(s, lg, hist, nh);
+            int32_t tok = next >= 0 ? next : sampler_sample(s, lg, hist, nh);
             hist[nh++] = tok;
             printf("%s%d", t ? ", " : "", tok);
             int stop = 0;
@@ -352,7 +355,8 @@ int cli_generate(int argc, char **argv) {
             /* one incremental decode step against the cache */
             engine_row row = {.seq = 1, .token = tok};
             int32_t out0 = 0;
-            if (engine_step(e, &row, 1, &out0, 1, lg, err, sizeof err)) {
+            if (engine_step(e, &row, 1, &out0, 1, greedy ? NULL : lg, greedy ? &next : NULL, err,
+                            sizeof err)) {
                 fprintf(stderr, "lmhost: %s\n", err);
                 rc = 1;
                 break;

@@ -10,6 +10,7 @@
 #include "model_dir.h"
 #include "placement.h"
 #include "rope_config.h"
+#include "sampler.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -1075,10 +1076,33 @@ static lmh_tensor *input_tensor(engine *e, lmh_fwd *f, lmh_dtype dt, int64_t n, 
     return t;
 }
 
+/* The greedy picks of the step's output rows on the backend that holds the logits; 1 where
+ * it does not run LMH_OP_ARGMAX (nothing done), 0 done, -1 failed (err set). */
+static int device_picks(engine *e, lmh_fwd *f, lmh_tensor *logits, int32_t n_out, int32_t *ids,
+                        char *err, size_t err_len) {
+    int so = e->output_slot;
+    int64_t ne[1] = {n_out};
+    lmh_tensor *t = host_fwd_tensor(f, LMH_LAYER_OUTPUT, LMH_I32, 1, ne);
+    lmh_tensor *pl = t ? pl_on(e->slots, HT(logits), so, 0) : NULL;
+    lmh_tensor *pi = pl ? pl_on(e->slots, HT(t), so, 1) : NULL;
+    if (!pi) return 1; /* the logits path says what is wrong, if anything */
+    lmh_op op = {.code = LMH_OP_ARGMAX, .dst = pi, .src = {pl}};
+    if (!e->slots[so].api->supports(e->slots[so].b, &op)) return 1;
+    lmh_op hop = {.code = LMH_OP_ARGMAX, .dst = t, .src = {logits}};
+    if (host_fwd_op(f, LMH_LAYER_OUTPUT, &hop) != LMH_OK ||
+        e->slots[so].api->download(e->slots[so].b, pi, 0, ids, (size_t)n_out * sizeof *ids)) {
+        errf(err, err_len, "picking the next tokens failed%s%s", f->failed ? ": " : "",
+             f->failed ? f->err : "");
+        return -1;
+    }
+    return 0;
+}
+
 int engine_step(engine *e, const engine_row *rows, int32_t n_rows, const int32_t *out_rows,
-                int32_t n_out, float *logits, char *err, size_t err_len) {
+                int32_t n_out, float *logits, int32_t *ids, char *err, size_t err_len) {
     if (n_rows <= 0) return errf(err, err_len, "empty step");
     lmh_fwd f = {.e = e};
+    float *host_logits = NULL;
     int32_t *tok = malloc((size_t)n_rows * sizeof *tok);
     int32_t *pos = malloc((size_t)n_rows * sizeof *pos);
     f.segs = malloc((size_t)n_rows * sizeof *f.segs);
@@ -1139,15 +1163,32 @@ int engine_step(engine *e, const engine_row *rows, int32_t n_rows, const int32_t
         for (int s = 0; s < f.n_segs; s++) engine_seq_trim(e, f.segs[s].seq, pos[f.segs[s].r0]);
         goto done;
     }
+    if (ids && !logits && n_out > 0) {
+        int dp = device_picks(e, &f, b.logits, n_out, ids, err, err_len);
+        if (dp <= 0) {
+            rc = dp;
+            goto done;
+        }
+        /* the backend has no argmax: the logits come back and the host picks */
+        if (!(host_logits = malloc((size_t)n_out * (size_t)e->vocab * sizeof(float)))) {
+            errf(err, err_len, "out of memory");
+            goto done;
+        }
+    }
+    float *lg = logits ? logits : host_logits;
     int so = e->output_slot;
     lmh_tensor *pl = pl_on(e->slots, HT(b.logits), so, 0);
-    if (!pl || e->slots[so].api->download(e->slots[so].b, pl, 0, logits,
-                                          (size_t)n_out * (size_t)e->vocab * sizeof(float)) != 0) {
+    if (lg && (!pl ||
+               e->slots[so].api->download(e->slots[so].b, pl, 0, lg,
+                                          (size_t)n_out * (size_t)e->vocab * sizeof(float)) != 0)) {
         errf(err, err_len, "reading logits back failed");
         goto done;
     }
+    for (int32_t k = 0; ids && k < n_out; k++)
+        ids[k] = sampler_argmax(lg + (size_t)k * (size_t)e->vocab, e->vocab);
     rc = 0;
 done:
+    free(host_logits);
     /* Views before the tensors they view: free in reverse order of creation. */
     for (int i = f.n_tmp - 1; i >= 0; i--) pl_free(e->slots, f.tmp[i]);
     free(f.tmp);

@@ -69,8 +69,11 @@ int engine_seq_count(const engine *e);
 int engine_swap_backend(engine *e, const char *name, char *err, size_t err_len);
 
 /* One forward step. Each row's position continues its sequence. Writes the logits of
- * rows out_rows[0..n_out) into logits[n_out * vocab]. */
+ * rows out_rows[0..n_out) into logits[n_out * vocab] and, with ids, each row's greedy pick
+ * (sampler_argmax's rule) into ids[n_out]. Either may be NULL. Picks without logits are
+ * made where the logits are (LMH_OP_ARGMAX) when that backend runs it: only the ids come
+ * back, not n_out rows of the vocabulary. */
 int engine_step(engine *e, const engine_row *rows, int32_t n_rows, const int32_t *out_rows,
-                int32_t n_out, float *logits, char *err, size_t err_len);
+                int32_t n_out, float *logits, int32_t *ids, char *err, size_t err_len);
 
 #endif

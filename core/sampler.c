@@ -119,7 +119,7 @@ static float max_of(const float *x, int32_t n, float start) {
  * maximum, then its first index, sixteen values at a time up to the block that holds it. The loop
  * that tracked the index in its running comparison took 0.8 ms over a 151936-entry vocabulary, in
  * the path of every decoded token; this takes about 0.02 ms. */
-static int32_t argmax(const float *x, int32_t n) {
+int32_t sampler_argmax(const float *x, int32_t n) {
     if (n <= 0 || x[0] != x[0]) return 0;
     float best = max_of(x, n, x[0]);
     int32_t i;
@@ -330,11 +330,17 @@ static int32_t sample_plain(sampler *s, const float *lg, int32_t V, float temper
     return t;
 }
 
+int sampler_is_greedy(const sampler *s) {
+    const sampler_params *p = &s->p;
+    return p->temperature == 0 && p->repetition_penalty == 1 && p->presence_penalty == 0 &&
+           p->frequency_penalty == 0;
+}
+
 int32_t sampler_sample(sampler *s, float *lg, const int32_t *hist, int32_t n_hist) {
     const sampler_params *p = &s->p;
     const int32_t V = s->vocab;
     penalties(s, lg, hist, n_hist);
-    if (p->temperature == 0) return argmax(lg, V);
+    if (p->temperature == 0) return sampler_argmax(lg, V);
     if ((p->top_k == 0 || p->top_k >= V) && p->top_p >= 1 && p->min_p <= 0) {
         int32_t t = sample_plain(s, lg, V, p->temperature);
         if (t >= 0) return t;

@@ -24,6 +24,11 @@ sampler *sampler_new(const sampler_params *p, int32_t vocab, char *err, size_t e
 void sampler_free(sampler *s);
 /* Picks a token from logits[vocab] (modified in place) given the tokens seen so far. */
 int32_t sampler_sample(sampler *s, float *logits, const int32_t *history, int32_t n_history);
+/* The lowest index of the largest of x[0..n) (NaNs skipped; a NaN first gives 0): the
+ * greedy pick, which LMH_OP_ARGMAX makes on a backend by the same rule. */
+int32_t sampler_argmax(const float *x, int32_t n);
+/* Whether s picks by sampler_argmax alone (greedy, no penalties): it then needs no logits. */
+int sampler_is_greedy(const sampler *s);
 /* The default parameters: greedy, every filter off. */
 sampler_params sampler_defaults(void);
 

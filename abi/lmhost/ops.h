@@ -80,6 +80,10 @@ typedef enum lmh_op_code {
     /* dst[r, :] = src0[r, :] * sigmoid(src1[r]): a gate of one value per row; src1 f32
      * with one element per row of src0 (a shared expert's gate). */
     LMH_OP_SIGMOID_GATE = 17,
+    /* dst i32 [rows] = the lowest index of the largest value of each row of src0 f32
+     * [rows, n] (a greedy pick: the host then needs one id a row, not the row). NaNs never
+     * win, but a row whose first value is NaN gives 0, as the host's greedy sampler. */
+    LMH_OP_ARGMAX = 18,
     LMH_OP_COUNT
 } lmh_op_code;
 
@@ -99,9 +103,10 @@ typedef struct lmh_op {
 
 static inline const char *lmh_op_name(lmh_op_code c) {
     static const char *const names[LMH_OP_COUNT] = {
-        "?",       "get_rows",  "matmul",     "rms_norm",    "add",       "mul",
-        "scale",   "swiglu",    "geglu",      "rope",        "copy",      "attention",
-        "softcap", "moe_route", "moe_matmul", "moe_combine", "transpose", "sigmoid_gate"};
+        "?",           "get_rows",  "matmul",       "rms_norm",  "add",
+        "mul",         "scale",     "swiglu",       "geglu",     "rope",
+        "copy",        "attention", "softcap",      "moe_route", "moe_matmul",
+        "moe_combine", "transpose", "sigmoid_gate", "argmax"};
     return (unsigned)c < LMH_OP_COUNT ? names[c] : "?";
 }
 

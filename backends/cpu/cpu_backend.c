@@ -716,6 +716,38 @@ static void do_sigmoid_gate(void *arg, int64_t r0, int64_t r1, int w) {
     }
 }
 
+/* The lowest index of a row's largest value, NaNs skipped but a NaN first kept (the host
+ * sampler's greedy rule): the maximum in eight running lanes (vector maxima), then the first
+ * index holding it, sixteen values at a time. */
+static int32_t row_argmax(const float *x, int64_t n) {
+    if (n <= 0 || x[0] != x[0]) return 0;
+    float m[8];
+    for (int k = 0; k < 8; k++) m[k] = x[0];
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) m[k] = x[i + k] > m[k] ? x[i + k] : m[k];
+    for (; i < n; i++) m[0] = x[i] > m[0] ? x[i] : m[0];
+    for (int k = 1; k < 8; k++) m[0] = m[k] > m[0] ? m[k] : m[0];
+    for (i = 0; i + 16 <= n; i += 16) {
+        int hit = 0;
+        for (int k = 0; k < 16; k++) hit |= x[i + k] == m[0];
+        if (hit) break;
+    }
+    for (; i < n; i++)
+        if (x[i] == m[0]) return (int32_t)i;
+    return 0;
+}
+
+static void do_argmax(void *arg, int64_t r0, int64_t r1, int w) {
+    (void)w;
+    const job *j = arg;
+    const lmh_op *op = j->op;
+    int64_t n = lmh_inner(op->src[0]);
+    const float *x = (const float *)DATA(op->src[0]);
+    int32_t *y = (int32_t *)DATA(op->dst);
+    for (int64_t r = r0; r < r1; r++) y[r] = row_argmax(x + r * n, n);
+}
+
 static void do_moe_combine(void *arg, int64_t r0, int64_t r1, int w) {
     (void)w;
     const job *j = arg;
@@ -831,6 +863,12 @@ static int check_op(const lmh_op *op) {
         if (lmh_nelem(a) != lmh_nelem(d) || lmh_nelem(b) * lmh_inner(a) != lmh_nelem(a))
             return LMH_ESHAPE;
         return LMH_OK;
+    case LMH_OP_ARGMAX:
+        if (a->dtype != LMH_F32 || d->dtype != LMH_I32) break;
+        if (lmh_inner(a) < 1 || lmh_inner(a) > INT32_MAX ||
+            lmh_nelem(d) * lmh_inner(a) != lmh_nelem(a))
+            return LMH_ESHAPE;
+        return LMH_OK;
     case LMH_OP_MOE_COMBINE:
         if (!b || a->dtype != LMH_F32 || b->dtype != LMH_F32 || d->dtype != LMH_F32) break;
         if (a->ndim != 3 || b->ndim != 2 || d->ndim != 2 || b->ne[0] != a->ne[0] ||
@@ -932,6 +970,9 @@ static int cpu_enqueue(lmh_backend *b, const lmh_op *op) {
     case LMH_OP_MOE_COMBINE:
         cpu_pool_run(b->pool, a->ne[0], 4, do_moe_combine, &j);
         break;
+    case LMH_OP_ARGMAX:
+        cpu_pool_run(b->pool, lmh_nelem(op->dst), 1, do_argmax, &j);
+        break;
     default:
         return LMH_EUNSUPPORTED;
     }
@@ -996,9 +1037,9 @@ static int cpu_init(const lmh_host_api *host, char *err, size_t err_len) {
 static const char *const weight_dtypes[] = {"f32", "f16", "bf16", "q2", "q3",
                                             "q4",  "q5",  "q6",   "q8", NULL};
 static const char *const ops[] = {
-    "get_rows",  "matmul",     "rms_norm",    "add",          "mul",       "scale",
-    "swiglu",    "geglu",      "rope",        "copy",         "attention", "softcap",
-    "moe_route", "moe_matmul", "moe_combine", "sigmoid_gate", "transpose", NULL};
+    "get_rows",    "matmul",       "rms_norm",  "add",       "mul",     "scale",     "swiglu",
+    "geglu",       "rope",         "copy",      "attention", "softcap", "moe_route", "moe_matmul",
+    "moe_combine", "sigmoid_gate", "transpose", "argmax",    NULL};
 
 static const lmh_backend_api api = {
     .size = sizeof(lmh_backend_api),

@@ -1562,6 +1562,11 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
                                              : 1)
                      : 0;
     const VkPhysicalDeviceLimits *lim = &b->props.limits;
+    b->argmax_wg = 1024;
+    while (b->argmax_wg > 256 && (b->argmax_wg > lim->maxComputeWorkGroupInvocations ||
+                                  b->argmax_wg > lim->maxComputeWorkGroupSize[0] ||
+                                  8 * b->argmax_wg > lim->maxComputeSharedMemorySize))
+        b->argmax_wg /= 2;
     b->align =
         lim->minStorageBufferOffsetAlignment > 16 ? lim->minStorageBufferOffsetAlignment : 16;
     b->max_range = lim->maxStorageBufferRange;
@@ -1865,9 +1870,9 @@ static int vk_init(const lmh_host_api *host, char *err, size_t err_len) {
 static const char *const weight_dtypes[] = {"f32", "f16", "bf16", "q2", "q3",
                                             "q4",  "q5",  "q6",   "q8", NULL};
 static const char *const ops[] = {
-    "get_rows",  "matmul",     "rms_norm",    "add",          "mul",       "scale",
-    "swiglu",    "geglu",      "rope",        "copy",         "attention", "softcap",
-    "moe_route", "moe_matmul", "moe_combine", "sigmoid_gate", "transpose", NULL};
+    "get_rows",    "matmul",       "rms_norm",  "add",       "mul",     "scale",     "swiglu",
+    "geglu",       "rope",         "copy",      "attention", "softcap", "moe_route", "moe_matmul",
+    "moe_combine", "sigmoid_gate", "transpose", "argmax",    NULL};
 
 static const lmh_backend_api api = {
     .size = sizeof(lmh_backend_api),

@@ -74,6 +74,7 @@ enum vk_shader {
     VK_SH_QGET_ROWS,
     VK_SH_MATMUL_COOP, /* prefill on matrix cores (VK_NV_cooperative_matrix) */
     VK_SH_BW_READ,     /* the memory read bandwidth probe */
+    VK_SH_ARGMAX,
     VK_SH_COUNT
 };
 
@@ -245,7 +246,8 @@ struct lmh_backend {
     double prof_gap_us;
     /* a batch of at least this many dispatches is submitted as soon as the device is idle */
     int submit_min;
-    uint32_t spin_us; /* a wait polls its fence this long before it sleeps */
+    uint32_t spin_us;   /* a wait polls its fence this long before it sleeps */
+    uint32_t argmax_wg; /* argmax.comp's workgroup: as wide as the device allows, up to 1024 */
     /* vk_fuse.c: an op held back to be fused with the next one (with the put-off op its
      * product computes on the fly, and whether it stores that op's result), and the ops
      * put off */

@@ -134,6 +134,10 @@ static int check_semantics(const lmh_op *op) {
         if (lmh_nelem(a) != lmh_nelem(d) || lmh_nelem(b) * lmh_inner(a) != lmh_nelem(a))
             return LMH_ESHAPE;
         return LMH_OK;
+    case LMH_OP_ARGMAX:
+        if (a->dtype != LMH_F32 || d->dtype != LMH_I32) break;
+        if (lmh_inner(a) < 1 || lmh_nelem(d) * lmh_inner(a) != lmh_nelem(a)) return LMH_ESHAPE;
+        return lmh_nelem(a) <= UINT32_MAX ? LMH_OK : LMH_EUNSUPPORTED;
     case LMH_OP_MOE_COMBINE:
         if (!b || a->dtype != LMH_F32 || b->dtype != LMH_F32 || d->dtype != LMH_F32) break;
         if (a->ndim != 3 || b->ndim != 2 || d->ndim != 2 || b->ne[0] != a->ne[0] ||
@@ -258,6 +262,20 @@ static int op_get_rows(lmh_backend *b, const lmh_op *op) {
     grid(&x, cdiv((uint64_t)(n * d), 256));
     count_read(b, tab, (uint64_t)n * row_bytes(tab));
     return vk_record(b, &x);
+}
+
+/* A workgroup a row (argmax.comp) */
+static int op_argmax(lmh_backend *b, const lmh_op *op) {
+    const lmh_tensor *x = op->src[0];
+    int64_t n = lmh_inner(x), rows = lmh_nelem(op->dst);
+    vk_dispatch d = {
+        .shader = VK_SH_ARGMAX, .spec = {b->argmax_wg, (uint32_t)vec_ok(x, n)}, .writes = 1};
+    d.bind[0] = VT(op->dst);
+    d.bind[1] = VT(x);
+    d.pc[5] = (uint32_t)n;
+    d.pc[6] = (uint32_t)rows;
+    grid(&d, (uint64_t)rows);
+    return vk_record(b, &d);
 }
 
 /* A matmul's dispatch (not recorded): matrix-vector kernels up to MATVEC_MAXR rows. */
@@ -760,6 +778,8 @@ int vk_enqueue_op(lmh_backend *b, const lmh_op *op) {
         return op_moe_matmul(b, op);
     case LMH_OP_MOE_COMBINE:
         return op_moe_combine(b, op);
+    case LMH_OP_ARGMAX:
+        return op_argmax(b, op);
     default:
         return LMH_EUNSUPPORTED;
     }

@@ -2,6 +2,7 @@
  * glslangValidator into C arrays (spv_*.h in the build directory). */
 #include "vk_backend.h"
 
+#include "spv_argmax.h"
 #include "spv_attention.h"
 #include "spv_attn_decode.h"
 #include "spv_bw_read.h"
@@ -76,4 +77,5 @@ const vk_spirv vk_shaders[VK_SH_COUNT] = {
     [VK_SH_QGET_ROWS] = SH(qget_rows),
     [VK_SH_MATMUL_COOP] = SH(matmul_coop),
     [VK_SH_BW_READ] = SH(bw_read),
+    [VK_SH_ARGMAX] = SH(argmax),
 };

@@ -28,6 +28,7 @@ struct sched {
     int32_t *outs;
     sched_req **out_req;
     float *logits, *lsm;
+    int32_t *picks; /* greedy picks of a step's output rows, when only those came back */
     /* a function to run between steps (sched_call) */
     int (*call_fn)(engine *, void *);
     void *call_arg;
@@ -121,7 +122,13 @@ static int step(sched *s) {
     }
     if (n == 0) return 0;
     char err[512];
-    if (engine_step(s->e, s->rows, n, s->outs, n_out, s->logits, err, sizeof err) != 0) {
+    /* greedy requests without log-probabilities need their picks only: then only those
+     * come back from the backend, not n_out rows of the vocabulary */
+    int picks_only = n_out > 0;
+    for (int32_t k = 0; k < n_out && picks_only; k++)
+        picks_only = sampler_is_greedy(s->out_req[k]->smp) && s->out_req[k]->top_logprobs < 0;
+    if (engine_step(s->e, s->rows, n, s->outs, n_out, picks_only ? NULL : s->logits,
+                    picks_only ? s->picks : NULL, err, sizeof err) != 0) {
         log_msg(LMH_LOG_ERROR, "step failed: %s", err);
         /* every sequence in the step is ended; the others go on */
         for (int32_t i = 0; i < s->n_run;) {
@@ -142,7 +149,8 @@ static int step(sched *s) {
         float *lg = s->logits + (size_t)k * (size_t)s->vocab;
         sched_token t = {.n_top = 0};
         if (r->top_logprobs >= 0) memcpy(s->lsm, lg, (size_t)s->vocab * sizeof(float));
-        t.id = sampler_sample(r->smp, lg, r->hist, r->n_prompt + r->n_gen);
+        t.id =
+            picks_only ? s->picks[k] : sampler_sample(r->smp, lg, r->hist, r->n_prompt + r->n_gen);
         if (r->top_logprobs >= 0) top_logprobs(s, s->lsm, r->top_logprobs, &t);
         r->hist[r->n_prompt + r->n_gen++] = t.id;
         r->next = t.id;
@@ -238,6 +246,7 @@ sched *sched_new(engine *e, int32_t max_running, int32_t max_waiting, int32_t ch
     s->run = calloc((size_t)s->max_running, sizeof *s->run);
     s->rows = malloc(rows * sizeof *s->rows);
     s->outs = malloc(rows * sizeof *s->outs);
+    s->picks = malloc(rows * sizeof *s->picks);
     s->out_req = malloc(rows * sizeof *s->out_req);
     s->logits = malloc((size_t)s->max_running * (size_t)s->vocab * sizeof(float) * 2);
     s->lsm = malloc((size_t)s->vocab * sizeof(float));
@@ -246,11 +255,12 @@ sched *sched_new(engine *e, int32_t max_running, int32_t max_waiting, int32_t ch
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->call_done, NULL);
-    if (!s->run || !s->rows || !s->outs || !s->out_req || !s->logits || !s->lsm ||
+    if (!s->run || !s->rows || !s->outs || !s->picks || !s->out_req || !s->logits || !s->lsm ||
         pthread_create(&s->th, NULL, thread_main, s) != 0) {
         free(s->run);
         free(s->rows);
         free(s->outs);
+        free(s->picks);
         free(s->out_req);
         free(s->logits);
         free(s->lsm);
@@ -274,6 +284,7 @@ void sched_free(sched *s, int drain) {
     free(s->run);
     free(s->rows);
     free(s->outs);
+    free(s->picks);
     free(s->out_req);
     free(s->logits);
     free(s->lsm);

@@ -299,7 +299,34 @@ static void distribution_cases(void) {
     draws("+inf logits", inf, V, p, only_inf, 200);
 }
 
+/* which parameters leave a sampler a plain argmax (the engine then brings back ids alone) */
+static void greedy_flag_cases(void) {
+    struct {
+        const char *what;
+        sampler_params p;
+        int greedy;
+    } c[6];
+    for (int i = 0; i < 6; i++) c[i].p = sampler_defaults();
+    c[0].what = "defaults", c[0].greedy = 1;
+    c[1].what = "top-k with temperature 0", c[1].p.top_k = 5, c[1].greedy = 1;
+    c[2].what = "temperature 0.7", c[2].p.temperature = 0.7f, c[2].greedy = 0;
+    c[3].what = "repetition penalty", c[3].p.repetition_penalty = 1.1f, c[3].greedy = 0;
+    c[4].what = "presence penalty", c[4].p.presence_penalty = 0.5f, c[4].greedy = 0;
+    c[5].what = "frequency penalty", c[5].p.frequency_penalty = 0.5f, c[5].greedy = 0;
+    for (int i = 0; i < 6; i++) {
+        char err[128];
+        sampler *s = sampler_new(&c[i].p, 16, err, sizeof err);
+        int g = s ? sampler_is_greedy(s) : -1;
+        check(g == c[i].greedy, c[i].what, 16, g, c[i].greedy);
+        sampler_free(s);
+    }
+    float x[5] = {NAN, 3, 1, 3, 2}, y[5] = {1, 3, NAN, 3, 2};
+    check(sampler_argmax(x, 5) == 0, "sampler_argmax, a NaN first", 5, sampler_argmax(x, 5), 0);
+    check(sampler_argmax(y, 5) == 1, "sampler_argmax, ties", 5, sampler_argmax(y, 5), 1);
+}
+
 int main(void) {
+    greedy_flag_cases();
     exp_cases();
     distribution_cases();
     greedy_cases();

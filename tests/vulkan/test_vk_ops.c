@@ -330,6 +330,87 @@ static void t_get_rows(void) {
     }
 }
 
+/* The greedy rule by its definition: the first index of the largest value, NaNs skipped,
+ * but a NaN first gives 0 (core/sampler.c). */
+static int32_t argmax_ref(const float *x, int64_t n) {
+    if (x[0] != x[0]) return 0;
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return (int32_t)best;
+}
+
+static void t_argmax(void) {
+    static const int64_t widths[] = {1, 3, 4, 1000, 1001, 151936};
+    const int rows = 9;
+    for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+        int64_t n = widths[wi];
+        float *x = malloc((size_t)(rows * n) * sizeof *x);
+        for (int64_t i = 0; i < rows * n; i++) x[i] = frand(-4, 4);
+        float *r;
+        r = x + 1 * n; /* the maximum twice: the first wins */
+        r[n / 3] = 9;
+        r[n - 1] = 9;
+        r = x + 2 * n; /* a NaN first gives 0 */
+        r[0] = NAN;
+        r[n - 1] = 9;
+        r = x + 3 * n; /* NaNs elsewhere never win */
+        for (int64_t i = 1; i < n; i += 2) r[i] = NAN;
+        r = x + 4 * n; /* all -inf: the first */
+        for (int64_t i = 0; i < n; i++) r[i] = -INFINITY;
+        r = x + 5 * n; /* +inf twice, -inf first */
+        r[0] = -INFINITY;
+        r[n / 2] = INFINITY;
+        r[n - 1] = INFINITY;
+        r = x + 6 * n; /* all equal: 0 */
+        for (int64_t i = 0; i < n; i++) r[i] = 1.5f;
+        r = x + 7 * n; /* all NaN: 0 */
+        for (int64_t i = 0; i < n; i++) r[i] = NAN;
+        r = x + 8 * n; /* few values: ties, zeros of both signs, infinities and NaNs mixed */
+        static const float few[] = {1, 2, -1, 0, -0.0f, 2, -INFINITY, INFINITY, NAN};
+        for (int64_t i = 0; i < n; i++) r[i] = few[rand32() % 9];
+        int64_t ne[2] = {rows, n};
+        tt *src = mk_raw(LMH_F32, 2, ne, x, 0), *dst = mk_i32(1, rows, 0, NULL);
+        char what[64];
+        snprintf(what, sizeof what, "argmax n=%lld", (long long)n);
+        if (!run(what, LMH_OP_ARGMAX, dst, src, NULL, NULL, NULL, NULL, NULL)) {
+            check(what, dst, 0); /* vulkan = cpu, bit for bit */
+            size_t bytes;
+            int32_t *got = fetch(dst, 0, &bytes);
+            g_checks++;
+            for (int k = 0; k < rows; k++)
+                if (got[k] != argmax_ref(x + k * n, n)) {
+                    fprintf(stderr, "FAIL %s: row %d gives %d, the definition %d\n", what, k,
+                            got[k], argmax_ref(x + k * n, n));
+                    g_fail++;
+                }
+            free(got);
+        }
+        free(x);
+        free_all();
+    }
+    /* a view that starts off 16 bytes takes the scalar path */
+    float *x = malloc(4 * 1001 * sizeof *x);
+    for (int i = 0; i < 4 * 1001; i++) x[i] = frand(-1, 1);
+    x[1 + 2 * 1000 + 777] = 5;
+    int64_t ne[1] = {4 * 1001};
+    tt *base = mk_raw(LMH_F32, 1, ne, x, 0);
+    tt *v = view(base, 1, LMH_F32, 2, 4, 1000, 0), *dst = mk_i32(1, 4, 0, NULL);
+    if (!run("argmax of an unaligned view", LMH_OP_ARGMAX, dst, v, NULL, NULL, NULL, NULL, NULL)) {
+        check("argmax of an unaligned view", dst, 0);
+        size_t bytes;
+        int32_t *got = fetch(dst, 1, &bytes);
+        g_checks++;
+        if (got[2] != 777) {
+            fprintf(stderr, "FAIL argmax of an unaligned view: row 2 gives %d, not 777\n", got[2]);
+            g_fail++;
+        }
+        free(got);
+    }
+    free(x);
+    free_all();
+}
+
 static void t_matmul(void) {
     /* Tiled products on matrix cores (LMHOST_VK_COOPMAT=1) take f16 operands: each
      * product rounds at 2^-11 relative, so sums of up to 128 agree within about 2e-3. */
@@ -1313,6 +1394,7 @@ int main(int argc, char **argv) {
                      {"elementwise", t_eltwise},
                      {"rope", t_rope},
                      {"copy", t_copy},
+                     {"argmax", t_argmax},
                      {"attention", t_attention},
                      {"moe", t_moe},
                      {"quantized", t_quant},
