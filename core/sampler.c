@@ -178,9 +178,14 @@ static int by_logit_desc(const void *a, const void *b) {
     return x->id - y->id;
 }
 
+/* whether any penalty changes the logits (sampler_is_greedy relies on this being all) */
+static int has_penalties(const sampler_params *p) {
+    return p->repetition_penalty != 1 || p->presence_penalty != 0 || p->frequency_penalty != 0;
+}
+
 static void penalties(sampler *s, float *lg, const int32_t *hist, int32_t n) {
     const sampler_params *p = &s->p;
-    if (p->repetition_penalty == 1 && p->presence_penalty == 0 && p->frequency_penalty == 0) return;
+    if (!has_penalties(p)) return;
     for (int32_t i = 0; i < n; i++)
         if (hist[i] >= 0 && hist[i] < s->vocab) s->counts[hist[i]]++;
     for (int32_t i = 0; i < n; i++) {
@@ -332,8 +337,7 @@ static int32_t sample_plain(sampler *s, const float *lg, int32_t V, float temper
 
 int sampler_is_greedy(const sampler *s) {
     const sampler_params *p = &s->p;
-    return p->temperature == 0 && p->repetition_penalty == 1 && p->presence_penalty == 0 &&
-           p->frequency_penalty == 0;
+    return p->temperature == 0 && !has_penalties(p);
 }
 
 int32_t sampler_sample(sampler *s, float *lg, const int32_t *hist, int32_t n_hist) {
