@@ -75,6 +75,7 @@ enum vk_shader {
     VK_SH_MATMUL_COOP, /* prefill on matrix cores (VK_NV_cooperative_matrix) */
     VK_SH_BW_READ,     /* the memory read bandwidth probe */
     VK_SH_ARGMAX,
+    VK_SH_MATMUL_BIG, /* prefill's f32 tiles of 128 x 128 (matmul_big.comp) */
     VK_SH_COUNT
 };
 
@@ -246,8 +247,9 @@ struct lmh_backend {
     double prof_gap_us;
     /* a batch of at least this many dispatches is submitted as soon as the device is idle */
     int submit_min;
-    uint32_t spin_us;   /* a wait polls its fence this long before it sleeps */
-    uint32_t argmax_wg; /* argmax.comp's workgroup: as wide as the device allows, up to 1024 */
+    uint32_t spin_us;    /* a wait polls its fence this long before it sleeps */
+    uint32_t argmax_wg;  /* argmax.comp's workgroup: as wide as the device allows, up to 1024 */
+    uint32_t matmul_big; /* matmul_big.comp for products of at least this many rows (0: never) */
     /* vk_fuse.c: an op held back to be fused with the next one (with the put-off op its
      * product computes on the fly, and whether it stores that op's result), and the ops
      * put off */

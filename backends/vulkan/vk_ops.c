@@ -316,6 +316,16 @@ static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
         x.spec[2] = dtc(W->dtype);
         x.spec[3] = (uint32_t)vec;
         grid(&x, cdiv((uint64_t)out, b->matvec_nr));
+    } else if (!b->coopmat && b->matmul_big && (uint64_t)rows >= b->matmul_big) {
+        /* f32 tiles of 128 x 128 rather than 64 x 64 once there are rows to fill them: on an
+         * H100 faster even where that leaves half the device without a tile (README) */
+        x.shader = VK_SH_MATMUL_BIG;
+        x.spec[0] = 256;
+        x.spec[2] = dtc(W->dtype);
+        x.spec[3] = (uint32_t)(vec_ok(W, in) && vec_ok(xt, in) && in % 8 == 0);
+        x.groups[0] = cdiv((uint64_t)out, 128);
+        x.groups[1] = cdiv((uint64_t)rows, 128);
+        x.groups[2] = 1;
     } else {
         /* matrix cores where the device has them (f16 operands, f32 sums), else f32 tiles */
         x.shader = b->coopmat ? VK_SH_MATMUL_COOP : VK_SH_MATMUL;

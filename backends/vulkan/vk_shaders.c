@@ -10,6 +10,7 @@
 #include "spv_eltwise.h"
 #include "spv_get_rows.h"
 #include "spv_matmul.h"
+#include "spv_matmul_big.h"
 #include "spv_matmul_coop.h"
 #include "spv_matmul_moe.h"
 #include "spv_matvec.h"
@@ -78,4 +79,5 @@ const vk_spirv vk_shaders[VK_SH_COUNT] = {
     [VK_SH_MATMUL_COOP] = SH(matmul_coop),
     [VK_SH_BW_READ] = SH(bw_read),
     [VK_SH_ARGMAX] = SH(argmax),
+    [VK_SH_MATMUL_BIG] = SH(matmul_big),
 };

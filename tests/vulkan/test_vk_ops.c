@@ -6,7 +6,8 @@
  * windows, rings, soft-cap and GQA, split keys, MoE; MLX-quantized weights of every bit width,
  * group size and scale dtype in get_rows, matmul and moe_matmul) and compares. It does so twice:
  * with the device's subgroup reductions and push descriptors, and with the shared-memory reductions
- * and descriptor pools (LMHOST_VK_NO_SUBGROUP=1, LMHOST_VK_NO_PUSH_DESCRIPTOR=1). Pairs of ops
+ * and descriptor pools (LMHOST_VK_NO_SUBGROUP=1, LMHOST_VK_NO_PUSH_DESCRIPTOR=1); tiled products
+ * in matmul_big.comp's tiles the first time, matmul.comp's the second. Pairs of ops
  * the backend fuses into one dispatch are checked the same way (t_fused), and so are the
  * products decode runs with the norm or SwiGLU before them and the residual add after them
  * computed inside (t_fused_products; t_fused_dispatches counts the dispatches).
@@ -415,10 +416,12 @@ static void t_matmul(void) {
     /* Tiled products on matrix cores (LMHOST_VK_COOPMAT=1) take f16 operands: each
      * product rounds at 2^-11 relative, so sums of up to 128 agree within about 2e-3. */
     const double mm_tol = strstr(g_be[1].api->describe(g_be[1].b), "matrix cores") ? 3e-3 : TOL;
+    /* the last four: matvec's 4-chunk steps, then matmul_big's 16-byte loads (with a last
+     * step of 8 columns) and partial tiles */
     static const int64_t shapes[][3] = {
-        {1, 64, 48},   {1, 37, 19},  {3, 128, 200},  {4, 72, 33},   {2, 24, 9},
-        {5, 64, 130},  {70, 96, 65}, {130, 37, 129}, {1, 256, 513}, {9, 8, 1},
-        {1, 4104, 33}, {3, 2056, 17}}; /* the last two: matvec's 4-chunk steps */
+        {1, 64, 48},   {1, 37, 19},   {3, 128, 200},   {4, 72, 33},    {2, 24, 9},
+        {5, 64, 130},  {70, 96, 65},  {130, 37, 129},  {1, 256, 513},  {9, 8, 1},
+        {1, 4104, 33}, {3, 2056, 17}, {200, 264, 260}, {129, 512, 384}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int w = 0; w < 3; w++)
             for (int bias = 0; bias < 4; bias++) {
@@ -1374,10 +1377,14 @@ int main(int argc, char **argv) {
             unsetenv("LMHOST_VK_ATTN_DECODE");
             /* waits that poll their fence first (a GPU's default), for up to 1 ms */
             setenv("LMHOST_VK_SPIN", "1000", 1);
+            /* every tiled product in matmul.comp's 64 x 64 tiles */
+            setenv("LMHOST_VK_MATMUL_BIG", "0", 1);
         } else {
             /* a GPU's split counts (up to attn_decode's 64) and key loads, 3 at a time */
             setenv("LMHOST_VK_ATTN_WGS", "512", 1);
             setenv("LMHOST_VK_ATTN_DECODE", "3", 1);
+            /* every tiled product in matmul_big.comp's 128 x 128 tiles */
+            setenv("LMHOST_VK_MATMUL_BIG", "1", 1);
         }
         if (g_be[1].api->create(&g_host, &o, &g_be[1].b, err, sizeof err)) {
             printf("SKIP: no Vulkan device: %s\n", err);
