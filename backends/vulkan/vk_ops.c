@@ -9,6 +9,7 @@
 enum { ELT_ADD, ELT_MUL, ELT_SCALE, ELT_SWIGLU, ELT_GEGLU, ELT_SOFTCAP, ELT_SIGMOID_GATE };
 
 #define MATVEC_MAXR     4 /* rows up to which matmuls read the weight as matrix-vector */
+#define MATMUL_BIG_SMEM (2 * 16 * 132 * 4) /* matmul_big's tiles: more than every device has */
 #define QMATVEC_NR      4 /* quantized: 4 columns a workgroup was best of 1..16 on an H100 */
 #define ATTN_WG         128
 #define ATTN_DEC_WG     128 /* attn_decode.comp's workgroup */
@@ -316,7 +317,8 @@ static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
         x.spec[2] = dtc(W->dtype);
         x.spec[3] = (uint32_t)vec;
         grid(&x, cdiv((uint64_t)out, b->matvec_nr));
-    } else if (!b->coopmat && b->matmul_big && (uint64_t)rows >= b->matmul_big) {
+    } else if (!b->coopmat && b->matmul_big && (uint64_t)rows >= b->matmul_big &&
+               b->max_shared >= MATMUL_BIG_SMEM) {
         /* f32 tiles of 128 x 128 rather than 64 x 64 once there are rows to fill them: on an
          * H100 faster even where that leaves half the device without a tile (README) */
         x.shader = VK_SH_MATMUL_BIG;

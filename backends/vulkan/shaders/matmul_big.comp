@@ -1,12 +1,14 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // dst [rows, out] = x [rows, in] W^T (+ bias) for many rows, in larger tiles than
-// matmul.comp: 128 x 128 outputs a workgroup, an 8 x 8 block a thread (64 sums against 16
-// operands read from shared memory: four times matmul.comp's arithmetic a shared read), and
-// the next 16 columns of x and W loaded into registers (16-byte loads where VEC says the
-// rows allow) while the current ones are multiplied. Each sum runs over k in order, one
-// multiply-add a step, as in matmul.comp. For prefill; the host picks it where the product
-// has enough tiles to fill the device.
+// matmul.comp: 128 x 128 outputs a workgroup, 8 rows x 8 outputs a thread (64 sums against
+// 16 operands read from shared memory: four times matmul.comp's arithmetic a shared read),
+// and the next 16 columns of x and W loaded into registers (16-byte loads where VEC says the
+// rows allow) while the current ones are multiplied. A thread's outputs are two runs of 4,
+// half the tile apart, so that the 16 threads reading W's tile read 256 contiguous bytes
+// (8 outputs in a run took two shared-memory passes more a column; prefill 4-7% slower on an
+// H100). Each sum runs over k in order, one multiply-add a step, as in matmul.comp (the same
+// greedy tokens on an H100). For prefill (the host's choice: vk_ops.c).
 layout(constant_id = 0) const uint WG = 256; // must be 256: 16 x 16 threads
 layout(constant_id = 2) const uint WDT = 0;
 layout(constant_id = 3) const uint VEC = 0; // x and W rows start on 16 bytes, in % 8 == 0
@@ -100,8 +102,8 @@ void main() {
         [[unroll]] for (uint c = 0; c < BK; c++) {
             vec4 a0 = xs4[(c * (BM + PAD) + ty * 8u) / 4u];
             vec4 a1 = xs4[(c * (BM + PAD) + ty * 8u) / 4u + 1u];
-            vec4 b0 = ws4[(c * (BN + PAD) + tx * 8u) / 4u];
-            vec4 b1 = ws4[(c * (BN + PAD) + tx * 8u) / 4u + 1u];
+            vec4 b0 = ws4[(c * (BN + PAD) + tx * 4u) / 4u];
+            vec4 b1 = ws4[(c * (BN + PAD) + BN / 2u + tx * 4u) / 4u];
             [[unroll]] for (uint i = 0; i < 8u; i++) {
                 float a = i < 4u ? a0[i] : a1[i - 4u];
                 [[unroll]] for (uint j = 0; j < 4u; j++) {
@@ -115,8 +117,8 @@ void main() {
         uint r = m0 + ty * 8u + i;
         if (r >= pc.rows) break;
         [[unroll]] for (uint j = 0; j < 8u; j++) {
-            uint o = n0 + tx * 8u + j;
-            if (o >= pc.out_) break;
+            uint o = n0 + (j < 4u ? 0u : BN / 2u - 4u) + tx * 4u + j;
+            if (o >= pc.out_) continue;
             float s = acc[i][j];
             if (pc.has_bias != 0u) s += LOADF(BIAS, pc.tbias, pc.oc + o);
             D[pc.od + r * pc.out_ + o] = floatBitsToUint(s);
