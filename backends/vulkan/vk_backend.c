@@ -32,9 +32,9 @@
  * GPUs, 0 on CPU devices). LMHOST_VK_NO_PUSH_DESCRIPTOR=1 uses descriptor pools even where
  * VK_KHR_push_descriptor is available (for tests of that path). LMHOST_VK_MAX_MEMORY=N[K|M|G]
  * caps the device memory it allocates (for tests of running out: an allocation past the cap
- * fails as VK_ERROR_OUT_OF_DEVICE_MEMORY would). LMHOST_VK_MATMUL_BIG=0|1: prefill products never
- * in matmul_big.comp's tiles, or for every product of more than 4 rows (default: from 65 rows
- * on GPUs, never on CPU devices). */
+ * fails as VK_ERROR_OUT_OF_DEVICE_MEMORY would). LMHOST_VK_MATMUL_BIG=0|1|4|8: prefill products
+ * never in matmul_big.comp's tiles, or for every product of more than 4 rows (4, 8: tiles of
+ * 64 or 128 rows whatever the shape; default: from 65 rows on GPUs, never on CPU devices). */
 #include "vk_backend.h"
 
 #include <stdarg.h>
@@ -1566,13 +1566,16 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
                      : 0;
     const VkPhysicalDeviceLimits *lim = &b->props.limits;
     /* matmul_big.comp for more than 64 rows (not on a CPU device, where its 64 sums a
-     * thread ran 4x slower than matmul.comp's 16); LMHOST_VK_MATMUL_BIG=0|1: never, or for
-     * every product of more than MATVEC_MAXR rows (tests) */
+     * thread ran 4x slower than matmul.comp's 16); LMHOST_VK_MATMUL_BIG=0|1|4|8: never, or
+     * for every product of more than MATVEC_MAXR rows (tests), 4 and 8 with that many rows
+     * a thread whatever the shape */
     const char *mb = getenv("LMHOST_VK_MATMUL_BIG");
-    if (mb && *mb)
+    if (mb && *mb) {
         b->matmul_big = atoi(mb) ? 1 : 0;
-    else
+        b->matmul_tm = atoi(mb) == 4 || atoi(mb) == 8 ? (uint32_t)atoi(mb) : 0;
+    } else {
         b->matmul_big = b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 0 : BIG_MIN_ROWS;
+    }
     b->argmax_wg = 1024;
     while (b->argmax_wg > 256 && (b->argmax_wg > lim->maxComputeWorkGroupInvocations ||
                                   b->argmax_wg > lim->maxComputeWorkGroupSize[0] ||

@@ -250,6 +250,7 @@ struct lmh_backend {
     uint32_t spin_us;    /* a wait polls its fence this long before it sleeps */
     uint32_t argmax_wg;  /* argmax.comp's workgroup: as wide as the device allows, up to 1024 */
     uint32_t matmul_big; /* matmul_big.comp for products of at least this many rows (0: never) */
+    uint32_t matmul_tm;  /* and its rows a thread (0: by the product's shape) */
     /* vk_fuse.c: an op held back to be fused with the next one (with the put-off op its
      * product computes on the fly, and whether it stores that op's result), and the ops
      * put off */

@@ -10,7 +10,8 @@ enum { ELT_ADD, ELT_MUL, ELT_SCALE, ELT_SWIGLU, ELT_GEGLU, ELT_SOFTCAP, ELT_SIGM
 
 #define MATVEC_MAXR     4 /* rows up to which matmuls read the weight as matrix-vector */
 #define MATMUL_BIG_SMEM (2 * 16 * 132 * 4) /* matmul_big's tiles: more than every device has */
-#define QMATVEC_NR      4 /* quantized: 4 columns a workgroup was best of 1..16 on an H100 */
+#define BIG_FEW_TILES   128 /* matmul_big's 128-row tiles fewer than this: 64-row tiles */
+#define QMATVEC_NR      4   /* quantized: 4 columns a workgroup was best of 1..16 on an H100 */
 #define ATTN_WG         128
 #define ATTN_DEC_WG     128 /* attn_decode.comp's workgroup */
 #define ATTN_DEC_MAXS   64  /* its splits at most (MAXS there) */
@@ -319,14 +320,17 @@ static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
         grid(&x, cdiv((uint64_t)out, b->matvec_nr));
     } else if (!b->coopmat && b->matmul_big && (uint64_t)rows >= b->matmul_big &&
                b->max_shared >= MATMUL_BIG_SMEM) {
-        /* f32 tiles of 128 x 128 rather than 64 x 64 once there are rows to fill them: on an
-         * H100 faster even where that leaves half the device without a tile (README) */
+        /* f32 tiles of 128 outputs x 128 rows, or 64 rows where 128 would leave a device of
+         * about 128 cores without a tile for each (README, H100) */
+        uint64_t tiles128 = cdiv((uint64_t)out, 128) * cdiv((uint64_t)rows, 128);
+        uint32_t tm = b->matmul_tm ? b->matmul_tm : tiles128 < BIG_FEW_TILES ? 4 : 8;
         x.shader = VK_SH_MATMUL_BIG;
         x.spec[0] = 256;
         x.spec[2] = dtc(W->dtype);
         x.spec[3] = (uint32_t)(vec_ok(W, in) && vec_ok(xt, in) && in % 8 == 0);
+        x.spec[4] = tm;
         x.groups[0] = cdiv((uint64_t)out, 128);
-        x.groups[1] = cdiv((uint64_t)rows, 128);
+        x.groups[1] = cdiv((uint64_t)rows, 16 * tm);
         x.groups[2] = 1;
     } else {
         /* matrix cores where the device has them (f16 operands, f32 sums), else f32 tiles */

@@ -7,7 +7,7 @@
  * group size and scale dtype in get_rows, matmul and moe_matmul) and compares. It does so twice:
  * with the device's subgroup reductions and push descriptors, and with the shared-memory reductions
  * and descriptor pools (LMHOST_VK_NO_SUBGROUP=1, LMHOST_VK_NO_PUSH_DESCRIPTOR=1); tiled products
- * in matmul_big.comp's tiles the first time, matmul.comp's the second. Pairs of ops
+ * in matmul_big.comp's tiles of 128 rows the first time, of 64 the second. Pairs of ops
  * the backend fuses into one dispatch are checked the same way (t_fused), and so are the
  * products decode runs with the norm or SwiGLU before them and the residual add after them
  * computed inside (t_fused_products; t_fused_dispatches counts the dispatches).
@@ -1377,14 +1377,15 @@ int main(int argc, char **argv) {
             unsetenv("LMHOST_VK_ATTN_DECODE");
             /* waits that poll their fence first (a GPU's default), for up to 1 ms */
             setenv("LMHOST_VK_SPIN", "1000", 1);
-            /* every tiled product in matmul.comp's 64 x 64 tiles */
-            setenv("LMHOST_VK_MATMUL_BIG", "0", 1);
+            /* every tiled product in matmul_big.comp's 64-row tiles (matmul.comp's tiles are
+             * what the conformance runs on lavapipe take) */
+            setenv("LMHOST_VK_MATMUL_BIG", "4", 1);
         } else {
             /* a GPU's split counts (up to attn_decode's 64) and key loads, 3 at a time */
             setenv("LMHOST_VK_ATTN_WGS", "512", 1);
             setenv("LMHOST_VK_ATTN_DECODE", "3", 1);
-            /* every tiled product in matmul_big.comp's 128 x 128 tiles */
-            setenv("LMHOST_VK_MATMUL_BIG", "1", 1);
+            /* every tiled product in matmul_big.comp's 128-row tiles */
+            setenv("LMHOST_VK_MATMUL_BIG", "8", 1);
         }
         if (g_be[1].api->create(&g_host, &o, &g_be[1].b, err, sizeof err)) {
             printf("SKIP: no Vulkan device: %s\n", err);
