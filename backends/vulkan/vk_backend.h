@@ -75,7 +75,7 @@ enum vk_shader {
     VK_SH_MATMUL_COOP, /* prefill on matrix cores (VK_NV_cooperative_matrix) */
     VK_SH_BW_READ,     /* the memory read bandwidth probe */
     VK_SH_ARGMAX,
-    VK_SH_MATMUL_BIG, /* prefill's f32 tiles of 128 x 128 (matmul_big.comp) */
+    VK_SH_MATMUL_BIG, /* prefill: f32 tiles of 128 outputs x 64 or 128 rows (matmul_big.comp) */
     VK_SH_COUNT
 };
 
