@@ -75,7 +75,8 @@ enum vk_shader {
     VK_SH_MATMUL_COOP, /* prefill on matrix cores (VK_NV_cooperative_matrix) */
     VK_SH_BW_READ,     /* the memory read bandwidth probe */
     VK_SH_ARGMAX,
-    VK_SH_MATMUL_BIG, /* prefill: f32 tiles of 128 outputs x 64 or 128 rows (matmul_big.comp) */
+    VK_SH_MATMUL_BIG,  /* prefill: f32 tiles of 128 outputs x 64 or 128 rows (matmul_big.comp) */
+    VK_SH_QMATMUL_BIG, /* the same with MLX-quantized weights */
     VK_SH_COUNT
 };
 

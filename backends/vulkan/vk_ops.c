@@ -280,6 +280,25 @@ static int op_argmax(lmh_backend *b, const lmh_op *op) {
     return vk_record(b, &d);
 }
 
+/* Whether a product of `rows` rows goes to matmul_big.comp's tiles; if so, x's shader, tile
+ * height (specialization constant tm_id) and grid are set. */
+static int big_tiles(const lmh_backend *b, vk_dispatch *x, enum vk_shader sh, int tm_id,
+                     int64_t rows, int64_t out) {
+    if (!b->matmul_big || (uint64_t)rows < b->matmul_big || b->max_shared < MATMUL_BIG_SMEM)
+        return 0;
+    /* f32 tiles of 128 outputs x 128 rows, or 64 rows where 128 would leave a device of
+     * about 128 cores without a tile for each (README, H100) */
+    uint64_t tiles128 = cdiv((uint64_t)out, 128) * cdiv((uint64_t)rows, 128);
+    uint32_t tm = b->matmul_tm ? b->matmul_tm : tiles128 < BIG_FEW_TILES ? 4 : 8;
+    x->shader = sh;
+    x->spec[0] = 256;
+    x->spec[tm_id] = tm;
+    x->groups[0] = cdiv((uint64_t)out, 128);
+    x->groups[1] = cdiv((uint64_t)rows, 16 * tm);
+    x->groups[2] = 1;
+    return 1;
+}
+
 /* A matmul's dispatch (not recorded): matrix-vector kernels up to MATVEC_MAXR rows. */
 static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
     const lmh_tensor *xt = op->src[0], *W = op->src[1], *bias = op->src[2];
@@ -302,6 +321,8 @@ static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
             x.spec[1] = QMATVEC_NR;
             x.spec[3] = (uint32_t)vec_ok(xt, in);
             grid(&x, cdiv((uint64_t)out, QMATVEC_NR));
+        } else if (big_tiles(b, &x, VK_SH_QMATMUL_BIG, 6, rows, out)) {
+            x.spec[3] = (uint32_t)(vec_ok(xt, in) && in % 8 == 0);
         } else {
             x.shader = VK_SH_QMATMUL;
             x.spec[0] = 256;
@@ -318,20 +339,9 @@ static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
         x.spec[2] = dtc(W->dtype);
         x.spec[3] = (uint32_t)vec;
         grid(&x, cdiv((uint64_t)out, b->matvec_nr));
-    } else if (!b->coopmat && b->matmul_big && (uint64_t)rows >= b->matmul_big &&
-               b->max_shared >= MATMUL_BIG_SMEM) {
-        /* f32 tiles of 128 outputs x 128 rows, or 64 rows where 128 would leave a device of
-         * about 128 cores without a tile for each (README, H100) */
-        uint64_t tiles128 = cdiv((uint64_t)out, 128) * cdiv((uint64_t)rows, 128);
-        uint32_t tm = b->matmul_tm ? b->matmul_tm : tiles128 < BIG_FEW_TILES ? 4 : 8;
-        x.shader = VK_SH_MATMUL_BIG;
-        x.spec[0] = 256;
+    } else if (!b->coopmat && big_tiles(b, &x, VK_SH_MATMUL_BIG, 4, rows, out)) {
         x.spec[2] = dtc(W->dtype);
         x.spec[3] = (uint32_t)(vec_ok(W, in) && vec_ok(xt, in) && in % 8 == 0);
-        x.spec[4] = tm;
-        x.groups[0] = cdiv((uint64_t)out, 128);
-        x.groups[1] = cdiv((uint64_t)rows, 16 * tm);
-        x.groups[2] = 1;
     } else {
         /* matrix cores where the device has them (f16 operands, f32 sums), else f32 tiles */
         x.shader = b->coopmat ? VK_SH_MATMUL_COOP : VK_SH_MATMUL;

@@ -30,6 +30,7 @@
 #include "spv_moe_sort.h"
 #include "spv_qget_rows.h"
 #include "spv_qmatmul.h"
+#include "spv_qmatmul_big.h"
 #include "spv_qmatmul_moe.h"
 #include "spv_qmatvec.h"
 #include "spv_qmatvec_moe.h"
@@ -80,4 +81,5 @@ const vk_spirv vk_shaders[VK_SH_COUNT] = {
     [VK_SH_BW_READ] = SH(bw_read),
     [VK_SH_ARGMAX] = SH(argmax),
     [VK_SH_MATMUL_BIG] = SH(matmul_big),
+    [VK_SH_QMATMUL_BIG] = SH(qmatmul_big),
 };

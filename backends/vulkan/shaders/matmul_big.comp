@@ -10,12 +10,25 @@
 // shared-memory passes more a column; prefill 4-7% slower on an H100). Each sum runs over k
 // in order, one multiply-add a step, as in matmul.comp (the same greedy tokens on an H100).
 // For prefill (the host's choice: vk_ops.c).
+// With QUANT, W is MLX-quantized (quant.glsl): each thread dequantizes 8 codes of a row a
+// step (two 4-code windows of one or two 32-bit loads, one scale and bias: a step's 16 values
+// of a row share a group), as qmatmul.comp does 4, with the same arithmetic.
 layout(constant_id = 0) const uint WG = 256; // must be 256: 16 x 16 threads
+layout(constant_id = 3) const uint VEC = 0; // x (and W) rows start on 16 bytes, in % 8 == 0
+#ifdef QUANT
+layout(constant_id = 2) const uint SDT = 0;
+layout(constant_id = 4) const uint BITS = 4;
+layout(constant_id = 5) const uint GROUP = 64;
+layout(constant_id = 6) const uint TM = 8; // rows a thread: 8, or 4 (tiles of 64 rows)
+#else
 layout(constant_id = 2) const uint WDT = 0;
-layout(constant_id = 3) const uint VEC = 0; // x and W rows start on 16 bytes, in % 8 == 0
-layout(constant_id = 4) const uint TM = 8;  // rows a thread: 8, or 4 (tiles of 64 rows)
+layout(constant_id = 4) const uint TM = 8; // rows a thread: 8, or 4 (tiles of 64 rows)
+#endif
 layout(local_size_x_id = 0) in;
 #include "common.glsl"
+#ifdef QUANT
+#include "quant.glsl"
+#endif
 
 const uint BM = 16u * TM; // rows a tile
 #define BN 128
@@ -36,6 +49,13 @@ layout(push_constant) uniform PC {
     uint rows;
     uint has_bias;
     uint tbias;
+#ifdef QUANT
+    uint pad_[4]; // where matmul.comp has its MoE words
+    uint wpr;     // words per weight row
+    uint gpr;     // groups per weight row
+    uint sc;      // word offsets of the scales and biases from the tensor's start
+    uint bi;
+#endif
 } pc;
 
 // the tiles, k-major: xs[k][row], ws[k][output]
@@ -59,6 +79,21 @@ void load_x(uint r, uint k, out float xv[8]) {
 }
 
 // Eight values of W row n from column k on: two threads to a row of W's tile.
+#ifdef QUANT
+// (k < in, a multiple of 8; in is a multiple of 32, so the 8 values are in one group)
+void load_w(uint n, uint k, out float wv[8]) {
+    bool nok = n < pc.out_;
+    uint wrow = nok ? n : 0u, wat = pc.ob + wrow * pc.wpr, g = wrow * pc.gpr + k / GROUP;
+    float s = QSB(W, pc.ob + pc.sc, g), b = QSB(W, pc.ob + pc.bi, g);
+    [[unroll]] for (uint h = 0; h < 2u; h++) {
+        uint bit = (k + h * 4u) * BITS, sh = bit & 31u;
+        uint word = W[wat + (bit >> 5)] >> sh;
+        if (sh + 4u * BITS > 32u) word |= W[wat + (bit >> 5) + 1u] << (32u - sh);
+        [[unroll]] for (uint i = 0; i < 4u; i++)
+            wv[h * 4u + i] = nok ? s * float((word >> (i * BITS)) & QMASK) + b : 0.0;
+    }
+}
+#else
 void load_w(uint n, uint k, out float wv[8]) {
     bool nok = n < pc.out_;
     if (VEC != 0u && k + 8u <= pc.in_) {
@@ -81,6 +116,7 @@ void load_w(uint n, uint k, out float wv[8]) {
             wv[e] = nok && k + e < pc.in_ ? LOADF(W, WDT, pc.ob + n * pc.in_ + k + e) : 0.0;
     }
 }
+#endif
 
 void main() {
     uint l = gl_LocalInvocationID.x;
