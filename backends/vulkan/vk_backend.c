@@ -1571,8 +1571,9 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
      * a thread whatever the shape */
     const char *mb = getenv("LMHOST_VK_MATMUL_BIG");
     if (mb && *mb) {
-        b->matmul_big = atoi(mb) ? 1 : 0;
-        b->matmul_tm = atoi(mb) == 4 || atoi(mb) == 8 ? (uint32_t)atoi(mb) : 0;
+        int v = atoi(mb);
+        b->matmul_big = v ? 1 : 0;
+        b->matmul_tm = v == 4 || v == 8 ? (uint32_t)v : 0;
     } else {
         b->matmul_big = b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 0 : BIG_MIN_ROWS;
     }
