@@ -118,15 +118,22 @@ static void sampling_times(const float *lg, int32_t V) {
 int cli_bench(int argc, char **argv) {
     model_args a = {0};
     const char *prompt_s = NULL, *gen_s = NULL, *chunk_s = NULL;
-    int help = 0, no_bw = 0;
-    cli_opt opts[] = {{"--model", &a.model, NULL, 0}, {"--prompt", &prompt_s, NULL, 0},
-                      {"--gen", &gen_s, NULL, 0},     MODEL_ARG_OPTS(a),
-                      {"--chunk", &chunk_s, NULL, 0}, {"--no-bandwidth", NULL, &no_bw, 0},
-                      {"--help", NULL, &help, 0},     {0}};
+    int help = 0, no_bw = 0, no_overlap = 0;
+    cli_opt opts[] = {{"--model", &a.model, NULL, 0},
+                      {"--prompt", &prompt_s, NULL, 0},
+                      {"--gen", &gen_s, NULL, 0},
+                      MODEL_ARG_OPTS(a),
+                      {"--chunk", &chunk_s, NULL, 0},
+                      {"--no-bandwidth", NULL, &no_bw, 0},
+                      {"--no-overlap", NULL, &no_overlap, 0},
+                      {"--help", NULL, &help, 0},
+                      {0}};
     if (cli_parse(argc, argv, opts)) return 2;
     if (help) {
         printf("usage: lmhost bench --model DIR [--prompt N] [--gen N] [--chunk N] "
-               "[--no-bandwidth] " MODEL_ARG_HELP "\n");
+               "[--no-bandwidth] [--no-overlap] " MODEL_ARG_HELP "\n"
+               "--no-overlap: each decode step waits for its pick before the next one is "
+               "enqueued\n");
         return 0;
     }
     int64_t n_prompt = 128, n_gen = 32, chunk = 512, threads = 0;
@@ -165,16 +172,25 @@ int cli_bench(int argc, char **argv) {
     engine_get_stats(e, &s1);
 
     double t1 = now();
-    /* greedy, as generate and the server decode it: each step brings back its pick alone,
-     * the last one its logits too (for the sampling times below) */
-    int32_t next = sampler_sample(smp, lg, NULL, 0);
-    for (int64_t i = 0; i < n_gen; i++) {
+    /* greedy, as generate decodes it: each step is enqueued before the pick of the one
+     * before it is read (its tokens are those picks, on the device), and brings back its
+     * pick alone; the last step runs by itself and brings its logits too (for the sampling
+     * times below) */
+    int32_t next = sampler_sample(smp, lg, NULL, 0), out0 = 0;
+    for (int64_t i = 0; i + 1 < n_gen; i++) {
         engine_row row = {.seq = 1, .token = next};
-        int32_t out0 = 0;
-        if (engine_step(e, &row, 1, &out0, 1, i + 1 == n_gen ? lg : NULL, &next, err, sizeof err)) {
+        if (no_overlap ? engine_step(e, &row, 1, &out0, 1, NULL, &next, err, sizeof err)
+                       : engine_step_start(e, &row, 1, &out0, 1, i > 0, err, sizeof err) ||
+                             (i > 0 && engine_step_finish(e, &next, 1, err, sizeof err) != 1)) {
             fprintf(stderr, "lmhost: %s\n", err);
             goto out;
         }
+    }
+    engine_row row = {.seq = 1, .token = next};
+    if ((!no_overlap && n_gen > 1 && engine_step_finish(e, &row.token, 1, err, sizeof err) != 1) ||
+        engine_step(e, &row, 1, &out0, 1, lg, &next, err, sizeof err)) {
+        fprintf(stderr, "lmhost: %s\n", err);
+        goto out;
     }
     double t_decode = now() - t1;
     engine_get_stats(e, &s2);

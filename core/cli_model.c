@@ -341,28 +341,41 @@ int cli_generate(int argc, char **argv) {
         memcpy(hist, ids, (size_t)n * sizeof *hist);
         int32_t nh = n;
         rc = 0;
-        /* a greedy sampler needs no logits: each step brings back its pick (next) alone */
+        /* A greedy sampler needs no logits: each step brings back its pick alone, and the
+         * next step is enqueued before that pick is read (its token is the pick, on the
+         * device); a step started past the end is finished and taken back. */
         int greedy = sampler_is_greedy(s);
-        int32_t next = -1;
+        int32_t tok, out0 = 0, started = 0;
         printf("{\"tokens\": [");
         for (int64_t t = 0; t < maxn; t++) {
-            int32_t tok = next >= 0 ? next : sampler_sample(s, lg, hist, nh);
+            if (t == 0 || !greedy) {
+                tok = sampler_sample(s, lg, hist, nh);
+            } else {
+                if (engine_step_finish(e, &tok, 1, err, sizeof err) != 1) goto failed;
+                started--;
+            }
             hist[nh++] = tok;
             printf("%s%d", t ? ", " : "", tok);
             int stop = 0;
             for (int32_t i = 0; i < n_eos; i++) stop |= tok == eos[i];
             if (stop || t + 1 == maxn) break;
-            /* one incremental decode step against the cache */
+            /* the step after this token; greedy, also the one after the next token */
             engine_row row = {.seq = 1, .token = tok};
-            int32_t out0 = 0;
-            if (engine_step(e, &row, 1, &out0, 1, greedy ? NULL : lg, greedy ? &next : NULL, err,
-                            sizeof err)) {
-                fprintf(stderr, "lmhost: %s\n", err);
-                rc = 1;
-                break;
+            if (greedy ? (!started && engine_step_start(e, &row, 1, &out0, 1, 0, err, sizeof err))
+                       : engine_step(e, &row, 1, &out0, 1, lg, NULL, err, sizeof err))
+                goto failed;
+            started += greedy && !started;
+            if (greedy && t + 2 < maxn) {
+                if (engine_step_start(e, &row, 1, &out0, 1, 1, err, sizeof err)) goto failed;
+                started++;
             }
+            continue;
+        failed:
+            fprintf(stderr, "lmhost: %s\n", err);
+            rc = 1;
+            break;
         }
-        printf("]}\n");
+        printf("]}\n"); /* a step started past the stop ends with the engine */
     }
     sampler_free(s);
     free(lg);

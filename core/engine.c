@@ -41,6 +41,14 @@ struct lmh_fwd {
     char err[512];
 };
 
+/* A step started by engine_step_start whose picks the caller has not taken yet. */
+typedef struct pend_step {
+    htensor *ids;    /* the picks on the output backend (NULL: already on the host) */
+    int32_t *host;   /* the picks on the host, when they were read at once */
+    int32_t n;       /* output rows */
+    uint64_t ticket; /* the output backend's download_start, 0 for none */
+} pend_step;
+
 struct engine {
     const registry *reg;
     model_dir *md;
@@ -65,6 +73,8 @@ struct engine {
     int n_seqs;
     char chain[512];
     char cache_format[32];
+    pend_step pend[ENGINE_MAX_PENDING]; /* started steps, oldest first */
+    int n_pend;
 };
 
 static int slot_of(const engine *e, int32_t layer) {
@@ -804,8 +814,19 @@ static void free_caches(engine *e) {
     }
 }
 
+static void pend_free(engine *e, pend_step *p) {
+    if (p->ticket) { /* the backend's copy ends with its wait */
+        int so = e->output_slot;
+        e->slots[so].api->download_wait(e->slots[so].b, p->ticket, NULL, 0);
+    }
+    if (p->ids) pl_free(e->slots, p->ids);
+    free(p->host);
+    memset(p, 0, sizeof *p);
+}
+
 void engine_close(engine *e) {
     if (!e) return;
+    for (int i = 0; i < e->n_pend; i++) pend_free(e, &e->pend[i]);
     free_caches(e);
     if (e->model) e->arch->unload(e->model);
     for (int i = e->n_weights - 1; i >= 0; i--) pl_free(e->slots, e->weights[i]);
@@ -1076,33 +1097,49 @@ static lmh_tensor *input_tensor(engine *e, lmh_fwd *f, lmh_dtype dt, int64_t n, 
     return t;
 }
 
-/* The greedy picks of the step's output rows on the backend that holds the logits; 1 where
- * it does not run LMH_OP_ARGMAX (nothing done), 0 done, -1 failed (err set). */
-static int device_picks(engine *e, lmh_fwd *f, lmh_tensor *logits, int32_t n_out, int32_t *ids,
+/* The greedy picks of the step's output rows, made by LMH_OP_ARGMAX on the backend that
+ * holds the logits, into *out (a tensor there, which the caller frees). 1 where that backend
+ * does not run it (nothing done), 0 done, -1 failed (err set). */
+static int device_picks(engine *e, lmh_fwd *f, lmh_tensor *logits, int32_t n_out, htensor **out,
                         char *err, size_t err_len) {
     int so = e->output_slot;
     int64_t ne[1] = {n_out};
-    lmh_tensor *t = host_fwd_tensor(f, LMH_LAYER_OUTPUT, LMH_I32, 1, ne);
+    htensor *t = pl_new(e->slots, so, LMH_I32, 1, ne, 0);
     lmh_tensor *pl = t ? pl_on(e->slots, HT(logits), so, 0) : NULL;
-    lmh_tensor *pi = pl ? pl_on(e->slots, HT(t), so, 1) : NULL;
-    if (!pi) return 1; /* the logits path says what is wrong, if anything */
+    lmh_tensor *pi = pl ? pl_on(e->slots, t, so, 1) : NULL;
     lmh_op op = {.code = LMH_OP_ARGMAX, .dst = pi, .src = {pl}};
-    if (!e->slots[so].api->supports(e->slots[so].b, &op)) return 1;
-    lmh_op hop = {.code = LMH_OP_ARGMAX, .dst = t, .src = {logits}};
-    if (host_fwd_op(f, LMH_LAYER_OUTPUT, &hop) != LMH_OK ||
-        e->slots[so].api->download(e->slots[so].b, pi, 0, ids, (size_t)n_out * sizeof *ids)) {
-        errf(err, err_len, "picking the next tokens failed%s%s", f->failed ? ": " : "",
-             f->failed ? f->err : "");
+    if (!pi || !e->slots[so].api->supports(e->slots[so].b, &op)) {
+        if (t) pl_free(e->slots, t);
+        return 1; /* the logits path says what is wrong, if anything */
+    }
+    lmh_op hop = {.code = LMH_OP_ARGMAX, .dst = &t->pub, .src = {logits}};
+    if (host_fwd_op(f, LMH_LAYER_OUTPUT, &hop) != LMH_OK) {
+        errf(err, err_len, "picking the next tokens failed: %s", f->err);
+        pl_free(e->slots, t);
         return -1;
     }
+    *out = t;
     return 0;
 }
 
-int engine_step(engine *e, const engine_row *rows, int32_t n_rows, const int32_t *out_rows,
-                int32_t n_out, float *logits, int32_t *ids, char *err, size_t err_len) {
+static int has_download_start(const lmh_backend_api *api) {
+    return api->size >= offsetof(lmh_backend_api, download_wait) + sizeof api->download_wait &&
+           api->download_start && api->download_wait;
+}
+
+/* A step, as engine_step describes, or as engine_step_start does with `later` (its picks
+ * left on the device, their copy to the host started) and, with `chain`, the tokens of the
+ * rows being that started step's picks. */
+static int run_step(engine *e, const engine_row *rows, int32_t n_rows, const int32_t *out_rows,
+                    int32_t n_out, float *logits, int32_t *ids, pend_step *later,
+                    const pend_step *chain, char *err, size_t err_len) {
     if (n_rows <= 0) return errf(err, err_len, "empty step");
+    if (chain && chain->n != n_rows)
+        return errf(err, err_len, "a chained step of %d rows after a step of %d picks", n_rows,
+                    chain->n);
     lmh_fwd f = {.e = e};
     float *host_logits = NULL;
+    htensor *picks = NULL;
     int32_t *tok = malloc((size_t)n_rows * sizeof *tok);
     int32_t *pos = malloc((size_t)n_rows * sizeof *pos);
     f.segs = malloc((size_t)n_rows * sizeof *f.segs);
@@ -1112,11 +1149,11 @@ int engine_step(engine *e, const engine_row *rows, int32_t n_rows, const int32_t
         goto done;
     }
     for (int32_t i = 0; i < n_rows; i++) {
-        if (rows[i].token < 0 || rows[i].token >= e->vocab) {
+        if (!chain && (rows[i].token < 0 || rows[i].token >= e->vocab)) {
             errf(err, err_len, "token id %d out of range (vocabulary %d)", rows[i].token, e->vocab);
             goto done;
         }
-        tok[i] = rows[i].token;
+        tok[i] = chain ? (chain->ids ? 0 : chain->host[i]) : rows[i].token;
         if (i == 0 || rows[i].seq != rows[i - 1].seq) {
             for (int s = 0; s < f.n_segs; s++)
                 if (f.segs[s].seq == rows[i].seq) {
@@ -1146,7 +1183,9 @@ int engine_step(engine *e, const engine_row *rows, int32_t n_rows, const int32_t
         }
 
     lmh_batch b = {.n_rows = n_rows, .n_out = n_out};
-    b.tokens = input_tensor(e, &f, LMH_I32, n_rows, tok);
+    /* chained: the embedding reads the picks where they are (copied on use if the first
+     * layer sits on another backend) */
+    b.tokens = chain && chain->ids ? &chain->ids->pub : input_tensor(e, &f, LMH_I32, n_rows, tok);
     b.positions = input_tensor(e, &f, LMH_I32, n_rows, pos);
     f.positions = b.positions ? HT(b.positions) : NULL;
     b.out_rows = input_tensor(e, &f, LMH_I32, n_out, out_rows);
@@ -1163,10 +1202,35 @@ int engine_step(engine *e, const engine_row *rows, int32_t n_rows, const int32_t
         for (int s = 0; s < f.n_segs; s++) engine_seq_trim(e, f.segs[s].seq, pos[f.segs[s].r0]);
         goto done;
     }
+    int so = e->output_slot;
+    const pl_slot *sl = &e->slots[so];
+    if (later) {
+        *later = (pend_step){.n = n_out};
+        ids = later->host = malloc((size_t)(n_out ? n_out : 1) * sizeof *ids);
+        if (!ids) {
+            errf(err, err_len, "out of memory");
+            goto done;
+        }
+    }
     if (ids && !logits && n_out > 0) {
-        int dp = device_picks(e, &f, b.logits, n_out, ids, err, err_len);
-        if (dp <= 0) {
-            rc = dp;
+        int dp = device_picks(e, &f, b.logits, n_out, &picks, err, err_len);
+        if (dp < 0) goto done;
+        if (dp == 0) {
+            lmh_tensor *pi = picks->phys[so];
+            size_t nb = (size_t)n_out * sizeof *ids;
+            int st = LMH_EUNSUPPORTED;
+            if (later && has_download_start(sl->api) &&
+                (st = sl->api->download_start(sl->b, pi, 0, nb, &later->ticket)) == LMH_OK) {
+                later->ids = picks; /* read at engine_step_finish */
+                free(later->host);
+                later->host = NULL;
+                picks = NULL;
+            } else if ((st != LMH_OK && st != LMH_EUNSUPPORTED) ||
+                       sl->api->download(sl->b, pi, 0, ids, nb) != 0) {
+                errf(err, err_len, "reading the next tokens back failed");
+                goto done;
+            }
+            rc = 0;
             goto done;
         }
         /* the backend has no argmax: the logits come back and the host picks */
@@ -1176,11 +1240,9 @@ int engine_step(engine *e, const engine_row *rows, int32_t n_rows, const int32_t
         }
     }
     float *lg = logits ? logits : host_logits;
-    int so = e->output_slot;
     lmh_tensor *pl = pl_on(e->slots, HT(b.logits), so, 0);
-    if (lg && (!pl ||
-               e->slots[so].api->download(e->slots[so].b, pl, 0, lg,
-                                          (size_t)n_out * (size_t)e->vocab * sizeof(float)) != 0)) {
+    if (lg && (!pl || sl->api->download(sl->b, pl, 0, lg,
+                                        (size_t)n_out * (size_t)e->vocab * sizeof(float)) != 0)) {
         errf(err, err_len, "reading logits back failed");
         goto done;
     }
@@ -1188,6 +1250,11 @@ int engine_step(engine *e, const engine_row *rows, int32_t n_rows, const int32_t
         ids[k] = sampler_argmax(lg + (size_t)k * (size_t)e->vocab, e->vocab);
     rc = 0;
 done:
+    if (rc && later) {
+        free(later->host);
+        *later = (pend_step){0};
+    }
+    if (picks) pl_free(e->slots, picks);
     free(host_logits);
     /* Views before the tensors they view: free in reverse order of creation. */
     for (int i = f.n_tmp - 1; i >= 0; i--) pl_free(e->slots, f.tmp[i]);
@@ -1198,11 +1265,50 @@ done:
     return rc;
 }
 
+int engine_step(engine *e, const engine_row *rows, int32_t n_rows, const int32_t *out_rows,
+                int32_t n_out, float *logits, int32_t *ids, char *err, size_t err_len) {
+    return run_step(e, rows, n_rows, out_rows, n_out, logits, ids, NULL, NULL, err, err_len);
+}
+
+int engine_step_start(engine *e, const engine_row *rows, int32_t n_rows, const int32_t *out_rows,
+                      int32_t n_out, int chain, char *err, size_t err_len) {
+    if (e->n_pend == ENGINE_MAX_PENDING)
+        return errf(err, err_len, "%d steps are started and not finished", e->n_pend);
+    if (chain && !e->n_pend) return errf(err, err_len, "no started step to chain to");
+    pend_step p;
+    if (run_step(e, rows, n_rows, out_rows, n_out, NULL, NULL, &p,
+                 chain ? &e->pend[e->n_pend - 1] : NULL, err, err_len))
+        return -1;
+    e->pend[e->n_pend++] = p;
+    return 0;
+}
+
+int32_t engine_step_finish(engine *e, int32_t *ids, int32_t n_ids, char *err, size_t err_len) {
+    if (!e->n_pend) return errf(err, err_len, "no started step to finish");
+    pend_step *p = &e->pend[0];
+    int32_t n = p->n < n_ids ? p->n : n_ids;
+    int rc = 0;
+    if (p->ticket) {
+        int so = e->output_slot;
+        rc = e->slots[so].api->download_wait(e->slots[so].b, p->ticket, ids,
+                                             (size_t)n * sizeof *ids);
+        p->ticket = 0;
+        if (rc) errf(err, err_len, "reading the next tokens back failed");
+    } else if (n > 0) {
+        memcpy(ids, p->host, (size_t)n * sizeof *ids);
+    }
+    n = p->n;
+    pend_free(e, p);
+    memmove(&e->pend[0], &e->pend[1], (size_t)--e->n_pend * sizeof e->pend[0]);
+    return rc ? -1 : n;
+}
+
 int engine_seq_count(const engine *e) {
     return e->n_seqs;
 }
 
 int engine_swap_backend(engine *e, const char *name, char *err, size_t err_len) {
+    if (e->n_pend) return errf(err, err_len, "%d started steps are not finished", e->n_pend);
     if (e->n_slots != 1)
         return errf(err, err_len, "a model split over backends (--gpu-layers) cannot move");
     if (e->n_seqs) return errf(err, err_len, "%d sequences are still running", e->n_seqs);

@@ -76,4 +76,18 @@ int engine_swap_backend(engine *e, const char *name, char *err, size_t err_len);
 int engine_step(engine *e, const engine_row *rows, int32_t n_rows, const int32_t *out_rows,
                 int32_t n_out, float *logits, int32_t *ids, char *err, size_t err_len);
 
+/* Greedy decoding without a host round trip between steps. engine_step_start enqueues a step
+ * as engine_step does with ids and no logits, and returns before the picks are known; with
+ * `chain`, each row's token is output i of the step started just before (rows[i].token is
+ * ignored; that step had n_rows outputs), so the device goes from one step to the next while
+ * the host reads the earlier picks. engine_step_finish waits for the oldest started step's
+ * picks, writes up to n_ids of them and returns how many it had (-1 on error). At most
+ * ENGINE_MAX_PENDING steps are outstanding; a step started past a stop (EOS) is finished
+ * and its position trimmed (engine_seq_trim) by the caller. Where the backend cannot copy
+ * without waiting, the picks are read at start and nothing overlaps. */
+#define ENGINE_MAX_PENDING 2
+int engine_step_start(engine *e, const engine_row *rows, int32_t n_rows, const int32_t *out_rows,
+                      int32_t n_out, int chain, char *err, size_t err_len);
+int32_t engine_step_finish(engine *e, int32_t *ids, int32_t n_ids, char *err, size_t err_len);
+
 #endif

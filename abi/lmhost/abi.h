@@ -15,7 +15,9 @@ extern "C" {
 #endif
 
 #define LMH_ABI_MAJOR 1
-#define LMH_ABI_MINOR 2 /* 1: lmh_backend_api.read_bandwidth; 2: LMH_OP_ARGMAX */
+#define LMH_ABI_MINOR                                                                              \
+    3 /* 1: lmh_backend_api.read_bandwidth; 2: LMH_OP_ARGMAX;                                      \
+       * 3: lmh_backend_api.download_start, download_wait */
 
 /* Every plugin exports this symbol (C linkage, default visibility). */
 #define LMH_PLUGIN_ENTRY_NAME "lmhost_plugin_entry"

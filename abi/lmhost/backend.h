@@ -94,6 +94,18 @@ typedef struct lmh_backend_api {
      * decode with it. It frees what it allocated before returning. May be NULL (or absent
      * by size): the host then measures its own memory where the backend is the CPU's. */
     int (*read_bandwidth)(lmh_backend *b, double *bytes_per_s);
+
+    /* (ABI 1.3) A download that does not wait: download_start records a device -> host copy
+     * of n bytes at `offset` of t, ordered after the ops enqueued so far, hands the device
+     * what is recorded and returns at once with a ticket; download_wait waits for that copy
+     * alone, not for ops enqueued after it, writes the n bytes to dst and ends the ticket.
+     * Every ticket is waited for once, in any order. With it the host enqueues the next
+     * decode step, whose tokens are this step's picks on the device, before it reads them.
+     * download_start returns LMH_EUNSUPPORTED (no ticket) when it holds as many copies as it
+     * can (at least 2); both may be NULL (or absent by size): the host then downloads. */
+    int (*download_start)(lmh_backend *b, const lmh_tensor *t, size_t offset, size_t n,
+                          uint64_t *ticket);
+    int (*download_wait)(lmh_backend *b, uint64_t ticket, void *dst, size_t n);
 } lmh_backend_api;
 
 #ifdef __cplusplus

@@ -671,14 +671,19 @@ static vk_batch *batch_begin(lmh_backend *b) {
     return bt;
 }
 
-static int wait_all(lmh_backend *b) {
+/* Submits what is recorded and waits for the batches up to `serial`. */
+static int wait_for(lmh_backend *b, uint64_t serial) {
     int rc = submit(b);
-    int rc2 = wait_upto(b, b->serial);
+    int rc2 = wait_upto(b, serial);
     if (!rc && !rc2 && b->validation_errors) {
         b->validation_errors = 0;
         return LMH_EINTERNAL; /* LMHOST_VK_VALIDATE: the layer found an error */
     }
     return rc ? rc : rc2 ? rc2 : b->err;
+}
+
+static int wait_all(lmh_backend *b) {
+    return wait_for(b, b->serial);
 }
 
 static VkDescriptorSet alloc_set(lmh_backend *b, vk_batch *bt) {
@@ -1154,6 +1159,65 @@ static int vk_download(lmh_backend *b, const lmh_tensor *x, size_t off, void *ds
     vk_fuse_access(b, VT(x), 0);
     int rc = b->err ? b->err : vk_fuse_take_err(b);
     if (!rc) rc = download_locked(b, VT(x), off, dst, n);
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
+/* A download that does not wait (backend.h): the copy goes into the batch being recorded,
+ * which is submitted at once, so that the device has the whole step while the host records
+ * the next one; download_wait then waits for that batch alone. */
+static int vk_download_start(lmh_backend *b, const lmh_tensor *x, size_t off, size_t n,
+                             uint64_t *ticket) {
+    if (!x || !ticket || lmh_dtype_is_quant(x->dtype) || off > VT(x)->bytes ||
+        n > VT(x)->bytes - off)
+        return LMH_EINVAL;
+    pthread_mutex_lock(&b->mu);
+    vk_fuse_access(b, VT(x), 0);
+    int rc = b->err ? b->err : vk_fuse_take_err(b);
+    struct vk_read *rs = NULL;
+    for (int i = 0; !rc && !rs && i < VK_NREAD; i++)
+        if (!b->reads[i].ticket) rs = &b->reads[i];
+    if (!rc && !rs) rc = LMH_EUNSUPPORTED; /* the host downloads instead */
+    if (!rc && n > rs->buf.size) {
+        hostbuf_free(b, &rs->buf); /* free: its last copy was waited for */
+        VkDeviceSize sz = 4096;
+        while (sz < n) sz *= 2;
+        rc = hostbuf_new(b, &rs->buf, sz, 1);
+    }
+    vk_batch *bt = rc ? NULL : batch_begin(b);
+    if (!rc && !bt) rc = b->err ? b->err : LMH_EIO;
+    if (!rc && n) {
+        const vk_tensor *t = VT(x);
+        vk_range rd = {t->a->blk, (t->off + off) & ~(VkDeviceSize)15,
+                       (t->off + off + n + 15) & ~(VkDeviceSize)15};
+        rc = track(b, bt, &rd, 1, NULL, 0, 1);
+        if (!rc) {
+            VkBufferCopy c = {t->off + off, 0, n};
+            vkCmdCopyBuffer(bt->cb, t->a->blk->buf, rs->buf.buf, 1, &c);
+            if (b->step_cur.copies < 255) b->step_cur.copies++;
+            t->a->last_use = bt->serial;
+        }
+    }
+    if (!rc) {
+        rs->serial = bt->serial;
+        rs->n = n;
+        rs->ticket = *ticket = ++b->last_ticket;
+        rc = submit(b);
+    }
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
+static int vk_download_wait(lmh_backend *b, uint64_t ticket, void *dst, size_t n) {
+    pthread_mutex_lock(&b->mu);
+    struct vk_read *rs = NULL;
+    for (int i = 0; ticket && !rs && i < VK_NREAD; i++)
+        if (b->reads[i].ticket == ticket) rs = &b->reads[i];
+    int rc = !rs || n > rs->n || (n && !dst) ? LMH_EINVAL : LMH_OK;
+    /* what was recorded since (the next step) goes to the device before the host blocks */
+    if (!rc) rc = wait_for(b, rs->serial);
+    if (!rc && n) memcpy(dst, rs->buf.map, n);
+    if (rs) rs->ticket = 0; /* ended, whatever happened */
     pthread_mutex_unlock(&b->mu);
     return rc;
 }
@@ -1856,6 +1920,7 @@ static void vk_destroy(lmh_backend *b) {
         if (b->layout) vkDestroyPipelineLayout(b->dev, b->layout, NULL);
         if (b->dsl) vkDestroyDescriptorSetLayout(b->dev, b->dsl, NULL);
         hostbuf_free(b, &b->readback);
+        for (int i = 0; i < VK_NREAD; i++) hostbuf_free(b, &b->reads[i].buf);
         for (int i = 0; i < b->nblocks; i++) block_destroy(b, b->blocks[i]);
         vkDestroyDevice(b->dev, NULL);
     }
@@ -1908,6 +1973,8 @@ static const lmh_backend_api api = {
     .memory = vk_memory,
     .tensor_quant = vk_tensor_quant,
     .read_bandwidth = vk_read_bandwidth,
+    .download_start = vk_download_start,
+    .download_wait = vk_download_wait,
 };
 
 static const lmh_plugin_info info = {

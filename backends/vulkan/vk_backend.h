@@ -14,6 +14,7 @@
 #define VK_PC_WORDS 32 /* 128 bytes, the push constant size every device offers */
 #define VK_NSPEC    9
 #define VK_NBATCH   3
+#define VK_NREAD    4  /* downloads started and not yet waited for */
 #define MATVEC_WG   64 /* matrix-vector workgroup: threads (LMHOST_VK_MATVEC overrides) */
 #define MATVEC_NR   2  /* and output columns */
 /* one row (decode): with the fused norm or SwiGLU each workgroup's share of the row costs
@@ -215,6 +216,14 @@ struct lmh_backend {
     int ndefer, capdefer;
 
     vk_hostbuf readback;
+    /* downloads in flight (download_start): each copies into its own host memory */
+    struct vk_read {
+        vk_hostbuf buf;
+        uint64_t ticket; /* 0: free */
+        uint64_t serial; /* the batch that holds the copy */
+        size_t n;
+    } reads[VK_NREAD];
+    uint64_t last_ticket;
     vk_tensor *dummy;    /* bound where a pipeline has no tensor */
     vk_tensor *attn_cnt; /* attention's split counters: attn_target_wgs words, zero at rest */
 

@@ -29,6 +29,12 @@ struct sched {
     sched_req **out_req;
     float *logits, *lsm;
     int32_t *picks; /* greedy picks of a step's output rows, when only those came back */
+    /* Decode steps started (engine_step_start) and not yet read, oldest first: each one's
+     * requests by output row. finish() clears a request's entries, so that a request ended
+     * meanwhile (and maybe freed) is skipped when its step is read. */
+    sched_req **flight[ENGINE_MAX_PENDING];
+    int32_t n_flight_rows[ENGINE_MAX_PENDING];
+    int n_flight;
     /* a function to run between steps (sched_call) */
     int (*call_fn)(engine *, void *);
     void *call_arg;
@@ -36,6 +42,9 @@ struct sched {
 };
 
 static void finish(sched *s, sched_req *r, finish_reason why) {
+    for (int f = 0; f < s->n_flight; f++)
+        for (int32_t k = 0; k < s->n_flight_rows[f]; k++)
+            if (s->flight[f][k] == r) s->flight[f][k] = NULL;
     engine_seq_remove(s->e, r->seq);
     sampler_free(r->smp);
     r->smp = NULL;
@@ -92,9 +101,98 @@ static void top_logprobs(sched *s, const float *lg, int32_t want, sched_token *t
     }
 }
 
+static void drop_running(sched *s, sched_req *r) {
+    for (int32_t i = 0; i < s->n_run; i++)
+        if (s->run[i] == r) {
+            s->run[i] = s->run[--s->n_run];
+            break;
+        }
+}
+
+/* r's next token: the device's pick, or (lg set) drawn from its logits row. */
+static void take_token(sched *s, sched_req *r, float *lg, int32_t pick) {
+    sched_token t = {.n_top = 0};
+    if (lg && r->top_logprobs >= 0) memcpy(s->lsm, lg, (size_t)s->vocab * sizeof(float));
+    t.id = lg ? sampler_sample(r->smp, lg, r->hist, r->n_prompt + r->n_gen) : pick;
+    if (lg && r->top_logprobs >= 0) top_logprobs(s, s->lsm, r->top_logprobs, &t);
+    r->hist[r->n_prompt + r->n_gen++] = t.id;
+    r->next = t.id;
+    int eos = 0;
+    for (int32_t j = 0; j < r->n_stop_ids; j++) eos |= t.id == r->stop_ids[j];
+    if (!eos) r->emit(r, &t, FINISH_NONE, r->user);
+    if (eos || r->n_gen >= r->max_tokens) {
+        drop_running(s, r);
+        finish(s, r, eos ? FINISH_STOP : FINISH_LENGTH);
+    }
+}
+
+/* Whether the step after the one in flight will have the same rows, so that it can be
+ * started now on that step's picks: nothing else runs or waits to join, no request in it
+ * is cancelled or ends by length with the pick being read, no call waits for the engine. */
+static int may_chain(sched *s) {
+    if (s->n_flight != 1 || s->n_run != s->n_flight_rows[0]) return 0;
+    for (int32_t k = 0; k < s->n_flight_rows[0]; k++) {
+        sched_req *r = s->flight[0][k];
+        if (!r || atomic_load(&r->cancel) || r->n_gen + 1 >= r->max_tokens) return 0;
+    }
+    pthread_mutex_lock(&s->mu);
+    int busy =
+        s->call_pending || (s->stop && !s->drain) || (s->wait_head && s->n_run < s->max_running);
+    pthread_mutex_unlock(&s->mu);
+    return !busy;
+}
+
+/* Reads the oldest step in flight, after starting the step that follows it where
+ * may_chain allows: the device runs that one while the host hands these tokens out. */
+static void step_flight(sched *s) {
+    char err[512];
+    int32_t n = s->n_flight_rows[0];
+    if (may_chain(s)) {
+        for (int32_t k = 0; k < n; k++) {
+            s->rows[k] = (engine_row){.seq = s->flight[0][k]->seq};
+            s->outs[k] = k;
+        }
+        if (engine_step_start(s->e, s->rows, n, s->outs, n, 1, err, sizeof err) == 0) {
+            memcpy(s->flight[1], s->flight[0], (size_t)n * sizeof **s->flight);
+            s->n_flight_rows[1] = n;
+            s->n_flight = 2;
+            s->steps++;
+        } else {
+            log_msg(LMH_LOG_WARN, "starting a decode step early failed: %s", err);
+        }
+    }
+    int32_t got = engine_step_finish(s->e, s->picks, n, err, sizeof err);
+    /* the step read leaves the flight before its tokens go out (finish() looks there) */
+    sched_req **done = s->flight[0];
+    s->flight[0] = s->flight[1];
+    s->flight[1] = done;
+    s->n_flight_rows[0] = s->n_flight_rows[1];
+    s->n_flight--;
+    if (got != n) {
+        log_msg(LMH_LOG_ERROR, "step failed: %s", err);
+        /* its sequences are ended; the step started after it had the same rows */
+        if (s->n_flight) engine_step_finish(s->e, NULL, 0, err, sizeof err);
+        s->n_flight = 0;
+        for (int32_t k = 0; k < n; k++)
+            if (done[k]) {
+                drop_running(s, done[k]);
+                finish(s, done[k], FINISH_ERROR);
+            }
+        return;
+    }
+    for (int32_t k = 0; k < n; k++)
+        if (done[k]) take_token(s, done[k], NULL, s->picks[k]);
+}
+
 /* One step: a decode row for every prefilled sequence, then prompt rows up to the chunk
- * budget. Returns 0 when there was nothing to do. */
+ * budget. Returns 0 when there was nothing to do. A step of greedy decode rows alone is
+ * started and read at the next call (step_flight), which may start the one after it
+ * first. */
 static int step(sched *s) {
+    if (s->n_flight) {
+        step_flight(s);
+        return 1;
+    }
     int32_t n = 0, n_out = 0, budget = s->chunk;
     for (int32_t i = 0; i < s->n_run; i++) {
         sched_req *r = s->run[i];
@@ -104,6 +202,7 @@ static int step(sched *s) {
         s->out_req[n_out++] = r;
         n++;
     }
+    int32_t n_decode = n;
     budget -= n;
     if (budget < 16) budget = 16; /* prompts always progress, however many decode */
     for (int32_t i = 0; i < s->n_run && budget > 0; i++) {
@@ -127,8 +226,10 @@ static int step(sched *s) {
     int picks_only = n_out > 0;
     for (int32_t k = 0; k < n_out && picks_only; k++)
         picks_only = sampler_is_greedy(s->out_req[k]->smp) && s->out_req[k]->top_logprobs < 0;
-    if (engine_step(s->e, s->rows, n, s->outs, n_out, picks_only ? NULL : s->logits,
-                    picks_only ? s->picks : NULL, err, sizeof err) != 0) {
+    int started = picks_only && n_decode == n;
+    if (started ? engine_step_start(s->e, s->rows, n, s->outs, n_out, 0, err, sizeof err)
+                : engine_step(s->e, s->rows, n, s->outs, n_out, picks_only ? NULL : s->logits,
+                              picks_only ? s->picks : NULL, err, sizeof err)) {
         log_msg(LMH_LOG_ERROR, "step failed: %s", err);
         /* every sequence in the step is ended; the others go on */
         for (int32_t i = 0; i < s->n_run;) {
@@ -144,28 +245,15 @@ static int step(sched *s) {
         return 1;
     }
     s->steps++;
-    for (int32_t k = 0; k < n_out; k++) {
-        sched_req *r = s->out_req[k];
-        float *lg = s->logits + (size_t)k * (size_t)s->vocab;
-        sched_token t = {.n_top = 0};
-        if (r->top_logprobs >= 0) memcpy(s->lsm, lg, (size_t)s->vocab * sizeof(float));
-        t.id =
-            picks_only ? s->picks[k] : sampler_sample(r->smp, lg, r->hist, r->n_prompt + r->n_gen);
-        if (r->top_logprobs >= 0) top_logprobs(s, s->lsm, r->top_logprobs, &t);
-        r->hist[r->n_prompt + r->n_gen++] = t.id;
-        r->next = t.id;
-        int eos = 0;
-        for (int32_t j = 0; j < r->n_stop_ids; j++) eos |= t.id == r->stop_ids[j];
-        if (!eos) r->emit(r, &t, FINISH_NONE, r->user);
-        if (eos || r->n_gen >= r->max_tokens) {
-            for (int32_t i = 0; i < s->n_run; i++)
-                if (s->run[i] == r) {
-                    s->run[i] = s->run[--s->n_run];
-                    break;
-                }
-            finish(s, r, eos ? FINISH_STOP : FINISH_LENGTH);
-        }
+    if (started) {
+        memcpy(s->flight[0], s->out_req, (size_t)n_out * sizeof *s->out_req);
+        s->n_flight_rows[0] = n_out;
+        s->n_flight = 1;
+        return 1;
     }
+    for (int32_t k = 0; k < n_out; k++)
+        take_token(s, s->out_req[k], picks_only ? NULL : s->logits + (size_t)k * (size_t)s->vocab,
+                   s->picks[k]);
     return 1;
 }
 
@@ -173,6 +261,11 @@ static void *thread_main(void *arg) {
     sched *s = arg;
     pthread_mutex_lock(&s->mu);
     for (;;) {
+        if (s->n_flight && s->n_run == 0) { /* every request in it has ended */
+            pthread_mutex_unlock(&s->mu);
+            while (s->n_flight) step_flight(s);
+            pthread_mutex_lock(&s->mu);
+        }
         if (s->call_pending && s->n_run == 0) {
             /* the engine is idle: nothing is mid-sequence */
             pthread_mutex_unlock(&s->mu);
@@ -231,6 +324,7 @@ static void *thread_main(void *arg) {
         s->n_run_pub = s->n_run;
     }
     pthread_mutex_unlock(&s->mu);
+    while (s->n_flight) step_flight(s); /* requests cancelled at the stop */
     return NULL;
 }
 
@@ -247,6 +341,8 @@ sched *sched_new(engine *e, int32_t max_running, int32_t max_waiting, int32_t ch
     s->rows = malloc(rows * sizeof *s->rows);
     s->outs = malloc(rows * sizeof *s->outs);
     s->picks = malloc(rows * sizeof *s->picks);
+    for (int f = 0; f < ENGINE_MAX_PENDING; f++)
+        s->flight[f] = malloc((size_t)s->max_running * sizeof **s->flight);
     s->out_req = malloc(rows * sizeof *s->out_req);
     s->logits = malloc((size_t)s->max_running * (size_t)s->vocab * sizeof(float) * 2);
     s->lsm = malloc((size_t)s->vocab * sizeof(float));
@@ -256,7 +352,8 @@ sched *sched_new(engine *e, int32_t max_running, int32_t max_waiting, int32_t ch
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->call_done, NULL);
     if (!s->run || !s->rows || !s->outs || !s->picks || !s->out_req || !s->logits || !s->lsm ||
-        pthread_create(&s->th, NULL, thread_main, s) != 0) {
+        !s->flight[0] || !s->flight[1] || pthread_create(&s->th, NULL, thread_main, s) != 0) {
+        for (int f = 0; f < ENGINE_MAX_PENDING; f++) free(s->flight[f]);
         free(s->run);
         free(s->rows);
         free(s->outs);
@@ -285,6 +382,7 @@ void sched_free(sched *s, int drain) {
     free(s->rows);
     free(s->outs);
     free(s->picks);
+    for (int f = 0; f < ENGINE_MAX_PENDING; f++) free(s->flight[f]);
     free(s->out_req);
     free(s->logits);
     free(s->lsm);

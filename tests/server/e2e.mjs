@@ -412,6 +412,9 @@ async function scenarioServeVulkan() {
     const h = health(p);
     check(onBackend(h, 'vulkan') && h.memory[0].weights_bytes > 0, '/health: the weights are on vulkan', JSON.stringify(h));
     await greedyCases(client(p.url), 'vulkan', 3);
+    // together: steps of several rows whose next steps start on the device's picks
+    const together = await Promise.all(cases.slice(0, 3).map((c) => streamText(client(p.url), chatBody(c))));
+    together.forEach((t, i) => eq(t.text, cases[i].greedy_text, `vulkan case ${i} streamed with two others`));
     const gen = greedy(p);
     for (const b of ['cpu', 'vulkan']) {
       const r = await adminMove(p, b);

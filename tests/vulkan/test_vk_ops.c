@@ -412,6 +412,76 @@ static void t_argmax(void) {
     free_all();
 }
 
+static void expect(int ok, const char *what) {
+    g_checks++;
+    if (!ok) {
+        fprintf(stderr, "FAIL download_start: %s\n", what);
+        g_fail++;
+    }
+}
+
+/* Downloads that do not wait (download_start, download_wait): each copy holds what its
+ * tensor held when it was started, though later ops overwrite the tensor before the host
+ * waits; tickets are waited for in any order, once each; too many at once are refused. */
+static void t_download_start(void) {
+    const lmh_backend_api *api = g_be[1].api;
+    lmh_backend *vb = g_be[1].b;
+    enum { ROWS = 5, N = 3001, STEPS = 3 };
+    int64_t ne[2] = {ROWS, N}, nr = ROWS;
+    float *x = malloc((size_t)ROWS * N * sizeof *x);
+    lmh_tensor *lg = api->tensor_new(vb, LMH_F32, 2, ne, 0);
+    lmh_tensor *ids = api->tensor_new(vb, LMH_I32, 1, &nr, 0);
+    int32_t want[STEPS][ROWS], got[ROWS];
+    uint64_t ticket[STEPS] = {0};
+    int rc = !lg || !ids || !x;
+    /* three "decode steps" writing the same picks tensor, each copy started, none waited */
+    for (int st = 0; st < STEPS && !rc; st++) {
+        for (int i = 0; i < ROWS * N; i++) x[i] = frand(-1, 1);
+        for (int r = 0; r < ROWS; r++) want[st][r] = argmax_ref(x + (size_t)r * N, N);
+        lmh_op op = {.code = LMH_OP_ARGMAX, .dst = ids, .src = {lg}};
+        rc = api->upload(vb, lg, 0, x, (size_t)ROWS * N * sizeof *x) || api->enqueue(vb, &op) ||
+             api->download_start(vb, ids, 0, sizeof got, &ticket[st]);
+    }
+    expect(!rc, "three copies started");
+    expect(ticket[0] && ticket[1] != ticket[0] && ticket[2] != ticket[1], "distinct tickets");
+    static const int order[STEPS] = {1, 2, 0}; /* any order */
+    for (int i = 0; i < STEPS && !rc; i++) {
+        int st = order[i];
+        memset(got, 0xff, sizeof got);
+        int w = api->download_wait(vb, ticket[st], got, sizeof got);
+        expect(!w && !memcmp(got, want[st], sizeof got), "each copy as it was started");
+    }
+    expect(api->download_wait(vb, ticket[0], got, sizeof got) == LMH_EINVAL,
+           "a ticket waited for twice");
+    expect(api->download_wait(vb, 0, got, sizeof got) == LMH_EINVAL, "ticket 0");
+    /* a part of a tensor, and a wait for more than was copied */
+    uint64_t t1 = 0;
+    rc = api->download_start(vb, ids, 2 * sizeof(int32_t), 2 * sizeof(int32_t), &t1);
+    expect(!rc && api->download_wait(vb, t1, got, 3 * sizeof(int32_t)) == LMH_EINVAL,
+           "a wait for more bytes than the copy");
+    rc = api->download_start(vb, ids, 2 * sizeof(int32_t), 2 * sizeof(int32_t), &t1);
+    expect(!rc && !api->download_wait(vb, t1, got, 2 * sizeof(int32_t)) &&
+               got[0] == want[STEPS - 1][2] && got[1] == want[STEPS - 1][3],
+           "two picks from the middle");
+    expect(api->download_start(vb, ids, 0, sizeof got + 4, &t1) == LMH_EINVAL,
+           "a copy past the tensor's end");
+    /* as many as it holds, then LMH_EUNSUPPORTED, and all of them still deliver */
+    uint64_t many[64];
+    int n = 0;
+    while (n < 64 && (rc = api->download_start(vb, ids, 0, sizeof got, &many[n])) == LMH_OK) n++;
+    expect(n >= 2 && n < 64 && rc == LMH_EUNSUPPORTED, "a full table refuses");
+    for (int i = n - 1; i >= 0; i--) {
+        memset(got, 0xff, sizeof got);
+        expect(!api->download_wait(vb, many[i], got, sizeof got) &&
+                   !memcmp(got, want[STEPS - 1], sizeof got),
+               "each of a full table");
+    }
+    expect(!api->sync(vb), "sync after");
+    if (lg) api->tensor_free(vb, lg);
+    if (ids) api->tensor_free(vb, ids);
+    free(x);
+}
+
 static void t_matmul(void) {
     /* Tiled products on matrix cores (LMHOST_VK_COOPMAT=1) take f16 operands: each
      * product rounds at 2^-11 relative, so sums of up to 128 agree within about 2e-3. */
@@ -1403,6 +1473,7 @@ int main(int argc, char **argv) {
                      {"rope", t_rope},
                      {"copy", t_copy},
                      {"argmax", t_argmax},
+                     {"downloads that do not wait", t_download_start},
                      {"attention", t_attention},
                      {"moe", t_moe},
                      {"quantized", t_quant},
