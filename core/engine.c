@@ -1133,6 +1133,7 @@ static int has_download_start(const lmh_backend_api *api) {
 static int run_step(engine *e, const engine_row *rows, int32_t n_rows, const int32_t *out_rows,
                     int32_t n_out, float *logits, int32_t *ids, pend_step *later,
                     const pend_step *chain, char *err, size_t err_len) {
+    if (later) *later = (pend_step){.n = n_out};
     if (n_rows <= 0) return errf(err, err_len, "empty step");
     if (chain && chain->n != n_rows)
         return errf(err, err_len, "a chained step of %d rows after a step of %d picks", n_rows,
@@ -1205,7 +1206,6 @@ static int run_step(engine *e, const engine_row *rows, int32_t n_rows, const int
     int so = e->output_slot;
     const pl_slot *sl = &e->slots[so];
     if (later) {
-        *later = (pend_step){.n = n_out};
         ids = later->host = malloc((size_t)(n_out ? n_out : 1) * sizeof *ids);
         if (!ids) {
             errf(err, err_len, "out of memory");
