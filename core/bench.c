@@ -172,11 +172,12 @@ int cli_bench(int argc, char **argv) {
     engine_get_stats(e, &s1);
 
     double t1 = now();
-    /* greedy, as generate decodes it: each step is enqueued before the pick of the one
-     * before it is read (its tokens are those picks, on the device), and brings back its
-     * pick alone; the last step runs by itself and brings its logits too (for the sampling
-     * times below) */
+    /* greedy, as generate decodes it: each step brings back its pick alone and, where the
+     * backend overlaps them, is enqueued before the pick of the one before it is read (its
+     * tokens are those picks, on the device); the last step runs by itself and brings its
+     * logits too (for the sampling times below) */
     int32_t next = sampler_sample(smp, lg, NULL, 0), out0 = 0;
+    no_overlap |= !engine_step_overlaps(e);
     for (int64_t i = 0; i + 1 < n_gen; i++) {
         engine_row row = {.seq = 1, .token = next};
         if (no_overlap ? engine_step(e, &row, 1, &out0, 1, NULL, &next, err, sizeof err)

@@ -341,15 +341,18 @@ int cli_generate(int argc, char **argv) {
         memcpy(hist, ids, (size_t)n * sizeof *hist);
         int32_t nh = n;
         rc = 0;
-        /* A greedy sampler needs no logits: each step brings back its pick alone, and the
-         * next step is enqueued before that pick is read (its token is the pick, on the
-         * device); a step started past the end is finished and taken back. */
-        int greedy = sampler_is_greedy(s);
-        int32_t tok, out0 = 0, started = 0;
+        /* A greedy sampler needs no logits: each step brings back its pick alone; where
+         * the backend overlaps them, the next step is enqueued before that pick is read
+         * (its token is the pick, on the device); `started` counts the steps enqueued and
+         * not read. */
+        int greedy = sampler_is_greedy(s), overlap = greedy && engine_step_overlaps(e);
+        int32_t tok, next = -1, out0 = 0, started = 0;
         printf("{\"tokens\": [");
         for (int64_t t = 0; t < maxn; t++) {
             if (t == 0 || !greedy) {
                 tok = sampler_sample(s, lg, hist, nh);
+            } else if (!overlap) {
+                tok = next;
             } else {
                 if (engine_step_finish(e, &tok, 1, err, sizeof err) != 1) goto failed;
                 started--;
@@ -359,13 +362,14 @@ int cli_generate(int argc, char **argv) {
             int stop = 0;
             for (int32_t i = 0; i < n_eos; i++) stop |= tok == eos[i];
             if (stop || t + 1 == maxn) break;
-            /* the step after this token; greedy, also the one after the next token */
+            /* the step after this token; overlapped, also the one after the next token */
             engine_row row = {.seq = 1, .token = tok};
-            if (greedy ? (!started && engine_step_start(e, &row, 1, &out0, 1, 0, err, sizeof err))
-                       : engine_step(e, &row, 1, &out0, 1, lg, NULL, err, sizeof err))
+            if (overlap ? (!started && engine_step_start(e, &row, 1, &out0, 1, 0, err, sizeof err))
+                        : engine_step(e, &row, 1, &out0, 1, greedy ? NULL : lg,
+                                      greedy ? &next : NULL, err, sizeof err))
                 goto failed;
-            started += greedy && !started;
-            if (greedy && t + 2 < maxn) {
+            started += overlap && !started;
+            if (overlap && t + 2 < maxn) {
                 if (engine_step_start(e, &row, 1, &out0, 1, 1, err, sizeof err)) goto failed;
                 started++;
             }
@@ -375,7 +379,7 @@ int cli_generate(int argc, char **argv) {
             rc = 1;
             break;
         }
-        printf("]}\n"); /* a step started past the stop ends with the engine */
+        printf("]}\n"); /* a step started past a stop is dropped with the engine */
     }
     sampler_free(s);
     free(lg);

@@ -1270,6 +1270,10 @@ int engine_step(engine *e, const engine_row *rows, int32_t n_rows, const int32_t
     return run_step(e, rows, n_rows, out_rows, n_out, logits, ids, NULL, NULL, err, err_len);
 }
 
+int engine_step_overlaps(const engine *e) {
+    return has_download_start(e->slots[e->output_slot].api);
+}
+
 int engine_step_start(engine *e, const engine_row *rows, int32_t n_rows, const int32_t *out_rows,
                       int32_t n_out, int chain, char *err, size_t err_len) {
     if (e->n_pend == ENGINE_MAX_PENDING)

@@ -86,6 +86,11 @@ int engine_step(engine *e, const engine_row *rows, int32_t n_rows, const int32_t
  * and its position trimmed (engine_seq_trim) by the caller. Where the backend cannot copy
  * without waiting, the picks are read at start and nothing overlaps. */
 #define ENGINE_MAX_PENDING 2
+/* Whether started steps overlap with the host here (the backend holding the logits copies
+ * picks without waiting); where they do not, callers had better step plainly: a started
+ * step then runs in full before engine_step_start returns, and a chained one delays the
+ * tokens before it by a step. */
+int engine_step_overlaps(const engine *e);
 int engine_step_start(engine *e, const engine_row *rows, int32_t n_rows, const int32_t *out_rows,
                       int32_t n_out, int chain, char *err, size_t err_len);
 int32_t engine_step_finish(engine *e, int32_t *ids, int32_t n_ids, char *err, size_t err_len);

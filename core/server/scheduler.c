@@ -185,9 +185,9 @@ static void step_flight(sched *s) {
 }
 
 /* One step: a decode row for every prefilled sequence, then prompt rows up to the chunk
- * budget. Returns 0 when there was nothing to do. A step of greedy decode rows alone is
- * started and read at the next call (step_flight), which may start the one after it
- * first. */
+ * budget. Returns 0 when there was nothing to do. Where the backend overlaps them, a step
+ * of greedy decode rows alone is started and read at the next call (step_flight), which may
+ * start the one after it first. */
 static int step(sched *s) {
     if (s->n_flight) {
         step_flight(s);
@@ -226,7 +226,7 @@ static int step(sched *s) {
     int picks_only = n_out > 0;
     for (int32_t k = 0; k < n_out && picks_only; k++)
         picks_only = sampler_is_greedy(s->out_req[k]->smp) && s->out_req[k]->top_logprobs < 0;
-    int started = picks_only && n_decode == n;
+    int started = picks_only && n_decode == n && engine_step_overlaps(s->e);
     if (started ? engine_step_start(s->e, s->rows, n, s->outs, n_out, 0, err, sizeof err)
                 : engine_step(s->e, s->rows, n, s->outs, n_out, picks_only ? NULL : s->logits,
                               picks_only ? s->picks : NULL, err, sizeof err)) {

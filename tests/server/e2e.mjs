@@ -415,6 +415,18 @@ async function scenarioServeVulkan() {
     // together: steps of several rows whose next steps start on the device's picks
     const together = await Promise.all(cases.slice(0, 3).map((c) => streamText(client(p.url), chatBody(c))));
     together.forEach((t, i) => eq(t.text, cases[i].greedy_text, `vulkan case ${i} streamed with two others`));
+    // a client leaving mid-stream while another streams: its steps in flight are dropped
+    const cl = client(p.url);
+    const ctrl = new AbortController();
+    const leaving = (async () => {
+      const s = await cl.chat.completions.create({ ...chatBody(cases[0], { max_tokens: 2000 }), stream: true }, { signal: ctrl.signal });
+      let n = 0;
+      try { for await (const ch of s) { if (++n === 3) ctrl.abort(); } } catch { /* aborted */ }
+    })();
+    const other = await streamText(cl, chatBody(cases[1]));
+    await leaving;
+    eq(other.text, cases[1].greedy_text, 'vulkan: a stream beside one that leaves is unchanged');
+    eq((await streamText(cl, chatBody(cases[2]))).text, cases[2].greedy_text, 'vulkan: serving goes on after it');
     const gen = greedy(p);
     for (const b of ['cpu', 'vulkan']) {
       const r = await adminMove(p, b);
