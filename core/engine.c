@@ -1290,7 +1290,7 @@ int engine_step_start(engine *e, const engine_row *rows, int32_t n_rows, const i
 int32_t engine_step_finish(engine *e, int32_t *ids, int32_t n_ids, char *err, size_t err_len) {
     if (!e->n_pend) return errf(err, err_len, "no started step to finish");
     pend_step *p = &e->pend[0];
-    int32_t n = p->n < n_ids ? p->n : n_ids;
+    int32_t n = p->n < n_ids ? p->n : n_ids > 0 ? n_ids : 0;
     int rc = 0;
     if (p->ticket) {
         int so = e->output_slot;
