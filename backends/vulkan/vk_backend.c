@@ -1125,30 +1125,41 @@ static int vk_upload(lmh_backend *b, lmh_tensor *x, size_t off, const void *src,
     return rc;
 }
 
-static int download_locked(lmh_backend *b, const vk_tensor *t, size_t off, void *dst, size_t n) {
-    if (n > b->readback.size) {
-        hostbuf_free(b, &b->readback); /* only downloads use it, and they wait */
-        VkDeviceSize sz = 1 * MIB;
-        while (sz < n) sz *= 2;
-        int rc = hostbuf_new(b, &b->readback, sz, 1);
-        if (rc) return rc;
-    }
-    if (n) {
-        vk_batch *bt = batch_begin(b);
-        if (!bt) return b->err ? b->err : LMH_EIO;
-        vk_range rd = {t->a->blk, (t->off + off) & ~(VkDeviceSize)15,
-                       (t->off + off + n + 15) & ~(VkDeviceSize)15};
-        int rc = track(b, bt, &rd, 1, NULL, 0, 1);
-        if (rc) return rc;
-        VkBufferCopy c = {t->off + off, 0, n};
-        vkCmdCopyBuffer(bt->cb, t->a->blk->buf, b->readback.buf, 1, &c);
-        if (b->step_cur.copies < 255) b->step_cur.copies++;
-        t->a->last_use = bt->serial;
-    }
-    int rc = wait_all(b);
+/* h grown to hold n bytes of read-back memory (at least `least`; contents not kept). */
+static int readback_fit(lmh_backend *b, vk_hostbuf *h, size_t n, VkDeviceSize least) {
+    if (n <= h->size) return LMH_OK;
+    hostbuf_free(b, h); /* only downloads use it, and none is in flight on it */
+    VkDeviceSize sz = least;
+    while (sz < n) sz *= 2;
+    return hostbuf_new(b, h, sz, 1);
+}
+
+/* Records the copy of n bytes at `off` of t into h, after the ops so far, in the batch being
+ * recorded (begun if none is), whose serial goes to *serial. */
+static int record_copy_out(lmh_backend *b, const vk_tensor *t, size_t off, size_t n,
+                           const vk_hostbuf *h, uint64_t *serial) {
+    vk_batch *bt = batch_begin(b);
+    if (!bt) return b->err ? b->err : LMH_EIO;
+    *serial = bt->serial;
+    if (!n) return LMH_OK;
+    vk_range rd = {t->a->blk, (t->off + off) & ~(VkDeviceSize)15,
+                   (t->off + off + n + 15) & ~(VkDeviceSize)15};
+    int rc = track(b, bt, &rd, 1, NULL, 0, 1);
     if (rc) return rc;
-    if (n) memcpy(dst, b->readback.map, n);
+    VkBufferCopy c = {t->off + off, 0, n};
+    vkCmdCopyBuffer(bt->cb, t->a->blk->buf, h->buf, 1, &c);
+    if (b->step_cur.copies < 255) b->step_cur.copies++;
+    t->a->last_use = bt->serial;
     return LMH_OK;
+}
+
+static int download_locked(lmh_backend *b, const vk_tensor *t, size_t off, void *dst, size_t n) {
+    uint64_t serial;
+    int rc = readback_fit(b, &b->readback, n, 1 * MIB);
+    if (!rc && n) rc = record_copy_out(b, t, off, n, &b->readback, &serial);
+    if (!rc) rc = wait_all(b);
+    if (!rc && n) memcpy(dst, b->readback.map, n);
+    return rc;
 }
 
 static int vk_download(lmh_backend *b, const lmh_tensor *x, size_t off, void *dst, size_t n) {
@@ -1178,28 +1189,9 @@ static int vk_download_start(lmh_backend *b, const lmh_tensor *x, size_t off, si
     for (int i = 0; !rc && !rs && i < VK_NREAD; i++)
         if (!b->reads[i].ticket) rs = &b->reads[i];
     if (!rc && !rs) rc = LMH_EUNSUPPORTED; /* the host downloads instead */
-    if (!rc && n > rs->buf.size) {
-        hostbuf_free(b, &rs->buf); /* free: its last copy was waited for */
-        VkDeviceSize sz = 4096;
-        while (sz < n) sz *= 2;
-        rc = hostbuf_new(b, &rs->buf, sz, 1);
-    }
-    vk_batch *bt = rc ? NULL : batch_begin(b);
-    if (!rc && !bt) rc = b->err ? b->err : LMH_EIO;
-    if (!rc && n) {
-        const vk_tensor *t = VT(x);
-        vk_range rd = {t->a->blk, (t->off + off) & ~(VkDeviceSize)15,
-                       (t->off + off + n + 15) & ~(VkDeviceSize)15};
-        rc = track(b, bt, &rd, 1, NULL, 0, 1);
-        if (!rc) {
-            VkBufferCopy c = {t->off + off, 0, n};
-            vkCmdCopyBuffer(bt->cb, t->a->blk->buf, rs->buf.buf, 1, &c);
-            if (b->step_cur.copies < 255) b->step_cur.copies++;
-            t->a->last_use = bt->serial;
-        }
-    }
+    if (!rc) rc = readback_fit(b, &rs->buf, n, 4096);
+    if (!rc) rc = record_copy_out(b, VT(x), off, n, &rs->buf, &rs->serial);
     if (!rc) {
-        rs->serial = bt->serial;
         rs->n = n;
         rs->ticket = *ticket = ++b->last_ticket;
         rc = submit(b);
