@@ -115,31 +115,107 @@ static void sampling_times(const float *lg, int32_t V) {
     free(tmp);
 }
 
+/* --batch N: N more sequences, each prefilled with the same prompt, decoded together a row
+ * each a step, as the server batches concurrent requests: the time a step takes (the first
+ * step left out) and the tokens/s the sequences make together. Each sequence's greedy tokens are
+ * compared with those of the sequence decoded alone (toks): the kernels sum a row the same way
+ * whatever the batch, so they are the same unless something is wrong. */
+static int bench_batch(engine *e, int32_t nb, const int32_t *ids, int32_t n_prompt, int32_t chunk,
+                       int32_t n_gen, int overlap, const int32_t *toks, float *lg, sampler *smp) {
+    engine_row *rows = malloc((size_t)nb * sizeof *rows);
+    int32_t *outs = malloc((size_t)nb * sizeof *outs), *next = malloc((size_t)nb * sizeof *next);
+    int32_t added = 0, rc = 1, differ = 0;
+    char err[512];
+    const uint64_t seq0 = 1000; /* apart from the single sequence (1) */
+    if (!rows || !outs || !next) goto out;
+    double tp = now();
+    for (; added < nb; added++) {
+        if (engine_seq_add(e, seq0 + (uint64_t)added) != 0) {
+            fprintf(stderr, "lmhost: bench --batch: cannot add sequence %d\n", added + 1);
+            goto out;
+        }
+        if (cli_prefill(e, seq0 + (uint64_t)added, ids, n_prompt, chunk, NULL, lg)) goto out;
+        next[added] = sampler_sample(smp, lg, NULL, 0);
+        differ += next[added] != toks[0];
+    }
+    tp = now() - tp;
+    printf("prefill of the %d sequences, one after another: %lld tokens in %.3f s = %.1f "
+           "tokens/s\n",
+           nb, (long long)nb * n_prompt, tp, (double)nb * n_prompt / tp);
+    for (int32_t i = 0; i < nb; i++) outs[i] = i;
+    /* Step g reads token toks[g] in every sequence. Step 0 is not timed: a backend may build
+     * its kernels for these shapes at first use. */
+    double t0 = 0;
+    for (int32_t g = 0; g < n_gen; g++) {
+        if (g == 1) t0 = now();
+        for (int32_t i = 0; i < nb; i++)
+            rows[i] = (engine_row){.seq = seq0 + (uint64_t)i, .token = next[i]};
+        int ov = overlap && g > 0, chained = ov && g > 1;
+        int bad = ov ? engine_step_start(e, rows, nb, outs, nb, chained, err, sizeof err) ||
+                           (chained && engine_step_finish(e, next, nb, err, sizeof err) != nb)
+                     : engine_step(e, rows, nb, outs, nb, NULL, next, err, sizeof err);
+        if (bad) {
+            fprintf(stderr, "lmhost: %s\n", err);
+            goto out;
+        }
+        /* the picks in next are those of this step, or (chained) of the one before */
+        if (!ov || chained)
+            for (int32_t i = 0; i < nb; i++) differ += next[i] != toks[ov ? g : g + 1];
+    }
+    if (overlap && n_gen > 1 && engine_step_finish(e, next, nb, err, sizeof err) != nb) {
+        fprintf(stderr, "lmhost: %s\n", err);
+        goto out;
+    }
+    double t = now() - t0;
+    if (overlap && n_gen > 1)
+        for (int32_t i = 0; i < nb; i++) differ += next[i] != toks[n_gen];
+    if (n_gen > 1)
+        printf("decode, %d sequences together: %d steps in %.3f s = %.1f tokens/s (%.2f ms a "
+               "step); greedy tokens as decoded alone: %s\n",
+               nb, n_gen - 1, t, (double)nb * (n_gen - 1) / t, 1e3 * t / (n_gen - 1),
+               differ ? "NO" : "yes");
+    else
+        printf("decode, %d sequences together: 1 step, not timed; greedy tokens as decoded "
+               "alone: %s\n",
+               nb, differ ? "NO" : "yes");
+    if (differ)
+        fprintf(stderr,
+                "lmhost: bench --batch: %d of %lld picks differ from the sequence decoded "
+                "alone\n",
+                differ, (long long)nb * (n_gen + 1));
+    rc = 0;
+out:
+    for (int32_t i = 0; i < added; i++) engine_seq_remove(e, seq0 + (uint64_t)i);
+    free(rows);
+    free(outs);
+    free(next);
+    return rc;
+}
+
 int cli_bench(int argc, char **argv) {
     model_args a = {0};
-    const char *prompt_s = NULL, *gen_s = NULL, *chunk_s = NULL;
+    const char *prompt_s = NULL, *gen_s = NULL, *chunk_s = NULL, *batch_s = NULL;
     int help = 0, no_bw = 0, no_overlap = 0;
-    cli_opt opts[] = {{"--model", &a.model, NULL, 0},
-                      {"--prompt", &prompt_s, NULL, 0},
-                      {"--gen", &gen_s, NULL, 0},
-                      MODEL_ARG_OPTS(a),
-                      {"--chunk", &chunk_s, NULL, 0},
-                      {"--no-bandwidth", NULL, &no_bw, 0},
-                      {"--no-overlap", NULL, &no_overlap, 0},
-                      {"--help", NULL, &help, 0},
-                      {0}};
+    cli_opt opts[] = {{"--model", &a.model, NULL, 0},      {"--prompt", &prompt_s, NULL, 0},
+                      {"--gen", &gen_s, NULL, 0},          MODEL_ARG_OPTS(a),
+                      {"--chunk", &chunk_s, NULL, 0},      {"--batch", &batch_s, NULL, 0},
+                      {"--no-bandwidth", NULL, &no_bw, 0}, {"--no-overlap", NULL, &no_overlap, 0},
+                      {"--help", NULL, &help, 0},          {0}};
     if (cli_parse(argc, argv, opts)) return 2;
     if (help) {
-        printf("usage: lmhost bench --model DIR [--prompt N] [--gen N] [--chunk N] "
+        printf("usage: lmhost bench --model DIR [--prompt N] [--gen N] [--chunk N] [--batch N] "
                "[--no-bandwidth] [--no-overlap] " MODEL_ARG_HELP "\n"
                "--no-overlap: each decode step waits for its pick before the next one is "
-               "enqueued\n");
+               "enqueued\n"
+               "--batch N: then N sequences with the same prompt decoded together, a row each a "
+               "step\n");
         return 0;
     }
-    int64_t n_prompt = 128, n_gen = 32, chunk = 512, threads = 0;
+    int64_t n_prompt = 128, n_gen = 32, chunk = 512, threads = 0, batch = 0;
     if (prompt_s && cli_int("--prompt", prompt_s, 1, 1 << 20, &n_prompt)) return 2;
     if (gen_s && cli_int("--gen", gen_s, 1, 1 << 20, &n_gen)) return 2;
     if (chunk_s && cli_int("--chunk", chunk_s, 1, 1 << 20, &chunk)) return 2;
+    if (batch_s && cli_int("--batch", batch_s, 1, 4096, &batch)) return 2;
     if (a.threads && cli_int("--threads", a.threads, 1, 256, &threads)) return 2;
     registry reg = {0};
     double t_load = now();
@@ -152,6 +228,7 @@ int cli_bench(int argc, char **argv) {
     int32_t V = engine_vocab(e);
     /* A fixed pseudo-random prompt: the same run to run, no tokenizer needed. */
     int32_t *ids = malloc((size_t)n_prompt * sizeof *ids);
+    int32_t *toks = malloc((size_t)(n_gen + 1) * sizeof *toks); /* the sequence's tokens */
     float *lg = malloc((size_t)V * sizeof(float));
     uint64_t x = 42;
     for (int64_t i = 0; ids && i < n_prompt; i++) {
@@ -163,7 +240,7 @@ int cli_bench(int argc, char **argv) {
     char err[512];
     sampler_params sp = sampler_defaults();
     sampler *smp = sampler_new(&sp, V, err, sizeof err);
-    if (!ids || !lg || !smp || engine_seq_add(e, 1) != 0) goto out;
+    if (!ids || !toks || !lg || !smp || engine_seq_add(e, 1) != 0) goto out;
 
     engine_get_stats(e, &s0);
     double t0 = now();
@@ -177,6 +254,7 @@ int cli_bench(int argc, char **argv) {
      * tokens are those picks, on the device); the last step runs by itself and brings its
      * logits too (for the sampling times below) */
     int32_t next = sampler_sample(smp, lg, NULL, 0), out0 = 0;
+    toks[0] = next; /* toks[i]: the token step i reads; toks[n_gen]: the last step's pick */
     no_overlap |= !engine_step_overlaps(e);
     for (int64_t i = 0; i + 1 < n_gen; i++) {
         engine_row row = {.seq = 1, .token = next};
@@ -186,6 +264,7 @@ int cli_bench(int argc, char **argv) {
             fprintf(stderr, "lmhost: %s\n", err);
             goto out;
         }
+        if (no_overlap || i > 0) toks[no_overlap ? i + 1 : i] = next;
     }
     engine_row row = {.seq = 1, .token = next};
     if ((!no_overlap && n_gen > 1 && engine_step_finish(e, &row.token, 1, err, sizeof err) != 1) ||
@@ -193,6 +272,8 @@ int cli_bench(int argc, char **argv) {
         fprintf(stderr, "lmhost: %s\n", err);
         goto out;
     }
+    toks[n_gen - 1] = row.token;
+    toks[n_gen] = next;
     double t_decode = now() - t1;
     engine_get_stats(e, &s2);
     struct rusage ru;
@@ -284,10 +365,14 @@ int cli_bench(int argc, char **argv) {
                limit, 100.0 * dec_tps / limit);
     }
     (void)s0;
+    if (batch && bench_batch(e, (int32_t)batch, ids, (int32_t)n_prompt, (int32_t)chunk,
+                             (int32_t)n_gen, !no_overlap, toks, lg, smp))
+        goto out;
     rc = 0;
 out:
     sampler_free(smp);
     free(ids);
+    free(toks);
     free(lg);
     engine_close(e);
     registry_free(&reg);

@@ -750,30 +750,32 @@ static int host_fwd_attention(lmh_fwd *f, int32_t layer, lmh_tensor *q, lmh_tens
     }
     lmh_cache *c = e->cache[s];
     int32_t ll = e->local[s][layer];
-    /* Each sequence's rows go to its own cache entry. */
-    for (int i = 0; i < f->n_segs; i++) {
-        const seg *g = &f->segs[i];
-        lmh_tensor *vq = row_view(sl, pq, g->r0, g->n), *vk = row_view(sl, pk, g->r0, g->n),
-                   *vv = row_view(sl, pv, g->r0, g->n), *vo = row_view(sl, po, g->r0, g->n),
-                   *vp = row_view(sl, pp, g->r0, g->n);
-        int rc = LMH_ENOMEM;
-        if (vq && vk && vv && vo && vp) {
-            rc = e->cache_api->append(c, g->seq, ll, vk, vv);
-            if (rc == 0) rc = e->cache_api->attend(c, g->seq, ll, vq, vp, vo, p);
+    /* Each sequence's rows go to its own cache entry: every sequence's append first, then
+     * every attend, so that a backend may run the sequences' attention side by side rather
+     * than each behind its own append (on a GPU, a dependent step per sequence). */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < f->n_segs; i++) {
+            const seg *g = &f->segs[i];
+            lmh_tensor *va = row_view(sl, pass ? pq : pk, g->r0, g->n),
+                       *vb = row_view(sl, pass ? po : pv, g->r0, g->n),
+                       *vp = pass ? row_view(sl, pp, g->r0, g->n) : NULL;
+            int rc = LMH_ENOMEM;
+            if (va && vb && (vp || !pass))
+                rc = pass ? e->cache_api->attend(c, g->seq, ll, va, vp, vb, p)
+                          : e->cache_api->append(c, g->seq, ll, va, vb);
+            lmh_tensor *views[] = {va, vb, vp};
+            for (int j = 0; j < 3; j++)
+                if (views[j]) sl->api->tensor_free(sl->b, views[j]);
+            if (rc != 0) {
+                if (rc == LMH_ENOMEM)
+                    fwd_failf(f, "cache %s failed on layer %d: out of %s memory",
+                              e->cache_p->info->name, layer, sl->plugin->info->name);
+                else
+                    fwd_failf(f, "cache %s failed on layer %d (error %d)", e->cache_p->info->name,
+                              layer, rc);
+                return rc;
+            }
         }
-        lmh_tensor *views[] = {vq, vk, vv, vo, vp};
-        for (int j = 0; j < 5; j++)
-            if (views[j]) sl->api->tensor_free(sl->b, views[j]);
-        if (rc != 0) {
-            if (rc == LMH_ENOMEM)
-                fwd_failf(f, "cache %s failed on layer %d: out of %s memory",
-                          e->cache_p->info->name, layer, sl->plugin->info->name);
-            else
-                fwd_failf(f, "cache %s failed on layer %d (error %d)", e->cache_p->info->name,
-                          layer, rc);
-            return rc;
-        }
-    }
     pl_written(HT(out), s);
     return LMH_OK;
 }

@@ -19,13 +19,15 @@
  * tests on lavapipe run a GPU's path; LMHOST_VK_SUBMIT_MIN=N sets the batch size
  * (dispatches) handed to an idle device (default 16) and LMHOST_VK_MATVEC=WGxNR the
  * matrix-vector workgroup of the f32/f16/bf16 products (threads x output columns, default
- * 64x2, 128x2 for one row), for measurement. LMHOST_VK_ATTN_UNROLL=KUxVU sets how many K
- * chunks and V rows attention loads together (GPU default 64x32, CPU devices 1x1; tests run
- * a GPU's on lavapipe with it), LMHOST_VK_ATTN_WGS=N the workgroups attention's key splits
- * aim for (GPU default 512, CPU devices 8; tests run a GPU's on lavapipe), and for
- * attn_decode.comp LMHOST_VK_ATTN_DEC_WGS=N (default half of that), LMHOST_VK_ATTN_DECODE=0
- * leaves decoding to the tiled attention kernel (=KU[xTPK]: keys a key group of
- * attn_decode.comp loads together, GPU default 2, CPU devices 1, and its lanes, default 16
+ * 64x2, 128x2 for one row, 64x4 for the 8-row variant) and LMHOST_VK_MATVEC_ROWS=N the rows
+ * up to which products are matrix-vector ones (GPU default 16, CPU devices 4; tests run more
+ * on lavapipe).
+ * LMHOST_VK_ATTN_UNROLL=KUxVU sets how many K chunks and V rows attention loads together (GPU
+ * default 64x32, CPU devices 1x1; tests run a GPU's on lavapipe with it), LMHOST_VK_ATTN_WGS=N the
+ * workgroups attention's key splits aim for (GPU default 512, CPU devices 8; tests run a GPU's on
+ * lavapipe), and for attn_decode.comp LMHOST_VK_ATTN_DEC_WGS=N (default half of that),
+ * LMHOST_VK_ATTN_DECODE=0 leaves decoding to the tiled attention kernel (=KU[xTPK]: keys a key
+ * group of attn_decode.comp loads together, GPU default 2, CPU devices 1, and its lanes, default 16
  * within the smallest subgroup), LMHOST_VK_FULL_BARRIERS=1 makes every barrier take all
  * stages and accesses (the form before compute-only barriers, for measurement).
  * LMHOST_VK_SPIN=N: a wait polls its fence for up to N us before it sleeps (default 10000 on
@@ -53,7 +55,9 @@
 #define SUBMIT_MIN   16         /* dispatches per batch before an idle device gets it */
 #define SPIN_US      10000      /* how long a wait polls its fence (LMHOST_VK_SPIN) */
 #define POOL_SETS    256        /* descriptor sets per pool */
-#define BIG_MIN_ROWS 65         /* matmul_big.comp from this many rows (LMHOST_VK_MATMUL_BIG) */
+#define MATVEC_ROWS  16         /* matrix-vector products up to this many rows on GPUs */
+#define BIG_MIN_ROWS 17         /* matmul_big.comp from this many rows (LMHOST_VK_MATMUL_BIG) */
+#define MATVEC8_NR   4          /* output columns a workgroup of the 8-row matrix-vector kernel */
 #define STAT_SLOTS   1024       /* MoE statistics per batch */
 
 struct vk_block {
@@ -1597,12 +1601,25 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
         fp && *fp ? strcmp(fp, "0") != 0 : b->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
     const char *mv = getenv("LMHOST_VK_MATVEC");
     unsigned mv_wg = 0, mv_nr = 0;
+    /* (the 8-row variant's sums in shared memory must fit: 256x8 made a device lost) */
     if (!mv || sscanf(mv, "%ux%u", &mv_wg, &mv_nr) != 2 || mv_wg < 32 || mv_wg > 256 ||
-        (mv_wg & (mv_wg - 1)) || mv_nr < 1 || mv_nr > 8)
+        (mv_wg & (mv_wg - 1)) || mv_nr < 1 || mv_nr > 8 ||
+        4 * mv_wg * mv_nr * 8 > b->props.limits.maxComputeSharedMemorySize)
         mv_wg = 0, mv_nr = MATVEC_NR;
     b->matvec_wg = mv_wg ? mv_wg : MATVEC_WG;
     b->matvec1_wg = mv_wg ? mv_wg : MATVEC1_WG;
     b->matvec_nr = mv_nr;
+    b->matvec8_nr = mv_wg ? mv_nr : MATVEC8_NR;
+    /* On GPUs products of up to 16 rows read their weights as matrix-vector ones, 8 rows a
+     * workgroup (from 17 rows matmul_big.comp's tiles, split over k, were faster: H100,
+     * README); a CPU device takes tiles past 4 rows (lavapipe's compiler takes long over
+     * matvec8's unrolled rows: the op test's quantized products 44 instead of 4 s, mostly
+     * building pipelines). LMHOST_VK_MATVEC_ROWS=N (N >= 4) moves the limit, for tests and
+     * measurement. */
+    const char *mvr = getenv("LMHOST_VK_MATVEC_ROWS");
+    b->matvec_rows = mvr && atoi(mvr) >= 4                                ? (uint32_t)atoi(mvr)
+                     : b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 4
+                                                                          : MATVEC_ROWS;
     const char *fb = getenv("LMHOST_VK_FULL_BARRIERS");
     b->full_barriers = fb && *fb && strcmp(fb, "0");
     /* Waits poll the fence before they sleep: woken by the driver, a decode step's wait for
@@ -1621,10 +1638,10 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
                                              : 1)
                      : 0;
     const VkPhysicalDeviceLimits *lim = &b->props.limits;
-    /* matmul_big.comp for more than 64 rows (not on a CPU device, where its 64 sums a
-     * thread ran 4x slower than matmul.comp's 16); LMHOST_VK_MATMUL_BIG=0|1|4|8: never, or
-     * for every product of more than MATVEC_MAXR rows (tests), 4 and 8 with that many rows
-     * a thread whatever the shape */
+    /* matmul_big.comp past the matrix-vector kernels' rows (not on a CPU device, where its
+     * 64 sums a thread ran 4x slower than matmul.comp's 16); LMHOST_VK_MATMUL_BIG=0|1|4|8:
+     * never, or for every product past the matrix-vector kernels' rows (tests), 4 and 8
+     * with that many rows a thread whatever the shape */
     const char *mb = getenv("LMHOST_VK_MATMUL_BIG");
     if (mb && *mb) {
         int v = atoi(mb);
@@ -1779,11 +1796,25 @@ static int setup_objects(lmh_backend *b, char *err, size_t err_len) {
         return LMH_ENOMEM;
     }
     b->other_bytes -= b->dummy->bytes;
-    /* attention's split counters (attention.comp), zero between dispatches */
-    static const uint8_t zeros[4 * 512];
-    size_t cnt_bytes = 4 * (size_t)b->attn_target_wgs;
-    b->attn_cnt = cnt_bytes <= sizeof zeros ? vk_scratch(b, cnt_bytes) : NULL;
-    if (!b->attn_cnt || upload_locked(b, b->attn_cnt, 0, zeros, cnt_bytes) || wait_all(b)) {
+    /* attention's split counters (attention.comp, attn_decode.comp), zero between
+     * dispatches: VK_ATTN_CNT_SLOTS sets of attn_target_wgs, taken in turn, so that the
+     * attention of several sequences in one step (batched decode) has no counter in common
+     * and needs no barrier between them */
+    int64_t cnt_words = (int64_t)b->attn_target_wgs;
+    /* sets apart by whole binding alignments, or their bound ranges would overlap */
+    size_t cnt_bytes = (4 * (size_t)cnt_words + b->align - 1) & ~(size_t)(b->align - 1);
+    uint8_t *zeros = calloc(VK_ATTN_CNT_SLOTS, cnt_bytes);
+    b->attn_cnt = zeros ? vk_scratch(b, cnt_bytes * VK_ATTN_CNT_SLOTS) : NULL;
+    for (int i = 0; b->attn_cnt && i < VK_ATTN_CNT_SLOTS; i++) {
+        vk_tensor *t = b->attn_slot[i] = tensor_make(LMH_U32, 1, &cnt_words);
+        if (!t) break;
+        t->a = b->attn_cnt->a;
+        t->off = b->attn_cnt->off + (VkDeviceSize)i * cnt_bytes;
+    }
+    int bad = !b->attn_cnt || !b->attn_slot[VK_ATTN_CNT_SLOTS - 1] ||
+              upload_locked(b, b->attn_cnt, 0, zeros, cnt_bytes * VK_ATTN_CNT_SLOTS) || wait_all(b);
+    free(zeros);
+    if (bad) {
         snprintf(err, err_len, "cannot set up device memory on %s", b->props.deviceName);
         return b->err ? b->err : LMH_ENOMEM;
     }
@@ -1857,6 +1888,7 @@ static void vk_destroy(lmh_backend *b) {
             free(b->dummy->a);
             free(b->dummy);
         }
+        for (int i = 0; i < VK_ATTN_CNT_SLOTS; i++) free(b->attn_slot[i]); /* views */
         if (b->attn_cnt) {
             free(b->attn_cnt->a);
             free(b->attn_cnt);

@@ -10,13 +10,14 @@
 
 /* Descriptor bindings of every pipeline: 0 dst, 1..4 src0..src3, 5 and 6 the backend's
  * own buffers (attention partials, MoE work lists, MoE statistics). */
-#define VK_NBIND    7
-#define VK_PC_WORDS 32 /* 128 bytes, the push constant size every device offers */
-#define VK_NSPEC    9
-#define VK_NBATCH   3
-#define VK_NREAD    4  /* downloads started and not yet waited for */
-#define MATVEC_WG   64 /* matrix-vector workgroup: threads (LMHOST_VK_MATVEC overrides) */
-#define MATVEC_NR   2  /* and output columns */
+#define VK_NBIND          7
+#define VK_PC_WORDS       32 /* 128 bytes, the push constant size every device offers */
+#define VK_NSPEC          9
+#define VK_ATTN_CNT_SLOTS 16 /* sets of attention's split counters (vk_backend.c) */
+#define VK_NBATCH         3
+#define VK_NREAD          4  /* downloads started and not yet waited for */
+#define MATVEC_WG         64 /* matrix-vector workgroup: threads (LMHOST_VK_MATVEC overrides) */
+#define MATVEC_NR         2  /* and output columns */
 /* one row (decode): with the fused norm or SwiGLU each workgroup's share of the row costs
  * more, and 128 threads beat 64 (README, H100) */
 #define MATVEC1_WG 128
@@ -60,6 +61,7 @@ enum vk_shader {
     VK_SH_QMATVEC1_FX,
     VK_SH_ROPE,
     VK_SH_MATVEC,
+    VK_SH_MATVEC8, /* several rows, 8 at a time (batched decode, short prefill chunks) */
     VK_SH_MATMUL,
     VK_SH_MATVEC_MOE,
     VK_SH_MATMUL_MOE,
@@ -69,6 +71,7 @@ enum vk_shader {
     VK_SH_MOE_SORT,
     VK_SH_MOE_COMBINE,
     VK_SH_QMATVEC, /* quantized weights (MLX affine): qmatvec.comp, qmatmul.comp */
+    VK_SH_QMATVEC8,
     VK_SH_QMATMUL,
     VK_SH_QMATVEC_MOE,
     VK_SH_QMATMUL_MOE,
@@ -78,6 +81,7 @@ enum vk_shader {
     VK_SH_ARGMAX,
     VK_SH_MATMUL_BIG,  /* prefill: f32 tiles of 128 outputs x 64 or 128 rows (matmul_big.comp) */
     VK_SH_QMATMUL_BIG, /* the same with MLX-quantized weights */
+    VK_SH_SPLIT_SUM,   /* the splits of a product split over k added (split_sum.comp) */
     VK_SH_COUNT
 };
 
@@ -226,6 +230,8 @@ struct lmh_backend {
     uint64_t last_ticket;
     vk_tensor *dummy;    /* bound where a pipeline has no tensor */
     vk_tensor *attn_cnt; /* attention's split counters: attn_target_wgs words, zero at rest */
+    vk_tensor *attn_slot[VK_ATTN_CNT_SLOTS]; /* attn_cnt in as many sets, taken in turn */
+    uint32_t attn_next;                      /* the set the next attention takes */
 
     uint64_t weight_bytes, other_bytes, weight_read;
     int err;                            /* sticky: after a lost device every call fails */
@@ -277,6 +283,8 @@ struct lmh_backend {
     int fuse_products;
     /* matrix-vector workgroup: threads and output columns (LMHOST_VK_MATVEC=WGxNR) */
     uint32_t matvec_wg, matvec_nr, matvec1_wg; /* matvec1_wg: one-row products */
+    uint32_t matvec_rows; /* rows up to which products are matrix-vector ones */
+    uint32_t matvec8_nr;  /* output columns a workgroup of the 8-row variant */
 };
 
 /* vk_backend.c */

@@ -8,9 +8,13 @@
 /* eltwise.comp's OP */
 enum { ELT_ADD, ELT_MUL, ELT_SCALE, ELT_SWIGLU, ELT_GEGLU, ELT_SOFTCAP, ELT_SIGMOID_GATE };
 
-#define MATVEC_MAXR     4 /* rows up to which matmuls read the weight as matrix-vector */
+#define MATVEC_MAXR     4 /* rows the matrix-vector kernels hold at most (matvec8: 8) */
+#define MATVEC8_MAXR    8
 #define MATMUL_BIG_SMEM (2 * 16 * 132 * 4) /* matmul_big's tiles: more than every device has */
 #define BIG_FEW_TILES   128 /* matmul_big's 128-row tiles fewer than this: 64-row tiles */
+#define BIG_SPLIT_WGS   256 /* workgroups a product with fewer tiles aims for, split over k */
+#define BIG_SPLIT_MIN_K 256 /* columns a split takes at least */
+#define BIG_SPLIT_MAX   16  /* splits at most */
 #define QMATVEC_NR      4   /* quantized: 4 columns a workgroup was best of 1..16 on an H100 */
 #define ATTN_WG         128
 #define ATTN_DEC_WG     128 /* attn_decode.comp's workgroup */
@@ -283,7 +287,7 @@ static int op_argmax(lmh_backend *b, const lmh_op *op) {
 /* Whether a product of `rows` rows goes to matmul_big.comp's tiles; if so, x's shader, tile
  * height (specialization constant tm_id) and grid are set. */
 static int big_tiles(const lmh_backend *b, vk_dispatch *x, enum vk_shader sh, int tm_id,
-                     int64_t rows, int64_t out) {
+                     int64_t rows, int64_t in, int64_t out) {
     if (!b->matmul_big || (uint64_t)rows < b->matmul_big || b->max_shared < MATMUL_BIG_SMEM)
         return 0;
     /* f32 tiles of 128 outputs x 128 rows, or 64 rows where 128 would leave a device of
@@ -296,10 +300,34 @@ static int big_tiles(const lmh_backend *b, vk_dispatch *x, enum vk_shader sh, in
     x->groups[0] = cdiv((uint64_t)out, 128);
     x->groups[1] = cdiv((uint64_t)rows, 16 * tm);
     x->groups[2] = 1;
+    /* One row of few tiles (a batch of decode steps, a short prefill chunk: 16 tiles for
+     * 2048 outputs) leaves most cores idle and each tile a long chain of k steps: split k
+     * over the z groups, the sums then added by split_sum.comp (op_matmul). Not where there
+     * are more rows (512-row prefill's 1024-output products ran 4% slower split). */
+    uint64_t tiles = (uint64_t)x->groups[0] * x->groups[1];
+    uint32_t nsplit = 1, kchunk = (uint32_t)in;
+    if (x->groups[1] == 1 && tiles < BIG_SPLIT_WGS / 2 && in >= 2 * BIG_SPLIT_MIN_K) {
+        uint64_t want = cdiv(BIG_SPLIT_WGS, tiles), most = (uint64_t)in / BIG_SPLIT_MIN_K;
+        if (want > most) want = most;
+        if (want > BIG_SPLIT_MAX) want = BIG_SPLIT_MAX;
+        kchunk = (uint32_t)(cdiv(cdiv((uint64_t)in, want), 16) * 16); /* whole k steps */
+        nsplit = (uint32_t)cdiv((uint64_t)in, kchunk);
+    }
+    x->groups[2] = nsplit;
+    x->pc[18] = kchunk;
     return 1;
 }
 
-/* A matmul's dispatch (not recorded): matrix-vector kernels up to MATVEC_MAXR rows. */
+/* The row groups of a matrix-vector product of `rows` rows (matvec_reduce.glsl) */
+static uint64_t row_groups(int64_t rows) {
+    return rows <= MATVEC_MAXR ? 1 : cdiv((uint64_t)rows, MATVEC8_MAXR);
+}
+
+/* A matmul's dispatch (not recorded): matrix-vector kernels up to b->matvec_rows rows (a
+ * batch of decode steps, a short prefill chunk), 8 rows a workgroup past MATVEC_MAXR; tiles
+ * beyond. The tiles (matmul.comp's 64 x 64) left a device of 132 cores 32 workgroups for a
+ * 2048-output product of 5 rows, each loading a chain of 128 small tiles: 0.56 ms where
+ * the weights take 3 us to read (H100). */
 static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
     const lmh_tensor *xt = op->src[0], *W = op->src[1], *bias = op->src[2];
     int64_t in = lmh_inner(xt), rows = lmh_nelem(xt) / in, out = W->ne[0];
@@ -315,13 +343,15 @@ static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
     x.pc[9] = bias ? dtc(bias->dtype) : 0;
     if (lmh_dtype_is_quant(W->dtype)) {
         quant_args(&x, W);
-        if (rows <= MATVEC_MAXR) {
-            x.shader = rows == 1 ? VK_SH_QMATVEC1 : VK_SH_QMATVEC;
+        if (rows <= b->matvec_rows) {
+            x.shader = rows == 1             ? VK_SH_QMATVEC1
+                       : rows <= MATVEC_MAXR ? VK_SH_QMATVEC
+                                             : VK_SH_QMATVEC8;
             x.spec[0] = MATVEC_WG; /* one row too: 128 threads were slower (README) */
             x.spec[1] = QMATVEC_NR;
             x.spec[3] = (uint32_t)vec_ok(xt, in);
-            grid(&x, cdiv((uint64_t)out, QMATVEC_NR));
-        } else if (big_tiles(b, &x, VK_SH_QMATMUL_BIG, 6, rows, out)) {
+            grid(&x, cdiv((uint64_t)out, QMATVEC_NR) * row_groups(rows));
+        } else if (big_tiles(b, &x, VK_SH_QMATMUL_BIG, 6, rows, in, out)) {
             x.spec[3] = (uint32_t)(vec_ok(xt, in) && in % 8 == 0);
         } else {
             x.shader = VK_SH_QMATMUL;
@@ -330,16 +360,17 @@ static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
             x.groups[1] = cdiv((uint64_t)rows, 64);
             x.groups[2] = 1;
         }
-    } else if (rows <= MATVEC_MAXR) {
+    } else if (rows <= b->matvec_rows) {
         int vec = vec_ok(W, in) && vec_ok(xt, in);
         /* one row (decode): the variant whose registers hold one row's sums, not four */
-        x.shader = rows == 1 ? VK_SH_MATVEC1 : VK_SH_MATVEC;
+        x.shader = rows == 1 ? VK_SH_MATVEC1 : rows <= MATVEC_MAXR ? VK_SH_MATVEC : VK_SH_MATVEC8;
+        uint32_t nr = rows > MATVEC_MAXR ? b->matvec8_nr : b->matvec_nr;
         x.spec[0] = rows == 1 ? b->matvec1_wg : b->matvec_wg;
-        x.spec[1] = b->matvec_nr;
+        x.spec[1] = nr;
         x.spec[2] = dtc(W->dtype);
         x.spec[3] = (uint32_t)vec;
-        grid(&x, cdiv((uint64_t)out, b->matvec_nr));
-    } else if (!b->coopmat && big_tiles(b, &x, VK_SH_MATMUL_BIG, 4, rows, out)) {
+        grid(&x, cdiv((uint64_t)out, nr) * row_groups(rows));
+    } else if (!b->coopmat && big_tiles(b, &x, VK_SH_MATMUL_BIG, 4, rows, in, out)) {
         x.spec[2] = dtc(W->dtype);
         x.spec[3] = (uint32_t)(vec_ok(W, in) && vec_ok(xt, in) && in % 8 == 0);
     } else {
@@ -351,6 +382,9 @@ static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
         x.groups[1] = cdiv((uint64_t)rows, 64);
         x.groups[2] = 1;
     }
+    /* matmul_big's split sums: its own result where it does not split (a shared dummy would
+     * make side-by-side products look dependent to the validation layer) */
+    if (x.shader == VK_SH_MATMUL_BIG || x.shader == VK_SH_QMATMUL_BIG) x.bind[4] = VT(op->dst);
     count_read(b, W, (uint64_t)out * row_bytes(W));
     if (bias) count_read(b, bias, (uint64_t)out * lmh_dtype_size(bias->dtype));
     *d = x;
@@ -359,7 +393,29 @@ static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
 static int op_matmul(lmh_backend *b, const lmh_op *op) {
     vk_dispatch x;
     matmul_dispatch(b, op, &x);
-    return vk_record(b, &x);
+    uint32_t nsplit = x.groups[2];
+    if (nsplit <= 1) return vk_record(b, &x);
+    /* split over k (big_tiles): the splits' sums, then their total and the bias in dst */
+    const lmh_tensor *xt = op->src[0], *bias = op->src[2];
+    uint64_t n = (uint64_t)(lmh_nelem(xt) / lmh_inner(xt)) * (uint64_t)op->src[1]->ne[0];
+    vk_tensor *part = vk_scratch(b, (VkDeviceSize)nsplit * n * 4);
+    if (!part) return LMH_ENOMEM;
+    x.bind[4] = part;
+    x.writes = 1u | 1u << 4; /* (dst too, as the shader declares it) */
+    int rc = vk_record(b, &x);
+    vk_dispatch r = {.shader = VK_SH_SPLIT_SUM, .spec = {256}, .writes = 1};
+    r.bind[0] = VT(op->dst);
+    r.bind[1] = part;
+    r.bind[3] = bias ? VT(bias) : NULL;
+    r.pc[5] = (uint32_t)n;
+    r.pc[6] = (uint32_t)op->src[1]->ne[0];
+    r.pc[7] = nsplit;
+    r.pc[8] = bias != NULL;
+    r.pc[9] = bias ? dtc(bias->dtype) : 0;
+    grid(&r, cdiv(n, 256));
+    if (!rc) rc = vk_record(b, &r);
+    vk_tensor_release(b, part);
+    return rc;
 }
 
 int vk_matvec_fusable(const lmh_op *mm) {
@@ -634,18 +690,20 @@ static int op_attention(lmh_backend *b, const lmh_op *op) {
     x.bind[2] = VT(K);
     x.bind[3] = VT(V);
     x.bind[4] = VT(op->src[3]);
-    vk_tensor *part = NULL;
+    /* The split counters: a set of its own (wgs <= attn_target_wgs, what a set holds), and
+     * without splits the partials' binding there too: the shaders declare both, so bound
+     * to a shared dummy they would make consecutive attentions (batched decode's sequences)
+     * look dependent to the validation layer. */
+    vk_tensor *part = NULL, *cnt = b->attn_slot[b->attn_next++ % VK_ATTN_CNT_SLOTS];
+    x.bind[5] = x.bind[6] = cnt;
+    x.writes = 1u | 1u << 5 | 1u << 6;
+    x.pc[19] = vk_elem_off(b, cnt);
     if (nsplit > 1) {
         /* a split's (max, sum, acc[dv]); attn_decode.comp puts acc 16-byte aligned */
         part = vk_scratch(b, (VkDeviceSize)(n * heads) * nsplit *
                                  (VkDeviceSize)(dv + (dec ? 4 : 2)) * 4);
         if (!part) return LMH_ENOMEM;
         x.bind[5] = part;
-        x.bind[6] = b->attn_cnt; /* wgs <= attn_target_wgs, the counters it holds */
-        x.writes = 1u | 1u << 5 | 1u << 6;
-        x.pc[19] = vk_elem_off(b, b->attn_cnt);
-    } else {
-        x.writes = 1;
     }
     x.pc[5] = (uint32_t)nq;
     x.pc[6] = (uint32_t)heads;

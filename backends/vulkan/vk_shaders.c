@@ -17,10 +17,14 @@
 #include "spv_matvec_moe.h"
 #include "spv_matvec_moe_sg.h"
 #include "spv_matvec_sg.h"
+#include "spv_matvec8.h"
+#include "spv_matvec8_sg.h"
 #include "spv_matvec1.h"
 #include "spv_matvec1_sg.h"
 #include "spv_matvec1_fx.h"
 #include "spv_matvec1_fx_sg.h"
+#include "spv_qmatvec8.h"
+#include "spv_qmatvec8_sg.h"
 #include "spv_qmatvec1.h"
 #include "spv_qmatvec1_sg.h"
 #include "spv_qmatvec1_fx.h"
@@ -28,6 +32,7 @@
 #include "spv_moe_combine.h"
 #include "spv_moe_route.h"
 #include "spv_moe_sort.h"
+#include "spv_split_sum.h"
 #include "spv_qget_rows.h"
 #include "spv_qmatmul.h"
 #include "spv_qmatmul_big.h"
@@ -64,6 +69,7 @@ const vk_spirv vk_shaders[VK_SH_COUNT] = {
     [VK_SH_QMATVEC1_FX] = SH_SG(qmatvec1_fx),
     [VK_SH_ROPE] = SH(rope),
     [VK_SH_MATVEC] = SH_SG(matvec),
+    [VK_SH_MATVEC8] = SH_SG(matvec8),
     [VK_SH_MATMUL] = SH(matmul),
     [VK_SH_MATVEC_MOE] = SH_SG(matvec_moe),
     [VK_SH_MATMUL_MOE] = SH(matmul_moe),
@@ -72,7 +78,9 @@ const vk_spirv vk_shaders[VK_SH_COUNT] = {
     [VK_SH_MOE_ROUTE] = SH(moe_route),
     [VK_SH_MOE_SORT] = SH(moe_sort),
     [VK_SH_MOE_COMBINE] = SH(moe_combine),
+    [VK_SH_SPLIT_SUM] = SH(split_sum),
     [VK_SH_QMATVEC] = SH_SG(qmatvec),
+    [VK_SH_QMATVEC8] = SH_SG(qmatvec8),
     [VK_SH_QMATMUL] = SH(qmatmul),
     [VK_SH_QMATVEC_MOE] = SH_SG(qmatvec_moe),
     [VK_SH_QMATMUL_MOE] = SH(qmatmul_moe),

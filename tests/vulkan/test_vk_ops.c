@@ -486,12 +486,14 @@ static void t_matmul(void) {
     /* Tiled products on matrix cores (LMHOST_VK_COOPMAT=1) take f16 operands: each
      * product rounds at 2^-11 relative, so sums of up to 128 agree within about 2e-3. */
     const double mm_tol = strstr(g_be[1].api->describe(g_be[1].b), "matrix cores") ? 3e-3 : TOL;
-    /* the last four: matvec's 4-chunk steps, then matmul_big's 16-byte loads (with a last
-     * step of 8 columns) and partial tiles */
+    /* the last six: matvec's 4-chunk steps, then matmul_big's 16-byte loads (with a last
+     * step of 8 columns) and partial tiles, and its products of one tile row split over k
+     * (4 splits, or in the first pass a matrix-vector product; 8, the last one shorter) */
     static const int64_t shapes[][3] = {
-        {1, 64, 48},   {1, 37, 19},   {3, 128, 200},   {4, 72, 33},    {2, 24, 9},
-        {5, 64, 130},  {70, 96, 65},  {130, 37, 129},  {1, 256, 513},  {9, 8, 1},
-        {1, 4104, 33}, {3, 2056, 17}, {200, 264, 260}, {129, 512, 384}};
+        {1, 64, 48},     {1, 37, 19},     {3, 128, 200},   {4, 72, 33},
+        {2, 24, 9},      {5, 64, 130},    {70, 96, 65},    {130, 37, 129},
+        {1, 256, 513},   {9, 8, 1},       {1, 4104, 33},   {3, 2056, 17},
+        {200, 264, 260}, {129, 512, 384}, {12, 1024, 100}, {70, 2064, 70}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int w = 0; w < 3; w++)
             for (int bias = 0; bias < 4; bias++) {
@@ -1246,9 +1248,9 @@ static void t_quant(void) {
                 free_all();
             }
             /* matmul: matrix-vector and tiled */
-            static const int64_t shapes[][3] = {{1, 128, 37},   {2, 384, 20}, {4, 256, 65},
-                                                {3, 128, 130},  {5, 256, 33}, {70, 128, 70},
-                                                {130, 384, 129}};
+            static const int64_t shapes[][3] = {{1, 128, 37},  {2, 384, 20},    {4, 256, 65},
+                                                {3, 128, 130}, {5, 256, 33},    {19, 128, 40},
+                                                {70, 128, 70}, {130, 384, 129}, {70, 1024, 40}};
             for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
                 int64_t rows = shapes[sh][0], in = shapes[sh][1], out = shapes[sh][2];
                 if (in % group) continue;
@@ -1445,6 +1447,7 @@ int main(int argc, char **argv) {
             setenv("LMHOST_VK_ATTN_UNROLL", "4x8", 1);
             unsetenv("LMHOST_VK_ATTN_WGS");
             unsetenv("LMHOST_VK_ATTN_DECODE");
+            unsetenv("LMHOST_VK_MATVEC_ROWS");
             /* waits that poll their fence first (a GPU's default), for up to 1 ms */
             setenv("LMHOST_VK_SPIN", "1000", 1);
             /* every tiled product in matmul_big.comp's 64-row tiles (matmul.comp's tiles are
@@ -1454,7 +1457,9 @@ int main(int argc, char **argv) {
             /* a GPU's split counts (up to attn_decode's 64) and key loads, 3 at a time */
             setenv("LMHOST_VK_ATTN_WGS", "512", 1);
             setenv("LMHOST_VK_ATTN_DECODE", "3", 1);
-            /* every tiled product in matmul_big.comp's 128-row tiles */
+            /* products of up to 64 rows as matrix-vector ones (matvec8; a GPU's up to 16),
+             * and every tiled one in matmul_big.comp's 128-row tiles */
+            setenv("LMHOST_VK_MATVEC_ROWS", "64", 1);
             setenv("LMHOST_VK_MATMUL_BIG", "8", 1);
         }
         if (g_be[1].api->create(&g_host, &o, &g_be[1].b, err, sizeof err)) {

@@ -9,7 +9,10 @@
 // that the 16 threads reading W's tile read 256 contiguous bytes (8 outputs in a run took two
 // shared-memory passes more a column; prefill 4-7% slower on an H100). Each sum runs over k
 // in order, one multiply-add a step, as in matmul.comp (the same greedy tokens on an H100).
-// For prefill (the host's choice: vk_ops.c).
+// For prefill and batched decode (the host's choice: vk_ops.c). Where a product has too few
+// tiles to fill the device (a batch of decode steps: one tile row), the k range is split
+// over gl_WorkGroupID.z (kchunk columns each) and each split writes its sums to P, split by
+// split; split_sum.comp then adds them in split order (and the bias).
 // With QUANT, W is MLX-quantized (quant.glsl): each thread dequantizes 8 codes of a row a
 // step (two 4-code windows of one or two 32-bit loads, one scale and bias: a step's 16 values
 // of a row share a group), as qmatmul.comp does 4, with the same arithmetic.
@@ -41,6 +44,7 @@ RBUF4(1, X)
 RBUF(2, W)
 RBUF4(2, W)
 RBUF(3, BIAS)
+BUF(4, P) // the splits' sums [z][rows][out]
 
 layout(push_constant) uniform PC {
     PC_OFFSETS
@@ -55,7 +59,10 @@ layout(push_constant) uniform PC {
     uint gpr;     // groups per weight row
     uint sc;      // word offsets of the scales and biases from the tensor's start
     uint bi;
+#else
+    uint pad_[8];
 #endif
+    uint kchunk;  // columns a split (a multiple of BK), with gl_NumWorkGroups.z splits
 } pc;
 
 // the tiles, k-major: xs[k][row], ws[k][output]
@@ -131,10 +138,12 @@ void main() {
     [[unroll]] for (uint i = 0; i < 8u; i++)
         [[unroll]] for (uint j = 0; j < 8u; j++) acc[i][j] = 0.0;
 
+    // this split's columns [kb, ke)
+    uint kb = gl_WorkGroupID.z * pc.kchunk, ke = min(pc.in_, kb + pc.kchunk);
     float xv[8], wv[8];
-    load_x(m0 + xr, xk, xv);
-    load_w(n0 + wr, wk, wv);
-    for (uint k0 = 0; k0 < pc.in_; k0 += BK) {
+    load_x(m0 + xr, kb + xk, xv);
+    load_w(n0 + wr, kb + wk, wv);
+    for (uint k0 = kb; k0 < ke; k0 += BK) {
         barrier(); // the previous step's reads of the tiles are done
         // scalar stores into the vec4 arrays: element xr (wr) of row c
         [[unroll]] for (uint e = 0; e < TM; e++)
@@ -142,7 +151,7 @@ void main() {
         [[unroll]] for (uint e = 0; e < 8u; e++)
             ws4[((wk + e) * (BN + PAD) + wr) / 4u][wr % 4u] = wv[e];
         barrier();
-        if (k0 + BK < pc.in_) {
+        if (k0 + BK < ke) {
             load_x(m0 + xr, k0 + BK + xk, xv);
             load_w(n0 + wr, k0 + BK + wk, wv);
         }
@@ -160,6 +169,7 @@ void main() {
             }
         }
     }
+    bool split = gl_NumWorkGroups.z > 1u;
     [[unroll]] for (uint i = 0; i < TM; i++) {
         uint r = m0 + ty * TM + i;
         if (r >= pc.rows) break;
@@ -167,6 +177,10 @@ void main() {
             uint o = n0 + (j < 4u ? 0u : BN / 2u - 4u) + tx * 4u + j;
             if (o >= pc.out_) continue;
             float s = acc[i][j];
+            if (split) {
+                P[pc.oe + (gl_WorkGroupID.z * pc.rows + r) * pc.out_ + o] = floatBitsToUint(s);
+                continue;
+            }
             if (pc.has_bias != 0u) s += LOADF(BIAS, pc.tbias, pc.oc + o);
             D[pc.od + r * pc.out_ + o] = floatBitsToUint(s);
         }

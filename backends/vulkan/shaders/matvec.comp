@@ -1,8 +1,9 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// dst [rows, out] = x [rows, in] W^T (+ bias) for rows <= MAXR: the weight is read once;
-// each workgroup computes NR output columns, its threads split the inner dimension and
-// the partial sums are reduced over the workgroup.
+// dst [rows, out] = x [rows, in] W^T (+ bias) for a few rows, MAXR of them a workgroup (row
+// groups: matvec_reduce.glsl's ROW_GROUP): the weight is read once; each workgroup computes
+// NR output columns, its threads split the inner dimension and the partial sums are
+// reduced over the workgroup.
 // With MOE: one work item (an expert and up to MAXR of its (row, slot) pairs) per
 // gl_WorkGroupID.y, from the list moe_sort.comp made. With FUSED (and MAXR 1): the norm or
 // SwiGLU before and the residual add after, see fused.glsl.
@@ -84,9 +85,7 @@ void main() {
         drow[j] = p;
     }
 #else
-    nrows = pc.nrows;
-    uint o0 = group_index() * NR;
-    [[unroll]] for (uint j = 0; j < MAXR; j++) xrow[j] = drow[j] = j;
+    ROW_GROUP(o0, nrows, xrow, drow);
 #endif
     float acc[NR][MAXR];
     [[unroll]] for (uint r = 0; r < NR; r++)

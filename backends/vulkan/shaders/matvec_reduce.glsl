@@ -2,6 +2,16 @@
 // FUSED, its share of the sum of squares) reduced over the workgroup, scaled, biased and
 // stored for output columns o0.. and the rows drow (nrows of them); then fused.glsl's
 // epilogue. Included after the shader's bindings, push constants and helpers.
+// Without MOE, x's rows MAXR at a time: a workgroup's output columns o0.. and row group
+// (nrows rows from r0). The row groups of a block of columns are adjacent in the grid, so
+// that they read its weights at about the same time, all but the first from L2: the
+// weights come from memory about once however many groups there are.
+#define ROW_GROUP(o0, nrows, xrow, drow)                                                          \
+    uint nrg_ = (pc.nrows + MAXR - 1u) / MAXR, gi_ = group_index(), r0_ = (gi_ % nrg_) * MAXR; \
+    uint o0 = (gi_ / nrg_) * NR;                                                                 \
+    nrows = min(pc.nrows - r0_, MAXR);                                                           \
+    [[unroll]] for (uint j = 0; j < MAXR; j++) xrow[j] = drow[j] = r0_ + j
+
 #ifdef FUSED
 #include "fused.glsl"
 #define NSUM (NR * MAXR + 1u) // the sums, then the sum of squares

@@ -1,7 +1,7 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// dst [rows, out] = x [rows, in] W^T (+ bias) for rows <= MAXR with W quantized (see
-// quant.glsl), straight from the packed words. Like matvec.comp: each workgroup computes
+// dst [rows, out] = x [rows, in] W^T (+ bias) for a few rows, MAXR of them a workgroup (as
+// matvec.comp), with W quantized (see quant.glsl), straight from the packed words. Like matvec.comp: each workgroup computes
 // NR output columns, its threads split the inner dimension a 32-value chunk at a time,
 // and the partial sums are reduced over the workgroup (subgroupAdd where available).
 // Per chunk a thread loads the BITS words of each of its NR weight rows (32-bit loads),
@@ -71,9 +71,7 @@ void main() {
         drow[j] = p;
     }
 #else
-    nrows = pc.nrows;
-    uint o0 = group_index() * NR;
-    [[unroll]] for (uint j = 0; j < MAXR; j++) xrow[j] = drow[j] = j;
+    ROW_GROUP(o0, nrows, xrow, drow);
 #endif
     float acc[NR][MAXR];
     [[unroll]] for (uint r = 0; r < NR; r++)
