@@ -7,7 +7,8 @@
 // that they read its weights at about the same time, all but the first from L2: the
 // weights come from memory about once however many groups there are.
 #define ROW_GROUP(o0, nrows, xrow, drow)                                                          \
-    uint nrg_ = (pc.nrows + MAXR - 1u) / MAXR, gi_ = group_index(), r0_ = (gi_ % nrg_) * MAXR; \
+    uint nrg_ = max((pc.nrows + MAXR - 1u) / MAXR, 1u), gi_ = group_index();                 \
+    uint r0_ = (gi_ % nrg_) * MAXR;                                                              \
     uint o0 = (gi_ / nrg_) * NR;                                                                 \
     nrows = min(pc.nrows - r0_, MAXR);                                                           \
     [[unroll]] for (uint j = 0; j < MAXR; j++) xrow[j] = drow[j] = r0_ + j
