@@ -115,19 +115,61 @@ static void sampling_times(const float *lg, int32_t V) {
     free(tmp);
 }
 
+/* Step g's picks (next) against expect[g], counted into *differ, and row 0's into record[g],
+ * where those are given. */
+static void note_picks(int64_t g, int32_t nb, const int32_t *next, const int32_t *expect,
+                       int32_t *record, int32_t *differ) {
+    if (record) record[g] = next[0];
+    for (int32_t i = 0; expect && i < nb; i++) *differ += next[i] != expect[g];
+}
+
+/* n greedy decode steps of nb sequences (row i: sequence seq0 + i), the first reading
+ * next[i]; next ends with the last step's picks. Each step brings back its picks alone and,
+ * with overlap, is enqueued before the picks of the one before are read (its tokens are
+ * those picks, on the device). Each step's picks go to note_picks. Returns 0, or 1 with the
+ * error printed. */
+static int decode_steps(engine *e, uint64_t seq0, int32_t nb, int64_t n, int overlap, int32_t *next,
+                        const int32_t *expect, int32_t *record, int32_t *differ) {
+    engine_row *rows = malloc((size_t)nb * sizeof *rows);
+    int32_t *outs = malloc((size_t)nb * sizeof *outs);
+    char err[512] = "out of memory";
+    int rc = 1;
+    if (!rows || !outs) goto out;
+    for (int32_t i = 0; i < nb; i++) outs[i] = i;
+    for (int64_t g = 0; g < n; g++) {
+        for (int32_t i = 0; i < nb; i++)
+            rows[i] = (engine_row){.seq = seq0 + (uint64_t)i, .token = next[i]};
+        if (overlap ? engine_step_start(e, rows, nb, outs, nb, g > 0, err, sizeof err) ||
+                          (g > 0 && engine_step_finish(e, next, nb, err, sizeof err) != nb)
+                    : engine_step(e, rows, nb, outs, nb, NULL, next, err, sizeof err))
+            goto out;
+        /* next holds this step's picks, or (overlapped) the step before's */
+        if (!overlap || g > 0) note_picks(overlap ? g - 1 : g, nb, next, expect, record, differ);
+    }
+    if (overlap && n > 0) {
+        if (engine_step_finish(e, next, nb, err, sizeof err) != nb) goto out;
+        note_picks(n - 1, nb, next, expect, record, differ);
+    }
+    rc = 0;
+out:
+    if (rc) fprintf(stderr, "lmhost: %s\n", err);
+    free(rows);
+    free(outs);
+    return rc;
+}
+
 /* --batch N: N more sequences, each prefilled with the same prompt, decoded together a row
  * each a step, as the server batches concurrent requests: the time a step takes (the first
- * step left out) and the tokens/s the sequences make together. Each sequence's greedy tokens are
- * compared with those of the sequence decoded alone (toks): the kernels sum a row the same way
- * whatever the batch, so they are the same unless something is wrong. */
+ * step left out: a backend may build its kernels for these shapes at first use) and the
+ * tokens/s the sequences make together. Each sequence's greedy tokens are compared with those
+ * of the sequence decoded alone (toks[g]: the token step g reads): the kernels sum a row the
+ * same way whatever the batch, so they are the same unless something is wrong. */
 static int bench_batch(engine *e, int32_t nb, const int32_t *ids, int32_t n_prompt, int32_t chunk,
                        int32_t n_gen, int overlap, const int32_t *toks, float *lg, sampler *smp) {
-    engine_row *rows = malloc((size_t)nb * sizeof *rows);
-    int32_t *outs = malloc((size_t)nb * sizeof *outs), *next = malloc((size_t)nb * sizeof *next);
+    int32_t *next = malloc((size_t)nb * sizeof *next);
     int32_t added = 0, rc = 1, differ = 0;
-    char err[512];
     const uint64_t seq0 = 1000; /* apart from the single sequence (1) */
-    if (!rows || !outs || !next) goto out;
+    if (!next) goto out;
     double tp = now();
     for (; added < nb; added++) {
         if (engine_seq_add(e, seq0 + (uint64_t)added) != 0) {
@@ -142,33 +184,10 @@ static int bench_batch(engine *e, int32_t nb, const int32_t *ids, int32_t n_prom
     printf("prefill of the %d sequences, one after another: %lld tokens in %.3f s = %.1f "
            "tokens/s\n",
            nb, (long long)nb * n_prompt, tp, (double)nb * n_prompt / tp);
-    for (int32_t i = 0; i < nb; i++) outs[i] = i;
-    /* Step g reads token toks[g] in every sequence. Step 0 is not timed: a backend may build
-     * its kernels for these shapes at first use. */
-    double t0 = 0;
-    for (int32_t g = 0; g < n_gen; g++) {
-        if (g == 1) t0 = now();
-        for (int32_t i = 0; i < nb; i++)
-            rows[i] = (engine_row){.seq = seq0 + (uint64_t)i, .token = next[i]};
-        int ov = overlap && g > 0, chained = ov && g > 1;
-        int bad = ov ? engine_step_start(e, rows, nb, outs, nb, chained, err, sizeof err) ||
-                           (chained && engine_step_finish(e, next, nb, err, sizeof err) != nb)
-                     : engine_step(e, rows, nb, outs, nb, NULL, next, err, sizeof err);
-        if (bad) {
-            fprintf(stderr, "lmhost: %s\n", err);
-            goto out;
-        }
-        /* the picks in next are those of this step, or (chained) of the one before */
-        if (!ov || chained)
-            for (int32_t i = 0; i < nb; i++) differ += next[i] != toks[ov ? g : g + 1];
-    }
-    if (overlap && n_gen > 1 && engine_step_finish(e, next, nb, err, sizeof err) != nb) {
-        fprintf(stderr, "lmhost: %s\n", err);
-        goto out;
-    }
-    double t = now() - t0;
-    if (overlap && n_gen > 1)
-        for (int32_t i = 0; i < nb; i++) differ += next[i] != toks[n_gen];
+    if (decode_steps(e, seq0, nb, 1, overlap, next, toks + 1, NULL, &differ)) goto out;
+    double t = now();
+    if (decode_steps(e, seq0, nb, n_gen - 1, overlap, next, toks + 2, NULL, &differ)) goto out;
+    t = now() - t;
     if (n_gen > 1)
         printf("decode, %d sequences together: %d steps in %.3f s = %.1f tokens/s (%.2f ms a "
                "step); greedy tokens as decoded alone: %s\n",
@@ -186,8 +205,6 @@ static int bench_batch(engine *e, int32_t nb, const int32_t *ids, int32_t n_prom
     rc = 0;
 out:
     for (int32_t i = 0; i < added; i++) engine_seq_remove(e, seq0 + (uint64_t)i);
-    free(rows);
-    free(outs);
     free(next);
     return rc;
 }
@@ -254,25 +271,14 @@ int cli_bench(int argc, char **argv) {
      * tokens are those picks, on the device); the last step runs by itself and brings its
      * logits too (for the sampling times below) */
     int32_t next = sampler_sample(smp, lg, NULL, 0), out0 = 0;
-    toks[0] = next; /* toks[i]: the token step i reads; toks[n_gen]: the last step's pick */
+    toks[0] = next; /* toks[g]: the token step g reads; toks[n_gen]: the last step's pick */
     no_overlap |= !engine_step_overlaps(e);
-    for (int64_t i = 0; i + 1 < n_gen; i++) {
-        engine_row row = {.seq = 1, .token = next};
-        if (no_overlap ? engine_step(e, &row, 1, &out0, 1, NULL, &next, err, sizeof err)
-                       : engine_step_start(e, &row, 1, &out0, 1, i > 0, err, sizeof err) ||
-                             (i > 0 && engine_step_finish(e, &next, 1, err, sizeof err) != 1)) {
-            fprintf(stderr, "lmhost: %s\n", err);
-            goto out;
-        }
-        if (no_overlap || i > 0) toks[no_overlap ? i + 1 : i] = next;
-    }
+    if (decode_steps(e, 1, 1, n_gen - 1, !no_overlap, &next, NULL, toks + 1, NULL)) goto out;
     engine_row row = {.seq = 1, .token = next};
-    if ((!no_overlap && n_gen > 1 && engine_step_finish(e, &row.token, 1, err, sizeof err) != 1) ||
-        engine_step(e, &row, 1, &out0, 1, lg, &next, err, sizeof err)) {
+    if (engine_step(e, &row, 1, &out0, 1, lg, &next, err, sizeof err)) {
         fprintf(stderr, "lmhost: %s\n", err);
         goto out;
     }
-    toks[n_gen - 1] = row.token;
     toks[n_gen] = next;
     double t_decode = now() - t1;
     engine_get_stats(e, &s2);

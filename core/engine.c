@@ -730,6 +730,23 @@ static lmh_tensor *row_view(const pl_slot *sl, lmh_tensor *t, int32_t r0, int32_
                                 t->ndim, ne);
 }
 
+/* Frees the views in v[0..3) that were made (NULL where not). */
+static void free_views(const pl_slot *sl, lmh_tensor *const v[3]) {
+    for (int j = 0; j < 3; j++)
+        if (v[j]) sl->api->tensor_free(sl->b, v[j]);
+}
+
+/* Fails the pass for the cache's error rc on layer `layer` (held by slot s); returns rc. */
+static int cache_failed(lmh_fwd *f, int32_t layer, int s, int rc) {
+    engine *e = f->e;
+    if (rc == LMH_ENOMEM)
+        fwd_failf(f, "cache %s failed on layer %d: out of %s memory", e->cache_p->info->name, layer,
+                  e->slots[s].plugin->info->name);
+    else
+        fwd_failf(f, "cache %s failed on layer %d (error %d)", e->cache_p->info->name, layer, rc);
+    return rc;
+}
+
 static int host_fwd_attention(lmh_fwd *f, int32_t layer, lmh_tensor *q, lmh_tensor *k,
                               lmh_tensor *v, lmh_tensor *out, const lmh_attn_params *p) {
     engine *e = f->e;
@@ -753,29 +770,21 @@ static int host_fwd_attention(lmh_fwd *f, int32_t layer, lmh_tensor *q, lmh_tens
     /* Each sequence's rows go to its own cache entry: every sequence's append first, then
      * every attend, so that a backend may run the sequences' attention side by side rather
      * than each behind its own append (on a GPU, a dependent step per sequence). */
-    for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < f->n_segs; i++) {
-            const seg *g = &f->segs[i];
-            lmh_tensor *va = row_view(sl, pass ? pq : pk, g->r0, g->n),
-                       *vb = row_view(sl, pass ? po : pv, g->r0, g->n),
-                       *vp = pass ? row_view(sl, pp, g->r0, g->n) : NULL;
-            int rc = LMH_ENOMEM;
-            if (va && vb && (vp || !pass))
-                rc = pass ? e->cache_api->attend(c, g->seq, ll, va, vp, vb, p)
-                          : e->cache_api->append(c, g->seq, ll, va, vb);
-            lmh_tensor *views[] = {va, vb, vp};
-            for (int j = 0; j < 3; j++)
-                if (views[j]) sl->api->tensor_free(sl->b, views[j]);
-            if (rc != 0) {
-                if (rc == LMH_ENOMEM)
-                    fwd_failf(f, "cache %s failed on layer %d: out of %s memory",
-                              e->cache_p->info->name, layer, sl->plugin->info->name);
-                else
-                    fwd_failf(f, "cache %s failed on layer %d (error %d)", e->cache_p->info->name,
-                              layer, rc);
-                return rc;
-            }
-        }
+    for (int i = 0; i < f->n_segs; i++) {
+        const seg *g = &f->segs[i];
+        lmh_tensor *vk = row_view(sl, pk, g->r0, g->n), *vv = row_view(sl, pv, g->r0, g->n);
+        int rc = vk && vv ? e->cache_api->append(c, g->seq, ll, vk, vv) : LMH_ENOMEM;
+        free_views(sl, (lmh_tensor *[]){vk, vv, NULL});
+        if (rc) return cache_failed(f, layer, s, rc);
+    }
+    for (int i = 0; i < f->n_segs; i++) {
+        const seg *g = &f->segs[i];
+        lmh_tensor *vq = row_view(sl, pq, g->r0, g->n), *vo = row_view(sl, po, g->r0, g->n),
+                   *vp = row_view(sl, pp, g->r0, g->n);
+        int rc = vq && vo && vp ? e->cache_api->attend(c, g->seq, ll, vq, vp, vo, p) : LMH_ENOMEM;
+        free_views(sl, (lmh_tensor *[]){vq, vo, vp});
+        if (rc) return cache_failed(f, layer, s, rc);
+    }
     pl_written(HT(out), s);
     return LMH_OK;
 }
