@@ -28,7 +28,12 @@
  * lavapipe), and for attn_decode.comp LMHOST_VK_ATTN_DEC_WGS=N (default half of that),
  * LMHOST_VK_ATTN_DECODE=0 leaves decoding to the tiled attention kernel (=KU[xTPK]: keys a key
  * group of attn_decode.comp loads together, GPU default 2, CPU devices 1, and its lanes, default 16
- * within the smallest subgroup), LMHOST_VK_FULL_BARRIERS=1 makes every barrier take all
+ * within the smallest subgroup), LMHOST_VK_ATTN_SEQS=N runs the decode attention of N or more
+ * sequences (batched decode) as one dispatch instead of one each, where the device has
+ * buffer device addresses (default 16 on GPUs, 2 on CPU devices; 0: never), and
+ * LMHOST_VK_ATTN_SEQ_WGS=N sets the workgroups that one
+ * aims for (default twice LMHOST_VK_ATTN_DEC_WGS's; past it a workgroup takes several key
+ * splits in turn), LMHOST_VK_FULL_BARRIERS=1 makes every barrier take all
  * stages and accesses (the form before compute-only barriers, for measurement).
  * LMHOST_VK_SPIN=N: a wait polls its fence for up to N us before it sleeps (default 10000 on
  * GPUs, 0 on CPU devices). LMHOST_VK_NO_PUSH_DESCRIPTOR=1 uses descriptor pools even where
@@ -50,15 +55,16 @@
 #define ALLOC_ALIGN  256        /* of every suballocation */
 #define BLOCK_MIN    (16 * MIB) /* first block of a kind; later ones double */
 #define BLOCK_MAX    (256 * MIB)
-#define STAGING_SIZE (16 * MIB) /* host-visible upload memory per batch */
-#define MAX_DISPATCH 256        /* dispatches per batch before it is submitted */
-#define SUBMIT_MIN   16         /* dispatches per batch before an idle device gets it */
-#define SPIN_US      10000      /* how long a wait polls its fence (LMHOST_VK_SPIN) */
-#define POOL_SETS    256        /* descriptor sets per pool */
-#define MATVEC_ROWS  16         /* matrix-vector products up to this many rows on GPUs */
-#define BIG_MIN_ROWS 17         /* matmul_big.comp from this many rows (LMHOST_VK_MATMUL_BIG) */
-#define MATVEC8_NR   4          /* output columns a workgroup of the 8-row matrix-vector kernel */
-#define STAT_SLOTS   1024       /* MoE statistics per batch */
+#define STAGING_SIZE (16 * MIB)   /* host-visible upload memory per batch */
+#define MAX_DISPATCH 256          /* dispatches per batch before it is submitted */
+#define SUBMIT_MIN   16           /* dispatches per batch before an idle device gets it */
+#define SPIN_US      10000        /* how long a wait polls its fence (LMHOST_VK_SPIN) */
+#define POOL_SETS    256          /* descriptor sets per pool */
+#define MATVEC_ROWS  16           /* matrix-vector products up to this many rows on GPUs */
+#define BIG_MIN_ROWS 17           /* matmul_big.comp from this many rows (LMHOST_VK_MATMUL_BIG) */
+#define MATVEC8_NR   4            /* output columns a workgroup of the 8-row matrix-vector kernel */
+#define STAT_SLOTS   1024         /* MoE statistics per batch */
+#define ARGS_BYTES   (256 * 1024) /* tables for dispatches per batch (vk_args) */
 
 struct vk_block {
     VkDeviceMemory mem;
@@ -68,6 +74,7 @@ struct vk_block {
     int weight;    /* weights and other tensors live in separate blocks */
     int dedicated; /* made for one allocation larger than a block */
     int host;
+    VkDeviceAddress addr;  /* device blocks, where shaders take addresses (b->seq_attn) */
     VkDeviceSize (*fr)[2]; /* free ranges (offset, size), sorted by offset */
     int nfr, capfr;
 };
@@ -172,6 +179,8 @@ static vk_block *block_new(lmh_backend *b, VkDeviceSize size, int host, int quie
                  VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT,
         .sharingMode = VK_SHARING_MODE_EXCLUSIVE,
     };
+    int addressed = b->seq_attn && !host;
+    if (addressed) bi.usage |= VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT;
     VkResult r = vkCreateBuffer(b->dev, &bi, NULL, &k->buf);
     if (r != VK_SUCCESS) {
         if (!quiet) vk_fail(b, r, "vkCreateBuffer");
@@ -193,11 +202,19 @@ static vk_block *block_new(lmh_backend *b, VkDeviceSize size, int host, int quie
         block_destroy(b, k);
         return NULL;
     }
+    VkMemoryAllocateFlagsInfo fi = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO,
+                                    .flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT};
     VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+                               .pNext = addressed ? &fi : NULL,
                                .allocationSize = req.size,
                                .memoryTypeIndex = (uint32_t)type};
     r = vkAllocateMemory(b->dev, &ai, NULL, &k->mem);
     if (r == VK_SUCCESS) r = vkBindBufferMemory(b->dev, k->buf, k->mem, 0);
+    if (r == VK_SUCCESS && addressed) {
+        VkBufferDeviceAddressInfo di = {.sType = VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO,
+                                        .buffer = k->buf};
+        k->addr = vkGetBufferDeviceAddress(b->dev, &di);
+    }
     if (r == VK_SUCCESS && host) r = vkMapMemory(b->dev, k->mem, 0, VK_WHOLE_SIZE, 0, &k->map);
     if (r != VK_SUCCESS) {
         if (!quiet) vk_fail(b, r, "allocating device memory");
@@ -655,6 +672,7 @@ static vk_batch *batch_begin(lmh_backend *b) {
         bt->npools = 1;
     }
     bt->staging_used = 0;
+    bt->args_used = 0;
     bt->ndispatch = 0;
     bt->nmoe = 0;
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
@@ -730,6 +748,19 @@ static vk_range range_of(const vk_tensor *t) {
                   (t->off + t->bytes + 15) & ~(VkDeviceSize)15};
     if (r.hi == r.lo) r.hi = r.lo + 16;
     return r;
+}
+
+/* Appends r to list (n entries), merged into the last entry where the two touch (rows of
+ * one tensor, one sequence after another); the new count. */
+static int add_range(vk_range *list, int n, vk_range r) {
+    vk_range *l = n ? &list[n - 1] : NULL;
+    if (l && l->blk == r.blk && r.lo <= l->hi && l->lo <= r.hi) {
+        if (r.lo < l->lo) l->lo = r.lo;
+        if (r.hi > l->hi) l->hi = r.hi;
+        return n;
+    }
+    list[n] = r;
+    return n + 1;
 }
 
 static int overlaps(const vk_range *list, int n, const vk_range *r) {
@@ -841,6 +872,10 @@ static VkDeviceSize bind_range(const lmh_backend *b, const vk_tensor *t, VkDevic
     return end - *base;
 }
 
+VkDeviceAddress vk_addr(const vk_tensor *t) {
+    return t->a->blk->addr ? t->a->blk->addr + t->off : 0;
+}
+
 uint32_t vk_elem_off(const lmh_backend *b, const vk_tensor *t) {
     VkDeviceSize base;
     bind_range(b, t, &base);
@@ -880,8 +915,17 @@ static int record(lmh_backend *b, const vk_dispatch *d) {
     if (!b->push_set && !(set = alloc_set(b, bt))) return LMH_ENOMEM;
     VkDescriptorBufferInfo bi[VK_NBIND];
     VkWriteDescriptorSet w[VK_NBIND];
-    vk_range rd[VK_NBIND + 1], wr[VK_NBIND];
+    vk_range rd_[VK_NBIND + 1], wr_[VK_NBIND], *rd = rd_, *wr = wr_;
     int nrd = 0, nwr = 0;
+    if (d->nxrd || d->nxwr) { /* tensors reached by address: their ranges too */
+        rd = malloc((VK_NBIND + 1 + (size_t)d->nxrd) * sizeof *rd);
+        wr = malloc((VK_NBIND + (size_t)d->nxwr) * sizeof *wr);
+        if (!rd || !wr) {
+            free(rd);
+            free(wr);
+            return LMH_ENOMEM;
+        }
+    }
     uint32_t pc[VK_PC_WORDS];
     memcpy(pc, d->pc, sizeof pc);
     for (int i = 0; i < VK_NBIND; i++) {
@@ -906,7 +950,13 @@ static int record(lmh_backend *b, const vk_dispatch *d) {
         }
     }
     if (d->indirect) rd[nrd++] = range_of(d->indirect);
+    for (int i = 0; i < d->nxrd; i++) nrd = add_range(rd, nrd, range_of(d->xrd[i]));
+    for (int i = 0; i < d->nxwr; i++) nwr = add_range(wr, nwr, range_of(d->xwr[i]));
     int rc = track(b, bt, rd, nrd, wr, nwr, d->indirect != NULL);
+    if (rd != rd_) {
+        free(rd);
+        free(wr);
+    }
     if (rc) return rc;
     vkCmdBindPipeline(bt->cb, VK_PIPELINE_BIND_POINT_COMPUTE, p);
     if (b->push_set) {
@@ -944,6 +994,8 @@ static int record(lmh_backend *b, const vk_dispatch *d) {
     for (int i = 0; i < VK_NBIND; i++)
         (d->bind[i] ? d->bind[i] : b->dummy)->a->last_use = bt->serial;
     if (d->indirect) d->indirect->a->last_use = bt->serial;
+    for (int i = 0; i < d->nxrd; i++) d->xrd[i]->a->last_use = bt->serial;
+    for (int i = 0; i < d->nxwr; i++) d->xwr[i]->a->last_use = bt->serial;
     bt->ndispatch++;
     return LMH_OK;
 }
@@ -977,6 +1029,38 @@ int vk_moe_slot(lmh_backend *b, uint64_t bytes_per_expert, const vk_tensor **sta
     bt->moe[bt->nmoe] = (vk_moe_stat){(uint32_t)bt->nmoe, bytes_per_expert};
     *stats = bt->stats_t;
     return bt->nmoe++;
+}
+
+vk_tensor *vk_args(lmh_backend *b, size_t n, void **map) {
+    if (!n || n > ARGS_BYTES) return NULL;
+    vk_batch *bt = batch_begin(b);
+    if (bt && bt->args_used + n > ARGS_BYTES) {
+        if (submit(b) != LMH_OK) return NULL;
+        bt = batch_begin(b);
+    }
+    if (!bt) return NULL;
+    if (!bt->args) {
+        vk_alloc *a = calloc(1, sizeof *a);
+        bt->args = a ? block_new(b, ARGS_BYTES, 1, 0) : NULL;
+        if (!bt->args) {
+            free(a);
+            return NULL;
+        }
+        a->blk = bt->args;
+        a->size = ARGS_BYTES;
+        bt->args_a = a;
+    }
+    vk_tensor *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->a = bt->args_a;
+    t->off = bt->args_used;
+    t->bytes = n;
+    t->t.dtype = LMH_U32;
+    t->t.ndim = 1;
+    t->t.ne[0] = (int64_t)(n / 4);
+    *map = (uint8_t *)bt->args->map + bt->args_used;
+    bt->args_used = (bt->args_used + n + b->align - 1) & ~(b->align - 1);
+    return t;
 }
 
 /* ---- tensors ---------------------------------------------------------------------- */
@@ -1458,6 +1542,23 @@ static int coopmat_usable(lmh_backend *b) {
     return 0;
 }
 
+/* Decode attention of several sequences in one dispatch (attn_decode.comp with SEQS): it
+ * reaches each sequence's tensors by device address. From how many sequences
+ * (LMHOST_VK_ATTN_SEQS=N, 0: never): 16 on a GPU, where up to 8 ran 0.6-1.3% slower so
+ * (README, H100), 2 on CPU devices. */
+static uint32_t seq_attn_usable(lmh_backend *b) {
+    uint32_t min = env_uint("LMHOST_VK_ATTN_SEQS", 1 << 20,
+                            b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 2 : 16);
+    const char *on = getenv("LMHOST_VK_ATTN_SEQS");
+    if ((on && !strcmp(on, "0")) || !b->attn_dec_tpk) return 0;
+    VkPhysicalDeviceVulkan12Features f12 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+                                    .pNext = &f12};
+    vkGetPhysicalDeviceFeatures2(b->pd, &f2);
+    return f12.bufferDeviceAddress == VK_TRUE ? (min < 2 ? 2 : min) : 0;
+}
+
 static int has_layer(const char *name) {
     uint32_t n = 0;
     vkEnumerateInstanceLayerProperties(&n, NULL);
@@ -1686,6 +1787,7 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
     b->attn_dec_tpk =
         shuffle && !(ad && !strcmp(ad, "0")) && sg_min ? (sg_min < dtpk ? sg_min : dtpk) : 0;
     b->attn_dec_wgs = env_uint("LMHOST_VK_ATTN_DEC_WGS", 4096, (b->attn_target_wgs + 1) / 2);
+    b->attn_seq_wgs = env_uint("LMHOST_VK_ATTN_SEQ_WGS", 1 << 20, 2 * b->attn_dec_wgs);
     b->attn_dec_ku =
         dku > 0 && dku <= 8 ? dku : (b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 1 : 2);
     if ((b->align & (b->align - 1)) || lim->maxPushConstantsSize < VK_PC_WORDS * 4 ||
@@ -1716,13 +1818,18 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
         .cooperativeMatrix = VK_TRUE};
     VkPhysicalDeviceVulkan12Features f12 = {
-        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .shaderFloat16 = VK_TRUE};
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
     b->coopmat = coopmat_usable(b);
+    b->seq_attn = seq_attn_usable(b);
+    f12.shaderFloat16 = b->coopmat ? VK_TRUE : VK_FALSE;
+    f12.bufferDeviceAddress = b->seq_attn ? VK_TRUE : VK_FALSE;
+    void *chain = b->coopmat || b->seq_attn ? &f12 : NULL;
     if (b->coopmat) {
         exts[next++] = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
-        cmf.pNext = &f12;
-        di.pNext = &cmf;
+        cmf.pNext = chain;
+        chain = &cmf;
     }
+    di.pNext = chain;
     di.enabledExtensionCount = next;
     di.ppEnabledExtensionNames = next ? exts : NULL;
     r = vkCreateDevice(b->pd, &di, NULL, &b->dev);
@@ -1735,12 +1842,13 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
     if (push)
         b->push_set = (PFN_vkCmdPushDescriptorSetKHR)(uintptr_t)vkGetDeviceProcAddr(
             b->dev, "vkCmdPushDescriptorSetKHR");
-    snprintf(b->desc, sizeof b->desc, "%s (%s, Vulkan %u.%u.%u, subgroup %u%s%s%s)",
+    snprintf(b->desc, sizeof b->desc, "%s (%s, Vulkan %u.%u.%u, subgroup %u%s%s%s%s)",
              b->props.deviceName, type_name(b->props.deviceType),
              VK_API_VERSION_MAJOR(b->props.apiVersion), VK_API_VERSION_MINOR(b->props.apiVersion),
              VK_API_VERSION_PATCH(b->props.apiVersion), b->subgroup_size,
              b->subgroup_arith ? " reductions" : ", shared-memory reductions",
-             b->push_set ? ", push descriptors" : "", b->coopmat ? ", matrix cores" : "");
+             b->push_set ? ", push descriptors" : "", b->seq_attn ? ", buffer addresses" : "",
+             b->coopmat ? ", matrix cores" : "");
     return LMH_OK;
 }
 
@@ -1938,6 +2046,8 @@ static void vk_destroy(lmh_backend *b) {
             if (bt->stats_t) free(bt->stats_t->a);
             free(bt->stats_t);
             block_destroy(b, bt->stats);
+            free(bt->args_a);
+            block_destroy(b, bt->args);
             free(bt->moe);
         }
         if (b->cmdpool) vkDestroyCommandPool(b->dev, b->cmdpool, NULL);
@@ -1959,6 +2069,7 @@ static void vk_destroy(lmh_backend *b) {
     free(b->pipes);
     free(b->defer);
     free(b->rd);
+    free(b->hattn);
     free(b->wr);
     pthread_mutex_destroy(&b->mu);
     free(b);

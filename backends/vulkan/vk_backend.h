@@ -66,7 +66,8 @@ enum vk_shader {
     VK_SH_MATVEC_MOE,
     VK_SH_MATMUL_MOE,
     VK_SH_ATTENTION,
-    VK_SH_ATTN_DECODE, /* few queries over many keys (attn_decode.comp) */
+    VK_SH_ATTN_DECODE,      /* few queries over many keys (attn_decode.comp) */
+    VK_SH_ATTN_DECODE_SEQS, /* the same for several sequences a dispatch (SEQS) */
     VK_SH_MOE_ROUTE,
     VK_SH_MOE_SORT,
     VK_SH_MOE_COMBINE,
@@ -96,6 +97,9 @@ typedef struct vk_dispatch {
     uint32_t pc_words;
     uint32_t groups[3];
     const vk_tensor *indirect; /* dispatch with arguments read from the start of this */
+    /* tensors the shader reaches by device address, read and written (hazards, lifetime) */
+    const vk_tensor *const *xrd, *const *xwr;
+    int nxrd, nxwr;
 } vk_dispatch;
 
 typedef struct vk_hostbuf {
@@ -145,12 +149,22 @@ typedef struct vk_batch {
     vk_tensor *stats_t;
     vk_moe_stat *moe;
     int nmoe, capmoe;
+    vk_block *args; /* host-visible tables the batch's dispatches read (vk_args) */
+    vk_alloc *args_a;
+    VkDeviceSize args_used;
 } vk_batch;
 
 typedef struct vk_range {
     const vk_block *blk;
     VkDeviceSize lo, hi;
 } vk_range;
+
+/* A decode attention held by vk_fuse.c to run with the next sequences' (one dispatch), with
+ * copies of its tensors (dst, q, K, V, positions). */
+typedef struct vk_held_attn {
+    lmh_op op;
+    vk_tensor t[5];
+} vk_held_attn;
 
 /* An op put off by vk_fuse.c, with copies of its tensors (dst, src0, src1): the op's own
  * may be views that are freed before it is recorded. */
@@ -281,6 +295,12 @@ struct lmh_backend {
     /* one-row norms and SwiGLU put off into the products reading them (LMHOST_VK_FUSE_PRODUCTS,
      * default on but for CPU devices) */
     int fuse_products;
+    /* decode attentions held to run as one dispatch (attn_decode.comp with SEQS), where the
+     * device gives shaders buffer addresses, from seq_attn sequences (0: never) */
+    uint32_t seq_attn;
+    uint32_t attn_seq_wgs; /* workgroups such a dispatch aims for (LMHOST_VK_ATTN_SEQ_WGS) */
+    vk_held_attn *hattn;
+    int nhattn, caphattn;
     /* matrix-vector workgroup: threads and output columns (LMHOST_VK_MATVEC=WGxNR) */
     uint32_t matvec_wg, matvec_nr, matvec1_wg; /* matvec1_wg: one-row products */
     uint32_t matvec_rows; /* rows up to which products are matrix-vector ones */
@@ -306,6 +326,12 @@ int vk_bindable(const lmh_backend *b, const lmh_tensor *t);
 /* The element offset a shader gets for t bound at binding 5 or 6 (vk_record fills in
  * those of bindings 0..4). */
 uint32_t vk_elem_off(const lmh_backend *b, const vk_tensor *t);
+/* n bytes of the current batch's host-visible table memory, for a dispatch of that batch
+ * to read (bound like a tensor; released with vk_tensor_release), written through *map;
+ * NULL where it cannot be had. */
+vk_tensor *vk_args(lmh_backend *b, size_t n, void **map);
+/* The device address of t's first byte (0 where its block has none). */
+VkDeviceAddress vk_addr(const vk_tensor *t);
 
 /* vk_ops.c */
 int vk_check_op(lmh_backend *b, const lmh_op *op);
@@ -323,6 +349,11 @@ int vk_rms_norm(lmh_backend *b, const lmh_op *op, const lmh_op *add, const lmh_o
  * pro's operands; with write_pro the norm's result stored too), add the in-place ADD of
  * its result into add->dst (either may be NULL). */
 int vk_matvec_fusable(const lmh_op *mm);
+/* Decode attention of several sequences: whether op can be one of them, whether two such
+ * ops can share a dispatch, and the dispatches of n of them (at least one). */
+int vk_attn_seq_ok(lmh_backend *b, const lmh_op *op);
+int vk_attn_seq_same(lmh_backend *b, const lmh_op *x, const lmh_op *y);
+int vk_attention_seqs(lmh_backend *b, const lmh_op *ops, int n);
 int vk_matvec_fused(lmh_backend *b, const lmh_op *mm, const lmh_op *pro, int write_pro,
                     const lmh_op *add);
 

@@ -3,6 +3,7 @@
  * each op. Semantics are those of ops.h and backends/cpu/cpu_backend.c. */
 #include "vk_backend.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* eltwise.comp's OP */
@@ -644,7 +645,15 @@ static int attn_decode_shape(const lmh_backend *b, const lmh_op *op, uint32_t *t
     return 1;
 }
 
-static int op_attention(lmh_backend *b, const lmh_op *op) {
+/* An attention's dispatch but for its bindings (and their offsets), and its key splits. */
+typedef struct attn_plan {
+    vk_dispatch x;
+    int dec; /* attn_decode.comp */
+    uint32_t qblocks, nsplit;
+    VkDeviceSize part_bytes; /* the splits' partials (0: no splits) */
+} attn_plan;
+
+static void attn_plan_make(lmh_backend *b, const lmh_op *op, attn_plan *pl) {
     const lmh_tensor *q = op->src[0], *K = op->src[1], *V = op->src[2];
     int64_t n = q->ne[0], heads = q->ne[1], d = q->ne[2], kvh = K->ne[1], dv = V->ne[2];
     int64_t group = heads / kvh, nq = n * group;
@@ -685,26 +694,6 @@ static int op_attention(lmh_backend *b, const lmh_op *op) {
         x = (vk_dispatch){.shader = VK_SH_ATTN_DECODE,
                           .spec = {ATTN_DEC_WG, dtc(K->dtype), dtc(V->dtype), bq, (uint32_t)d, tpk,
                                    b->attn_dec_ku}};
-    x.bind[0] = VT(op->dst);
-    x.bind[1] = VT(q);
-    x.bind[2] = VT(K);
-    x.bind[3] = VT(V);
-    x.bind[4] = VT(op->src[3]);
-    /* The split counters: a set of its own (wgs <= attn_target_wgs, what a set holds), and
-     * without splits the partials' binding there too: the shaders declare both, so bound
-     * to a shared dummy they would make consecutive attentions (batched decode's sequences)
-     * look dependent to the validation layer. */
-    vk_tensor *part = NULL, *cnt = b->attn_slot[b->attn_next++ % VK_ATTN_CNT_SLOTS];
-    x.bind[5] = x.bind[6] = cnt;
-    x.writes = 1u | 1u << 5 | 1u << 6;
-    x.pc[19] = vk_elem_off(b, cnt);
-    if (nsplit > 1) {
-        /* a split's (max, sum, acc[dv]); attn_decode.comp puts acc 16-byte aligned */
-        part = vk_scratch(b, (VkDeviceSize)(n * heads) * nsplit *
-                                 (VkDeviceSize)(dv + (dec ? 4 : 2)) * 4);
-        if (!part) return LMH_ENOMEM;
-        x.bind[5] = part;
-    }
     x.pc[5] = (uint32_t)nq;
     x.pc[6] = (uint32_t)heads;
     x.pc[7] = (uint32_t)kvh;
@@ -722,8 +711,171 @@ static int op_attention(lmh_backend *b, const lmh_op *op) {
     x.groups[0] = qblocks;
     x.groups[1] = (uint32_t)kvh;
     x.groups[2] = nsplit;
+    pl->x = x;
+    pl->dec = dec;
+    pl->qblocks = qblocks;
+    pl->nsplit = nsplit;
+    /* a split's (max, sum, acc[dv]); attn_decode.comp puts acc 16-byte aligned */
+    pl->part_bytes =
+        nsplit > 1 ? (VkDeviceSize)(n * heads) * nsplit * (VkDeviceSize)(dv + (dec ? 4 : 2)) * 4
+                   : 0;
+}
+
+/* The next set of split counters (attn_target_wgs of them, zero at rest). */
+static vk_tensor *attn_counters(lmh_backend *b) {
+    return b->attn_slot[b->attn_next++ % VK_ATTN_CNT_SLOTS];
+}
+
+static int op_attention(lmh_backend *b, const lmh_op *op) {
+    attn_plan pl;
+    attn_plan_make(b, op, &pl);
+    vk_dispatch x = pl.x;
+    x.bind[0] = VT(op->dst);
+    x.bind[1] = VT(op->src[0]);
+    x.bind[2] = VT(op->src[1]);
+    x.bind[3] = VT(op->src[2]);
+    x.bind[4] = VT(op->src[3]);
+    /* The split counters: a set of its own (wgs <= attn_target_wgs, what a set holds), and
+     * without splits the partials' binding there too: the shaders declare both, so bound
+     * to a shared dummy they would make consecutive attentions (batched decode's sequences)
+     * look dependent to the validation layer. */
+    vk_tensor *part = NULL, *cnt = attn_counters(b);
+    x.bind[5] = x.bind[6] = cnt;
+    x.writes = 1u | 1u << 5 | 1u << 6;
+    x.pc[19] = vk_elem_off(b, cnt);
+    if (pl.part_bytes) {
+        part = vk_scratch(b, pl.part_bytes);
+        if (!part) return LMH_ENOMEM;
+        x.bind[5] = part;
+    }
     int rc = vk_record(b, &x);
     vk_tensor_release(b, part);
+    return rc;
+}
+
+/* ---- decode attention of several sequences in one dispatch --------------------------- */
+
+/* A sequence's entry in attn_decode.comp's table (SEQS): the addresses of q, dst, K, V and
+ * the positions (two words each, low first), then n_kv, kv0, ring, total, chunk, nsplit,
+ * its partials' word offset, its first counter and the splits a workgroup takes in turn. */
+#define SEQ_WORDS 20
+
+/* Sequences a dispatch: each takes K/V-heads counters of a set. */
+static int attn_seqs_per_dispatch(const lmh_backend *b, uint32_t kvh) {
+    uint32_t n = kvh ? b->attn_target_wgs / kvh : 0, most = 65536 / (SEQ_WORDS * 4);
+    return (int)(n < most ? n : most);
+}
+
+int vk_attn_seq_ok(lmh_backend *b, const lmh_op *op) {
+    if (!b->seq_attn || op->code != LMH_OP_ATTENTION) return 0;
+    attn_plan pl;
+    attn_plan_make(b, op, &pl);
+    if (!pl.dec || pl.qblocks != 1 || attn_seqs_per_dispatch(b, pl.x.groups[1]) < 2) return 0;
+    const lmh_tensor *ts[5] = {op->dst, op->src[0], op->src[1], op->src[2], op->src[3]};
+    for (int i = 0; i < 5; i++)
+        if (!vk_addr(VT(ts[i])) || VT(ts[i])->off % 4) return 0;
+    return 1;
+}
+
+int vk_attn_seq_same(lmh_backend *b, const lmh_op *x, const lmh_op *y) {
+    attn_plan px, py;
+    attn_plan_make(b, x, &px);
+    attn_plan_make(b, y, &py);
+    /* one pipeline; the same heads, group, dims, window, scale and soft cap */
+    static const int same_pc[] = {5, 6, 7, 8, 9, 12, 17, 18};
+    if (memcmp(px.x.spec, py.x.spec, sizeof px.x.spec)) return 0;
+    for (size_t i = 0; i < sizeof same_pc / sizeof same_pc[0]; i++)
+        if (px.x.pc[same_pc[i]] != py.x.pc[same_pc[i]]) return 0;
+    return 1;
+}
+
+static void put_addr(uint32_t *w, const lmh_tensor *t) {
+    VkDeviceAddress a = vk_addr(VT(t));
+    w[0] = (uint32_t)a;
+    w[1] = (uint32_t)(a >> 32);
+}
+
+/* One dispatch for ops[0..m) (2 <= m <= attn_seqs_per_dispatch): each sequence's
+ * workgroups are those its own dispatch would have, its key splits included. */
+static int attn_seqs_dispatch(lmh_backend *b, const lmh_op *ops, int m) {
+    void *map = NULL;
+    vk_tensor *tt = vk_args(b, (size_t)m * SEQ_WORDS * 4, &map), *part = NULL;
+    uint32_t *tab = map;
+    const vk_tensor **xrd = malloc((size_t)m * 4 * sizeof *xrd);
+    const vk_tensor **xwr = malloc((size_t)m * sizeof *xwr);
+    vk_tensor *cnt = attn_counters(b);
+    attn_plan pl, p0 = {0};
+    VkDeviceSize part_bytes = 0;
+    uint64_t split_wgs = 0;
+    uint32_t nsplit_max = 1;
+    int rc = tab && xrd && xwr && tt ? LMH_OK : LMH_ENOMEM;
+    for (int j = 0; j < m && rc == LMH_OK; j++) {
+        const lmh_op *op = &ops[j];
+        attn_plan_make(b, op, &pl);
+        if (j == 0) p0 = pl;
+        uint32_t *e = tab + (size_t)j * SEQ_WORDS;
+        put_addr(e + 0, op->src[0]);
+        put_addr(e + 2, op->dst);
+        put_addr(e + 4, op->src[1]);
+        put_addr(e + 6, op->src[2]);
+        put_addr(e + 8, op->src[3]);
+        e[10] = pl.x.pc[10]; /* n_kv */
+        e[11] = pl.x.pc[11]; /* kv0 */
+        e[12] = pl.x.pc[13]; /* ring */
+        e[13] = pl.x.pc[14]; /* total */
+        e[14] = pl.x.pc[15]; /* chunk */
+        e[15] = pl.nsplit;
+        e[16] = (uint32_t)(part_bytes / 4);
+        e[17] = vk_elem_off(b, cnt) + (uint32_t)j * pl.x.groups[1];
+        part_bytes += pl.part_bytes;
+        split_wgs += (uint64_t)pl.nsplit * pl.x.groups[1];
+        if (pl.nsplit > nsplit_max) nsplit_max = pl.nsplit;
+        for (int k = 0; k < 4; k++) xrd[4 * j + k] = VT(op->src[k]);
+        xwr[j] = VT(op->dst);
+    }
+    if (rc == LMH_OK && part_bytes && !(part = vk_scratch(b, part_bytes))) rc = LMH_ENOMEM;
+    if (rc == LMH_OK && part && vk_elem_off(b, part))
+        for (int j = 0; j < m; j++) tab[(size_t)j * SEQ_WORDS + 16] += vk_elem_off(b, part);
+    /* A split is a few dozen keys at 512 context: as workgroups of their own, thousands a
+     * dispatch at 64 sequences, each mostly fixed cost. Past attn_seq_wgs workgroups, each
+     * takes several splits of its sequence in turn (computed as before: the same bits). */
+    uint32_t per = (uint32_t)(split_wgs / b->attn_seq_wgs);
+    if (per < 1) per = 1;
+    if (per > nsplit_max) per = nsplit_max;
+    for (int j = 0; j < m; j++) tab[(size_t)j * SEQ_WORDS + 18] = per;
+    if (rc == LMH_OK) {
+        vk_dispatch x = p0.x;
+        x.shader = VK_SH_ATTN_DECODE_SEQS;
+        x.bind[1] = tt;
+        x.bind[5] = part ? part : cnt;
+        x.bind[6] = cnt;
+        x.writes = 1u << 5 | 1u << 6;
+        x.xrd = xrd;
+        x.nxrd = 4 * m;
+        x.xwr = xwr;
+        x.nxwr = m;
+        x.groups[0] = (uint32_t)m;
+        x.groups[2] = cdiv(nsplit_max, per);
+        rc = vk_record(b, &x);
+    }
+    vk_tensor_release(b, tt);
+    vk_tensor_release(b, part);
+    free(xrd);
+    free(xwr);
+    return rc;
+}
+
+int vk_attention_seqs(lmh_backend *b, const lmh_op *ops, int n) {
+    if ((uint32_t)n < b->seq_attn) { /* too few to gain from one dispatch */
+        int rc = LMH_OK;
+        for (int i = 0; i < n && rc == LMH_OK; i++) rc = op_attention(b, &ops[i]);
+        return rc;
+    }
+    int per = attn_seqs_per_dispatch(b, (uint32_t)ops[0].src[1]->ne[1]), rc = LMH_OK;
+    for (int i = 0; i < n && rc == LMH_OK; i += per) {
+        int m = n - i < per ? n - i : per;
+        rc = m == 1 ? op_attention(b, &ops[i]) : attn_seqs_dispatch(b, ops + i, m);
+    }
     return rc;
 }
 

@@ -5,6 +5,7 @@
 #include "spv_argmax.h"
 #include "spv_attention.h"
 #include "spv_attn_decode.h"
+#include "spv_attn_decode_seqs.h"
 #include "spv_bw_read.h"
 #include "spv_copy.h"
 #include "spv_eltwise.h"
@@ -75,6 +76,7 @@ const vk_spirv vk_shaders[VK_SH_COUNT] = {
     [VK_SH_MATMUL_MOE] = SH(matmul_moe),
     [VK_SH_ATTENTION] = SH(attention),
     [VK_SH_ATTN_DECODE] = SH(attn_decode),
+    [VK_SH_ATTN_DECODE_SEQS] = SH(attn_decode_seqs),
     [VK_SH_MOE_ROUTE] = SH(moe_route),
     [VK_SH_MOE_SORT] = SH(moe_sort),
     [VK_SH_MOE_COMBINE] = SH(moe_combine),

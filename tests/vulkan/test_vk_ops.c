@@ -1176,6 +1176,65 @@ static void t_attention(void) {
     free_all();
 }
 
+/* Decode attention of several sequences enqueued one after another, each over its own
+ * cache (key counts with and without splits, rings): the Vulkan backend may run them as
+ * one dispatch (attn_decode.comp with SEQS). Each result is checked against the CPU, and
+ * bit for bit against the same op run alone (a download after it). */
+static void t_attention_seqs(void) {
+    enum { NS = 5, H = 8, KVH = 2, D = 64 };
+    static const int groups[2][NS][3] = {
+        /* n_kv (rows held), ring, total */
+        {{300, 0, 0}, {17, 0, 0}, {1000, 0, 0}, {64, 0, 0}, {3, 0, 0}},
+        {{300, 300, 1234}, {40, 0, 0}, {260, 260, 270}, {256, 256, 999}, {200, 0, 0}}};
+    for (int g = 0; g < 2; g++) {
+        int window = g ? 256 : 0;
+        tt *q = mk(LMH_F32, 3, NS, H, D, -1, 1, 0);
+        tt *yb = mk(LMH_F32, 3, NS, H, D, 5, 5, 0), *ys[NS], *K[NS], *V[NS];
+        int32_t pos[NS];
+        for (int j = 0; j < NS; j++) {
+            const int *c = groups[g][j];
+            int rows = c[1] ? c[1] : c[0];
+            K[j] = mk(g ? LMH_F32 : LMH_F16, 3, rows, KVH, D, -1, 1, 0);
+            V[j] = mk(g ? LMH_F32 : LMH_F16, 3, rows, KVH, D, -1, 1, 0);
+            pos[j] = c[1] ? c[2] - 1 : c[0] - 1;
+            ys[j] = mk(LMH_F32, 3, 1, H, D, 5, 5, 0);
+        }
+        tt *p = mk_i32(1, NS, 0, pos);
+        char what[96];
+        for (int pass = 0; pass < 2; pass++)
+            for (int j = 0; j < NS; j++) {
+                const int *c = groups[g][j];
+                float f[8] = {0.125f};
+                int32_t iv[8] = {c[0], 0, window, c[1], c[1] ? c[2] : 0};
+                snprintf(what, sizeof what, "attention of %d sequences, %s: sequence %d%s", NS,
+                         g ? "window 256, rings" : "no window", j, pass ? "" : " alone");
+                /* pass 0: each alone, its result downloaded before the next; pass 1: all
+                 * enqueued together, into rows of one tensor */
+                tt *y = pass ? view(yb, (int64_t)j * H * D, LMH_F32, 3, 1, H, D) : ys[j];
+                if (run(what, LMH_OP_ATTENTION, y, view(q, (int64_t)j * H * D, LMH_F32, 3, 1, H, D),
+                        K[j], V[j], view(p, j, LMH_I32, 1, 1, 0, 0), f, iv))
+                    continue;
+                if (!pass) check(what, y, TOL);
+            }
+        snprintf(what, sizeof what, "attention of %d sequences together, %s", NS,
+                 g ? "window 256, rings" : "no window");
+        check(what, yb, TOL);
+        size_t nb, n1;
+        float *all = fetch(yb, 1, &nb);
+        for (int j = 0; j < NS; j++) {
+            float *one = fetch(ys[j], 1, &n1);
+            g_checks++;
+            if (memcmp(one, all + (size_t)j * H * D, n1)) {
+                fprintf(stderr, "FAIL %s: sequence %d differs from its result alone\n", what, j);
+                g_fail++;
+            }
+            free(one);
+        }
+        free(all);
+        free_all();
+    }
+}
+
 static void t_moe(void) {
     for (int renorm = 0; renorm < 2; renorm++) {
         static const int cfg[][3] = {{5, 8, 2}, {3, 60, 4}, {40, 16, 8}};
@@ -1447,6 +1506,7 @@ int main(int argc, char **argv) {
             setenv("LMHOST_VK_ATTN_UNROLL", "4x8", 1);
             unsetenv("LMHOST_VK_ATTN_WGS");
             unsetenv("LMHOST_VK_ATTN_DECODE");
+            unsetenv("LMHOST_VK_ATTN_SEQ_WGS");
             unsetenv("LMHOST_VK_MATVEC_ROWS");
             /* waits that poll their fence first (a GPU's default), for up to 1 ms */
             setenv("LMHOST_VK_SPIN", "1000", 1);
@@ -1457,6 +1517,9 @@ int main(int argc, char **argv) {
             /* a GPU's split counts (up to attn_decode's 64) and key loads, 3 at a time */
             setenv("LMHOST_VK_ATTN_WGS", "512", 1);
             setenv("LMHOST_VK_ATTN_DECODE", "3", 1);
+            /* several sequences' decode attention in one dispatch: workgroups that take
+             * several splits each (2 to 32 of them here) */
+            setenv("LMHOST_VK_ATTN_SEQ_WGS", "64", 1);
             /* products of up to 64 rows as matrix-vector ones (matvec8; a GPU's up to 16),
              * and every tiled one in matmul_big.comp's 128-row tiles */
             setenv("LMHOST_VK_MATVEC_ROWS", "64", 1);
@@ -1480,6 +1543,7 @@ int main(int argc, char **argv) {
                      {"argmax", t_argmax},
                      {"downloads that do not wait", t_download_start},
                      {"attention", t_attention},
+                     {"attention of sequences", t_attention_seqs},
                      {"moe", t_moe},
                      {"quantized", t_quant},
                      {"fused pairs", t_fused},

@@ -15,6 +15,12 @@
 // and the last of a block's splits to finish merges them (counter per block in binding 6,
 // set back to 0), as in attention.comp. Needs dv == QD, K and V rows in whole 16-byte
 // words and TPK dividing the subgroup; visibility rules as in attention.comp.
+// With SEQS (attn_decode_seqs): the decode attention of several sequences in one dispatch,
+// gl_WorkGroupID.x the sequence. Each has its own cache tensors, so its tensors are reached
+// through device addresses from a table (binding 1, SEQ_WORDS words a sequence, filled by
+// vk_ops.c's op_attention_seqs), with its key count, splits, partials and counters; the
+// workgroups past a sequence's splits return at once. A sequence's workgroups compute what
+// its own dispatch would, so the results are the same bits.
 layout(constant_id = 0) const uint WG = 128;
 layout(constant_id = 1) const uint KDT = 0;
 layout(constant_id = 2) const uint VDT = 0;
@@ -25,11 +31,40 @@ layout(constant_id = 6) const uint KU = 1;   // keys a key group loads together
 layout(local_size_x_id = 0) in;
 #include "common.glsl"
 
+#ifdef SEQS
+#extension GL_EXT_buffer_reference : require
+#extension GL_EXT_buffer_reference_uvec2 : require
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer Words { uint v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer Words4 { uvec4 v[]; };
+RBUF(1, TAB)
+const uint SEQ_WORDS = 20u; // SEQ_WORDS in vk_ops.c
+// the workgroup's sequence: its tensors (element 0 at the address) and its parameters
+Words q_ref, d_ref, pos_ref;
+Words4 k_ref, v_ref;
+int s_nkv, s_kv0, s_ring, s_total, s_chunk;
+uint s_nsplit, s_nwg, s_pbase, s_cnt;
+#define Q q_ref.v
+#define D d_ref.v
+#define POS pos_ref.v
+#define K4 k_ref.v
+#define V4 v_ref.v
+#define S_OA 0u
+#define S_OB 0u
+#define S_OC 0u
+#define S_OD 0u
+#define S_OE 0u
+#else
 BUF(0, D)
 RBUF(1, Q)
 RBUF4(2, K)
 RBUF4(3, V)
 RBUF(4, POS)
+#define S_OA pc.oa
+#define S_OB pc.ob
+#define S_OC pc.oc
+#define S_OD pc.od
+#define S_OE pc.oe
+#endif
 
 const float MASKED = -3.0e38;
 const uint MAXS = 64; // splits at most (ATTN_DEC_MAXS in vk_ops.c)
@@ -47,7 +82,7 @@ const uint SP = WG > NO ? WG / NO : 1u;   // threads an output's split merge is 
 #define LOAD_KEYS(T0, KW, VW)                                                                   \
     [[unroll]] for (uint u = 0; u < KU; u++) {                                                  \
         uint row = uint(min((T0) + int(u * KP + kg), ke - 1)) * pc.kvh + g;                   \
-        uint kb = pc.ob / KCH + row * (QD / KCH), vb = pc.oc / VCH + row * (QD / VCH);           \
+        uint kb = S_OB / KCH + row * (QD / KCH), vb = S_OC / VCH + row * (QD / VCH);           \
         [[unroll]] for (uint c = 0; c < NKW; c++) KW[u * NKW + c] = K4[kb + c * TPK + t];     \
         [[unroll]] for (uint c = 0; c < NVW; c++) VW[u * NVW + c] = V4[vb + c * TPK + t];     \
     }
@@ -61,8 +96,29 @@ shared vec4 red4[WG];
 layout(binding = 5) coherent buffer P4_b { uvec4 P4[]; }; // the partials in 16-byte words
 
 void main() {
-    uint lid = gl_LocalInvocationID.x, g = gl_WorkGroupID.y, z = gl_WorkGroupID.z;
-    uint q0 = gl_WorkGroupID.x * BQ;
+    uint lid = gl_LocalInvocationID.x, g = gl_WorkGroupID.y;
+#ifdef SEQS
+    uint e0 = pc.oa + gl_WorkGroupID.x * SEQ_WORDS; // binding 1 is the table
+    s_nsplit = TAB[e0 + 15u];
+    uint per = TAB[e0 + 18u], z0 = gl_WorkGroupID.z * per; // splits a workgroup, in turn
+    if (z0 >= s_nsplit) return; // the whole workgroup: no barrier is left waiting
+    s_nwg = (s_nsplit + per - 1u) / per;
+    q_ref = Words(uvec2(TAB[e0], TAB[e0 + 1u]));
+    d_ref = Words(uvec2(TAB[e0 + 2u], TAB[e0 + 3u]));
+    k_ref = Words4(uvec2(TAB[e0 + 4u], TAB[e0 + 5u]));
+    v_ref = Words4(uvec2(TAB[e0 + 6u], TAB[e0 + 7u]));
+    pos_ref = Words(uvec2(TAB[e0 + 8u], TAB[e0 + 9u]));
+    s_nkv = int(TAB[e0 + 10u]);
+    s_kv0 = int(TAB[e0 + 11u]);
+    s_ring = int(TAB[e0 + 12u]);
+    s_total = int(TAB[e0 + 13u]);
+    s_chunk = int(TAB[e0 + 14u]);
+    s_pbase = TAB[e0 + 16u];
+    s_cnt = TAB[e0 + 17u] + g;
+    uint q0 = 0u;
+#else
+    uint q0 = gl_WorkGroupID.x * BQ, z = gl_WorkGroupID.z;
+#endif
     // key group and lane from the subgroup, so the shuffles stay inside a key group
     uint t = gl_SubgroupInvocationID % TPK;
     uint kg = gl_SubgroupID * (gl_SubgroupSize / TPK) + gl_SubgroupInvocationID / TPK;
@@ -73,17 +129,22 @@ void main() {
     [[unroll]] for (uint q = 0; q < BQ; q++) {
         uint qi = q0 + q;
         bool ok = qi < pc.nq;
-        uint qb = pc.oa + (ok ? query_row(qi) : 0u) * QD;
+        uint qb = S_OA + (ok ? query_row(qi) : 0u) * QD;
         [[unroll]] for (uint c = 0; c < NKW; c++)
             [[unroll]] for (uint e = 0; e < KCH; e++)
                 qr[q * EPT + c * KCH + e] =
                     ok ? uintBitsToFloat(Q[qb + (c * TPK + t) * KCH + e]) : 0.0;
-        pq[q] = ok ? int(POS[pc.oe + qi / pc.group]) : 0;
+        pq[q] = ok ? int(POS[S_OE + qi / pc.group]) : 0;
     }
 
+#ifdef SEQS
+    // each of the workgroup's splits as its own workgroup would compute it
+    for (uint z = z0; z < min(z0 + per, s_nsplit); z++) {
+        if (z > z0) barrier(); // the last split's key-group merge is done with cm, cl, cacc
+#endif
     // this split's keys, narrowed to what some query of the block can see
-    int ks = int(z) * pc.chunk, ke = min(pc.n_kv, ks + pc.chunk);
-    if (pc.ring == 0) { // a ring's keys are not in order
+    int ks = int(z) * S_CHUNK, ke = min(S_NKV, ks + S_CHUNK);
+    if (S_RING == 0) { // a ring's keys are not in order
         int pmin = 0x7fffffff, pmax = -0x7fffffff;
         [[unroll]] for (uint q = 0; q < BQ; q++)
             if (q0 + q < pc.nq) {
@@ -188,10 +249,10 @@ void main() {
             o += cacc[(k * BQ + q) * QD + dim] * w;
         }
         uint row = query_row(qi);
-        if (pc.nsplit == 1u) {
-            D[pc.od + row * QD + dim] = floatBitsToUint(L > 0.0 ? o / L : 0.0);
+        if (S_NSPLIT == 1u) {
+            D[S_OD + row * QD + dim] = floatBitsToUint(L > 0.0 ? o / L : 0.0);
         } else {
-            uint pb = (row * pc.nsplit + z) * STRIDE;
+            uint pb = S_PBASE + (row * S_NSPLIT + z) * STRIDE;
             if (dim == 0u) {
                 P[pb] = floatBitsToUint(M);
                 P[pb + 1u] = floatBitsToUint(L);
@@ -199,41 +260,44 @@ void main() {
             P[pb + 4u + dim] = floatBitsToUint(o);
         }
     }
-    if (pc.nsplit == 1u) return;
+#ifdef SEQS
+    }
+#endif
+    if (S_NSPLIT == 1u) return;
 
     if (!last_split()) return;
     // The last split merges: every split's weight exp(max - overall max) first (a thread a
     // split), then each 4 outputs a sum over the splits, spread over SP threads with their
     // 16-byte loads issued together (this is the tail of the step's critical path).
-    for (uint i = lid; i < BQ * pc.nsplit; i += WG) {
-        uint q = i / pc.nsplit, s = i - q * pc.nsplit, qi = q0 + q;
-        uint pb = ((qi < pc.nq ? query_row(qi) : 0u) * pc.nsplit + s) * STRIDE;
+    for (uint i = lid; i < BQ * S_NSPLIT; i += WG) {
+        uint q = i / S_NSPLIT, s = i - q * S_NSPLIT, qi = q0 + q;
+        uint pb = S_PBASE + ((qi < pc.nq ? query_row(qi) : 0u) * S_NSPLIT + s) * STRIDE;
         wm[q * MAXS + s] = uintBitsToFloat(P[pb]);
         wl[q * MAXS + s] = uintBitsToFloat(P[pb + 1u]);
     }
     barrier();
     float w = 0.0; // BQ * nsplit <= WG (the host caps nsplit)
-    if (lid < BQ * pc.nsplit) {
-        uint q = lid / pc.nsplit, s = lid - q * pc.nsplit;
+    if (lid < BQ * S_NSPLIT) {
+        uint q = lid / S_NSPLIT, s = lid - q * S_NSPLIT;
         float M = MASKED, ms = wm[q * MAXS + s];
-        for (uint k = 0; k < pc.nsplit; k++) M = max(M, wm[q * MAXS + k]);
+        for (uint k = 0; k < S_NSPLIT; k++) M = max(M, wm[q * MAXS + k]);
         w = ms <= -1.0e38 ? 0.0 : exp(ms - M);
     }
     barrier();
-    if (lid < BQ * pc.nsplit) wm[lid / pc.nsplit * MAXS + lid % pc.nsplit] = w;
+    if (lid < BQ * S_NSPLIT) wm[lid / S_NSPLIT * MAXS + lid % S_NSPLIT] = w;
     barrier();
     for (uint i0 = 0; i0 < NO * SP; i0 += WG) {
         uint i = i0 + lid, ov = i % NO, sp = i / NO, q = ov / (QD / 4u), qi = q0 + q;
         vec4 o = vec4(0.0);
         if (i < NO * SP && qi < pc.nq) {
-            uint base = (query_row(qi) * pc.nsplit * STRIDE + 4u) / 4u + ov - q * (QD / 4u);
+            uint base = (S_PBASE + query_row(qi) * S_NSPLIT * STRIDE + 4u) / 4u + ov - q * (QD / 4u);
             uint s = sp;
-            for (; s + 3u * SP < pc.nsplit; s += 4u * SP) {
+            for (; s + 3u * SP < S_NSPLIT; s += 4u * SP) {
                 uvec4 a4[4];
                 [[unroll]] for (uint u = 0; u < 4u; u++) a4[u] = P4[base + (s + u * SP) * (STRIDE / 4u)];
                 [[unroll]] for (uint u = 0; u < 4u; u++) o += wm[q * MAXS + s + u * SP] * uintBitsToFloat(a4[u]);
             }
-            for (; s < pc.nsplit; s += SP) o += wm[q * MAXS + s] * uintBitsToFloat(P4[base + s * (STRIDE / 4u)]);
+            for (; s < S_NSPLIT; s += SP) o += wm[q * MAXS + s] * uintBitsToFloat(P4[base + s * (STRIDE / 4u)]);
         }
         red4[lid] = o;
         barrier();
@@ -242,9 +306,9 @@ void main() {
             vec4 r = red4[lid];
             for (uint k = 1; k < SP; k++) r += red4[k * NO + lid];
             float L = 0.0;
-            for (uint k = 0; k < pc.nsplit; k++) L += wm[q * MAXS + k] * wl[q * MAXS + k];
+            for (uint k = 0; k < S_NSPLIT; k++) L += wm[q * MAXS + k] * wl[q * MAXS + k];
             r = L > 0.0 ? r / L : vec4(0.0);
-            uint db = pc.od + query_row(qi) * QD + (ov - q * (QD / 4u)) * 4u;
+            uint db = S_OD + query_row(qi) * QD + (ov - q * (QD / 4u)) * 4u;
             [[unroll]] for (uint e = 0; e < 4u; e++) D[db + e] = floatBitsToUint(r[e]);
         }
         barrier();

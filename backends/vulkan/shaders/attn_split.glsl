@@ -28,6 +28,30 @@ layout(push_constant) uniform PC {
 
 shared uint last_s;
 
+// A sequence's own parameters: the push constants', or (attn_decode.comp with SEQS, several
+// sequences a dispatch) those of the workgroup's sequence, from its table entry.
+#ifdef SEQS
+#define S_NKV s_nkv
+#define S_KV0 s_kv0
+#define S_RING s_ring
+#define S_TOTAL s_total
+#define S_CHUNK s_chunk
+#define S_NSPLIT s_nsplit
+#define S_NWG s_nwg
+#define S_PBASE s_pbase
+#define S_CNT s_cnt
+#else
+#define S_NKV pc.n_kv
+#define S_KV0 pc.kv0
+#define S_RING pc.ring
+#define S_TOTAL pc.total
+#define S_CHUNK pc.chunk
+#define S_NSPLIT pc.nsplit
+#define S_NWG pc.nsplit
+#define S_PBASE 0u
+#define S_CNT (pc.ocnt + gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x)
+#endif
+
 // query qi of the workgroup's K/V head (gl_WorkGroupID.y): its row in q and dst (token row
 // * heads + head)
 uint query_row(uint qi) {
@@ -38,7 +62,7 @@ uint query_row(uint qi) {
 // the position of key `key`: in order from kv0, or in a ring of `ring` rows holding the last
 // positions before `total`
 int key_pos(int key) {
-    return pc.ring != 0 ? key + pc.ring * ((pc.total - 1 - key) / pc.ring) : pc.kv0 + key;
+    return S_RING != 0 ? key + S_RING * ((S_TOTAL - 1 - key) / S_RING) : S_KV0 + key;
 }
 
 // whether a query at position pq sees the key at pk: causal, optional window
@@ -48,20 +72,20 @@ bool visible(int pk, int pq) { return pk <= pq && (pc.window == 0 || pq - pk < p
 // in order only, not a ring; the callers test that first, which measured 4% faster on an
 // H100 than computing pmin and pmax in every case)
 void narrow(int pmin, int pmax, inout int ks, inout int ke) {
-    ke = min(ke, pmax - pc.kv0 + 1);
-    if (pc.window > 0) ks = max(ks, pmin - pc.window + 1 - pc.kv0);
+    ke = min(ke, pmax - S_KV0 + 1);
+    if (pc.window > 0) ks = max(ks, pmin - pc.window + 1 - S_KV0);
 }
 
 // After a split wrote its partials (all threads call this): whether this workgroup is the
-// last of its block's splits to finish, which then merges them. The block's counter goes
+// last of its block's splits (S_NWG workgroups) to finish, which then merges them. The block's counter goes
 // back to 0 for the next dispatch.
 bool last_split() {
     // every thread's partials visible device-wide before the block's count goes up
     memoryBarrierBuffer();
     barrier();
     if (gl_LocalInvocationID.x == 0u) {
-        uint c = pc.ocnt + gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
-        last_s = atomicAdd(CNT[c], 1u) == pc.nsplit - 1u ? 1u : 0u;
+        uint c = S_CNT;
+        last_s = atomicAdd(CNT[c], 1u) == S_NWG - 1u ? 1u : 0u;
         if (last_s != 0u) CNT[c] = 0u; // the others have all counted: ready for the next use
     }
     barrier();
