@@ -2069,7 +2069,7 @@ static void vk_destroy(lmh_backend *b) {
     free(b->pipes);
     free(b->defer);
     free(b->rd);
-    free(b->hattn);
+    free(b->hseq);
     free(b->wr);
     pthread_mutex_destroy(&b->mu);
     free(b);

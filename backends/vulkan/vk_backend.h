@@ -68,6 +68,7 @@ enum vk_shader {
     VK_SH_ATTENTION,
     VK_SH_ATTN_DECODE,      /* few queries over many keys (attn_decode.comp) */
     VK_SH_ATTN_DECODE_SEQS, /* the same for several sequences a dispatch (SEQS) */
+    VK_SH_COPY_SEQS,        /* copies of several tensors a dispatch (copy_seqs.comp) */
     VK_SH_MOE_ROUTE,
     VK_SH_MOE_SORT,
     VK_SH_MOE_COMBINE,
@@ -159,12 +160,12 @@ typedef struct vk_range {
     VkDeviceSize lo, hi;
 } vk_range;
 
-/* A decode attention held by vk_fuse.c to run with the next sequences' (one dispatch), with
- * copies of its tensors (dst, q, K, V, positions). */
-typedef struct vk_held_attn {
+/* An op held by vk_fuse.c to run with the next sequences' (one dispatch: decode attention,
+ * cache appends), with copies of its tensors (dst, src0..src3 where it has them). */
+typedef struct vk_held_seq {
     lmh_op op;
     vk_tensor t[5];
-} vk_held_attn;
+} vk_held_seq;
 
 /* An op put off by vk_fuse.c, with copies of its tensors (dst, src0, src1): the op's own
  * may be views that are freed before it is recorded. */
@@ -295,12 +296,13 @@ struct lmh_backend {
     /* one-row norms and SwiGLU put off into the products reading them (LMHOST_VK_FUSE_PRODUCTS,
      * default on but for CPU devices) */
     int fuse_products;
-    /* decode attentions held to run as one dispatch (attn_decode.comp with SEQS), where the
-     * device gives shaders buffer addresses, from seq_attn sequences (0: never) */
+    /* decode attentions (attn_decode.comp with SEQS) and copies (copy_seqs.comp) held to run
+     * as one dispatch, where the device gives shaders buffer addresses, from seq_attn of
+     * them (0: never) */
     uint32_t seq_attn;
     uint32_t attn_seq_wgs; /* workgroups such a dispatch aims for (LMHOST_VK_ATTN_SEQ_WGS) */
-    vk_held_attn *hattn;
-    int nhattn, caphattn;
+    vk_held_seq *hseq;
+    int nhseq, caphseq;
     /* matrix-vector workgroup: threads and output columns (LMHOST_VK_MATVEC=WGxNR) */
     uint32_t matvec_wg, matvec_nr, matvec1_wg; /* matvec1_wg: one-row products */
     uint32_t matvec_rows; /* rows up to which products are matrix-vector ones */
@@ -354,6 +356,10 @@ int vk_matvec_fusable(const lmh_op *mm);
 int vk_attn_seq_ok(lmh_backend *b, const lmh_op *op);
 int vk_attn_seq_same(lmh_backend *b, const lmh_op *x, const lmh_op *y);
 int vk_attention_seqs(lmh_backend *b, const lmh_op *ops, int n);
+/* The same for copies (a cache append's rows): one dispatch for n of them. */
+int vk_copy_seq_ok(lmh_backend *b, const lmh_op *op);
+int vk_copy_seq_same(const lmh_op *x, const lmh_op *y);
+int vk_copy_seqs(lmh_backend *b, const lmh_op *ops, int n);
 int vk_matvec_fused(lmh_backend *b, const lmh_op *mm, const lmh_op *pro, int write_pro,
                     const lmh_op *add);
 

@@ -19,8 +19,9 @@
  * result is overwritten unread (by the next layer's gate product).
  * Held together (where the device gives shaders buffer addresses): the decode attention of
  * consecutive sequences (batched decode: the engine appends every sequence's keys, then
- * attends each), recorded as one dispatch when anything else comes. A dispatch a sequence
- * was a launch each on the GPU: at 64 sequences a third of a step's time (README, H100).
+ * attends each), and consecutive copies (those appends), each kind recorded as one dispatch
+ * when anything else comes. A dispatch a sequence was a launch each on the GPU: at 64
+ * sequences a third of a step's time (README, H100).
  * Calls that observe memory (download, sync) or change it (upload) record what they need
  * first; freeing a tensor records what reads it and drops what only writes it. */
 #include "vk_backend.h"
@@ -278,77 +279,87 @@ static int record_pair(lmh_backend *b, const lmh_op *lead, const lmh_op *op) {
     return 1;
 }
 
-/* ---- decode attention of several sequences ---------------------------------------- */
+/* ---- the same op for several sequences --------------------------------------------- */
 
 /* The held op with its tensors pointing at the copies. */
-static lmh_op attn_op(vk_held_attn *h) {
+static lmh_op seq_op(vk_held_seq *h) {
     lmh_op o = h->op;
     o.dst = &h->t[0].t;
-    for (int k = 0; k < 4; k++) o.src[k] = &h->t[k + 1].t;
+    for (int k = 0; k < 4; k++) o.src[k] = h->op.src[k] ? &h->t[k + 1].t : NULL;
     return o;
 }
 
-static void flush_attn(lmh_backend *b) {
-    int n = b->nhattn;
+/* An op that may run in one dispatch with its neighbours of the same kind. */
+static int seq_ok(lmh_backend *b, const lmh_op *op) {
+    return vk_attn_seq_ok(b, op) || vk_copy_seq_ok(b, op);
+}
+
+static void flush_seqs(lmh_backend *b) {
+    int n = b->nhseq;
     if (!n) return;
-    b->nhattn = 0;
+    b->nhseq = 0;
     lmh_op *ops = malloc((size_t)n * sizeof *ops);
     if (!ops) {
         note_err(b, LMH_ENOMEM);
         return;
     }
-    for (int i = 0; i < n; i++) ops[i] = attn_op(&b->hattn[i]);
-    note_err(b, vk_attention_seqs(b, ops, n));
+    for (int i = 0; i < n; i++) ops[i] = seq_op(&b->hseq[i]);
+    note_err(b, ops[0].code == LMH_OP_ATTENTION ? vk_attention_seqs(b, ops, n)
+                                                : vk_copy_seqs(b, ops, n));
     free(ops);
 }
 
-/* op (an attention vk_attn_seq_ok takes) can run in one dispatch with the held ones: the
- * same pipeline and parameters, and nothing of theirs it writes or they write it reads. */
-static int attn_joins(lmh_backend *b, const lmh_op *op) {
-    if (!b->nhattn) return 1;
-    lmh_op first = attn_op(&b->hattn[0]);
-    if (!vk_attn_seq_same(b, &first, op)) return 0;
-    for (int i = 0; i < b->nhattn; i++) {
-        const vk_held_attn *h = &b->hattn[i];
+/* op (one seq_ok takes) can run in one dispatch with the held ones: the same kind, pipeline
+ * and parameters, and nothing of theirs it writes or they write it reads. */
+static int seq_joins(lmh_backend *b, const lmh_op *op) {
+    if (!b->nhseq) return 1;
+    lmh_op first = seq_op(&b->hseq[0]);
+    if (first.code != op->code || !(op->code == LMH_OP_ATTENTION ? vk_attn_seq_same(b, &first, op)
+                                                                 : vk_copy_seq_same(&first, op)))
+        return 0;
+    for (int i = 0; i < b->nhseq; i++) {
+        const vk_held_seq *h = &b->hseq[i];
         for (int k = 0; k < 5; k++)
-            if (overlap(VT(op->dst), &h->t[k])) return 0;
+            if ((!k || h->op.src[k - 1]) && overlap(VT(op->dst), &h->t[k])) return 0;
         for (int k = 0; k < 4; k++)
-            if (overlap(VT(op->src[k]), &h->t[0])) return 0;
+            if (op->src[k] && overlap(VT(op->src[k]), &h->t[0])) return 0;
     }
     return 1;
 }
 
-static int hold_attn(lmh_backend *b, const lmh_op *op) {
-    if (b->nhattn == b->caphattn) {
-        int cap = b->caphattn ? 2 * b->caphattn : 16;
-        vk_held_attn *p = realloc(b->hattn, (size_t)cap * sizeof *p);
+static int hold_seq(lmh_backend *b, const lmh_op *op) {
+    if (b->nhseq == b->caphseq) {
+        int cap = b->caphseq ? 2 * b->caphseq : 16;
+        vk_held_seq *p = realloc(b->hseq, (size_t)cap * sizeof *p);
         if (!p) return LMH_ENOMEM;
-        b->hattn = p;
-        b->caphattn = cap;
+        b->hseq = p;
+        b->caphseq = cap;
     }
-    vk_held_attn *h = &b->hattn[b->nhattn++];
+    vk_held_seq *h = &b->hseq[b->nhseq++];
+    memset(h, 0, sizeof *h);
     h->op = *op;
     const lmh_tensor *ts[5] = {op->dst, op->src[0], op->src[1], op->src[2], op->src[3]};
-    for (int k = 0; k < 5; k++) {
-        h->t[k] = *VT(ts[k]);
-        h->t[k].owned = 0;
-    }
+    for (int k = 0; k < 5; k++)
+        if (ts[k]) {
+            h->t[k] = *VT(ts[k]);
+            h->t[k].owned = 0;
+        }
     return LMH_OK;
 }
 
-/* a held attention's tensor lives in allocation a */
-static int attn_uses(const lmh_backend *b, const vk_alloc *a) {
-    for (int i = 0; i < b->nhattn; i++)
+/* a held op's tensor lives in allocation a */
+static int seqs_use(const lmh_backend *b, const vk_alloc *a) {
+    for (int i = 0; i < b->nhseq; i++)
         for (int k = 0; k < 5; k++)
-            if (b->hattn[i].t[k].a == a) return 1;
+            if (b->hseq[i].t[k].a == a) return 1;
     return 0;
 }
 
 /* ---- entry points ----------------------------------------------------------------- */
 
 int vk_fuse_enqueue(lmh_backend *b, const lmh_op *op) {
-    int seq = vk_attn_seq_ok(b, op);
-    if (b->nhattn && !(seq && attn_joins(b, op))) flush_attn(b);
+    int seq = seq_ok(b, op);
+    if (b->nhseq && !(seq && seq_joins(b, op))) flush_seqs(b);
     int pi = op->code == LMH_OP_MATMUL ? producer(b, op) : -1;
     settle_op(b, op, pi);
     if (pi >= 0) pi = producer(b, op); /* the same entry, perhaps moved by settle's drops */
@@ -376,7 +387,7 @@ int vk_fuse_enqueue(lmh_backend *b, const lmh_op *op) {
                 if (b->held_write_pro) v->done = 1;
                 b->held_pro = *v;
             }
-        } else if (!seq || hold_attn(b, op) != LMH_OK) {
+        } else if (!seq || hold_seq(b, op) != LMH_OK) {
             rc = vk_enqueue_op(b, op);
         }
     }
@@ -390,14 +401,14 @@ static void flush_held(lmh_backend *b) {
 
 void vk_fuse_flush(lmh_backend *b) {
     flush_held(b);
-    flush_attn(b);
+    flush_seqs(b);
     for (int i = 0; i < b->nvirt; i++) materialize(b, &b->virt[i]);
     b->nvirt = 0;
 }
 
 void vk_fuse_access(lmh_backend *b, const vk_tensor *t, int write) {
     flush_held(b);
-    flush_attn(b);
+    flush_seqs(b);
     if (write) /* perhaps part of t: what it overwrites is recorded first, not dropped */
         settle(b, NULL, 0, &t, 1, 0, -1);
     else
@@ -406,7 +417,7 @@ void vk_fuse_access(lmh_backend *b, const vk_tensor *t, int write) {
 
 void vk_fuse_free(lmh_backend *b, const vk_tensor *t) {
     flush_held(b); /* it may point at t */
-    if (t->owned && attn_uses(b, t->a)) flush_attn(b);
+    if (t->owned && seqs_use(b, t->a)) flush_seqs(b);
     if (!t->owned) return; /* a view: the memory stays, and put-off ops hold copies */
     for (int i = b->nvirt - 1; i >= 0; i--) {
         vk_virt *v = &b->virt[i];

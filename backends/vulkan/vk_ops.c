@@ -13,9 +13,12 @@ enum { ELT_ADD, ELT_MUL, ELT_SCALE, ELT_SWIGLU, ELT_GEGLU, ELT_SOFTCAP, ELT_SIGM
 #define MATVEC8_MAXR    8
 #define MATMUL_BIG_SMEM (2 * 16 * 132 * 4) /* matmul_big's tiles: more than every device has */
 #define BIG_FEW_TILES   128 /* matmul_big's 128-row tiles fewer than this: 64-row tiles */
-#define BIG_SPLIT_WGS   256 /* workgroups a product with fewer tiles aims for, split over k */
+/* workgroups a product with fewer tiles aims for, split over k (1024 and 32 splits at most
+ * against 256 and 16: 64 decode steps together 17.9 instead of 18.5 ms, 32 14.0 instead of
+ * 14.8; README, H100) */
+#define BIG_SPLIT_WGS   1024
 #define BIG_SPLIT_MIN_K 256 /* columns a split takes at least */
-#define BIG_SPLIT_MAX   16  /* splits at most */
+#define BIG_SPLIT_MAX   32  /* splits at most */
 #define QMATVEC_NR      4   /* quantized: 4 columns a workgroup was best of 1..16 on an H100 */
 #define ATTN_WG         128
 #define ATTN_DEC_WG     128 /* attn_decode.comp's workgroup */
@@ -292,9 +295,10 @@ static int big_tiles(const lmh_backend *b, vk_dispatch *x, enum vk_shader sh, in
     if (!b->matmul_big || (uint64_t)rows < b->matmul_big || b->max_shared < MATMUL_BIG_SMEM)
         return 0;
     /* f32 tiles of 128 outputs x 128 rows, or 64 rows where 128 would leave a device of
-     * about 128 cores without a tile for each (README, H100) */
+     * about 128 cores without a tile for each, or be half empty at least (a batch of 64
+     * decode steps: the output head's 1187 tiles; README, H100) */
     uint64_t tiles128 = cdiv((uint64_t)out, 128) * cdiv((uint64_t)rows, 128);
-    uint32_t tm = b->matmul_tm ? b->matmul_tm : tiles128 < BIG_FEW_TILES ? 4 : 8;
+    uint32_t tm = b->matmul_tm ? b->matmul_tm : rows <= 64 || tiles128 < BIG_FEW_TILES ? 4 : 8;
     x->shader = sh;
     x->spec[0] = 256;
     x->spec[tm_id] = tm;
@@ -590,6 +594,81 @@ static int op_copy(lmh_backend *b, const lmh_op *op) {
     return vk_record(b, &x);
 }
 
+/* ---- copies of several sequences in one dispatch (copy_seqs.comp) ------------------- */
+
+/* t's device address into a table's two words, low first */
+static void put_addr(uint32_t *w, const lmh_tensor *t) {
+    VkDeviceAddress a = vk_addr(VT(t));
+    w[0] = (uint32_t)a;
+    w[1] = (uint32_t)(a >> 32);
+}
+
+#define COPY_WORDS 8    /* a copy's table entry: source and destination addresses, count */
+#define COPY_MAX   4096 /* copies a dispatch */
+
+int vk_copy_seq_ok(lmh_backend *b, const lmh_op *op) {
+    if (!b->seq_attn || op->code != LMH_OP_COPY) return 0;
+    const vk_tensor *d = VT(op->dst), *s = VT(op->src[0]);
+    int64_t n = lmh_nelem(op->dst);
+    int words16 = d->t.dtype != LMH_F32 || s->t.dtype != LMH_F32;
+    return vk_addr(d) && vk_addr(s) && d->off % 4 == 0 && s->off % 4 == 0 && n > 0 &&
+           n <= UINT32_MAX && !(words16 && n % 2);
+}
+
+int vk_copy_seq_same(const lmh_op *x, const lmh_op *y) {
+    return x->dst->dtype == y->dst->dtype && x->src[0]->dtype == y->src[0]->dtype;
+}
+
+static int copy_seqs_dispatch(lmh_backend *b, const lmh_op *ops, int m) {
+    void *map = NULL;
+    vk_tensor *tt = vk_args(b, (size_t)m * COPY_WORDS * 4, &map);
+    const vk_tensor **xrd = malloc((size_t)m * sizeof *xrd);
+    const vk_tensor **xwr = malloc((size_t)m * sizeof *xwr);
+    int rc = tt && xrd && xwr ? LMH_OK : LMH_ENOMEM;
+    uint64_t most = 1;
+    for (int j = 0; j < m && rc == LMH_OK; j++) {
+        uint32_t *e = (uint32_t *)map + (size_t)j * COPY_WORDS;
+        put_addr(e, ops[j].src[0]);
+        put_addr(e + 2, ops[j].dst);
+        uint64_t n = (uint64_t)lmh_nelem(ops[j].dst);
+        e[4] = (uint32_t)n;
+        uint64_t words = ops[j].dst->dtype == LMH_F32 ? n : n / 2;
+        if (words > most) most = words;
+        xrd[j] = VT(ops[j].src[0]);
+        xwr[j] = VT(ops[j].dst);
+    }
+    if (rc == LMH_OK) {
+        vk_dispatch x = {.shader = VK_SH_COPY_SEQS,
+                         .spec = {256, dtc(ops[0].src[0]->dtype), dtc(ops[0].dst->dtype)},
+                         .bind = {[1] = tt},
+                         .xrd = xrd,
+                         .nxrd = m,
+                         .xwr = xwr,
+                         .nxwr = m};
+        uint64_t gx = cdiv(most, 256);
+        x.groups[0] = (uint32_t)(gx < 64 ? gx : 64);
+        x.groups[1] = (uint32_t)m;
+        x.groups[2] = 1;
+        rc = vk_record(b, &x);
+    }
+    vk_tensor_release(b, tt);
+    free(xrd);
+    free(xwr);
+    return rc;
+}
+
+int vk_copy_seqs(lmh_backend *b, const lmh_op *ops, int n) {
+    int rc = LMH_OK;
+    for (int i = 0; i < n && rc == LMH_OK; i += COPY_MAX) {
+        int m = n - i < COPY_MAX ? n - i : COPY_MAX;
+        if ((uint32_t)m < b->seq_attn) /* too few to gain from one dispatch */
+            for (int j = 0; j < m && rc == LMH_OK; j++) rc = op_copy(b, &ops[i + j]);
+        else
+            rc = copy_seqs_dispatch(b, ops + i, m);
+    }
+    return rc;
+}
+
 static int op_transpose(lmh_backend *b, const lmh_op *op) {
     const lmh_tensor *a = op->src[0];
     int64_t n = lmh_nelem(a);
@@ -787,12 +866,6 @@ int vk_attn_seq_same(lmh_backend *b, const lmh_op *x, const lmh_op *y) {
     for (size_t i = 0; i < sizeof same_pc / sizeof same_pc[0]; i++)
         if (px.x.pc[same_pc[i]] != py.x.pc[same_pc[i]]) return 0;
     return 1;
-}
-
-static void put_addr(uint32_t *w, const lmh_tensor *t) {
-    VkDeviceAddress a = vk_addr(VT(t));
-    w[0] = (uint32_t)a;
-    w[1] = (uint32_t)(a >> 32);
 }
 
 /* One dispatch for ops[0..m) (2 <= m <= attn_seqs_per_dispatch): each sequence's

@@ -8,6 +8,7 @@
 #include "spv_attn_decode_seqs.h"
 #include "spv_bw_read.h"
 #include "spv_copy.h"
+#include "spv_copy_seqs.h"
 #include "spv_eltwise.h"
 #include "spv_get_rows.h"
 #include "spv_matmul.h"
@@ -59,6 +60,7 @@
 const vk_spirv vk_shaders[VK_SH_COUNT] = {
     [VK_SH_ELTWISE] = SH(eltwise),
     [VK_SH_COPY] = SH(copy),
+    [VK_SH_COPY_SEQS] = SH(copy_seqs),
     [VK_SH_GET_ROWS] = SH(get_rows),
     [VK_SH_TRANSPOSE] = SH(transpose),
     [VK_SH_RMS_NORM] = SH_SG(rms_norm),

@@ -1111,6 +1111,25 @@ static void t_copy(void) {
             view(src, i * 8, LMH_F32, 1, 8, 0, 0), NULL, NULL, NULL, NULL, NULL);
     check("copy f32 -> f16 subnormals, adjacent views", dst, 0);
     free_all();
+    /* several copies enqueued together, as a batch's cache appends are (one dispatch where
+     * the device gives shaders addresses), an odd count among them (not one of them) */
+    static const lmh_dtype pairs[][2] = {{LMH_F32, LMH_F32},  {LMH_F32, LMH_F16},
+                                         {LMH_F32, LMH_BF16}, {LMH_F16, LMH_F16},
+                                         {LMH_BF16, LMH_F32}, {LMH_F16, LMH_F32}};
+    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
+        lmh_dtype sd = pairs[k][0], dd = pairs[k][1];
+        tt *s = mk(sd, 1, 600, 0, 0, -100, 100, 0), *d = mk(dd, 1, 600, 0, 0, 0, 0, 0);
+        static const int at[][2] = {{0, 64}, {64, 130}, {200, 2}, {202, 7}, {210, 300}, {510, 90}};
+        char what[64];
+        snprintf(what, sizeof what, "copies together %s -> %s", lmh_dtype_name(sd),
+                 lmh_dtype_name(dd));
+        for (int i = 0; i < 6; i++)
+            run(what, LMH_OP_COPY, view(d, at[i][0], dd, 1, at[i][1], 0, 0),
+                view(s, 599 - at[i][0] - at[i][1] + 1, sd, 1, at[i][1], 0, 0), NULL, NULL, NULL,
+                NULL, NULL);
+        check(what, d, 0);
+        free_all();
+    }
 }
 
 typedef struct attn_cfg {
