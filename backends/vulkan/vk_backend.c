@@ -29,11 +29,11 @@
  * LMHOST_VK_ATTN_DECODE=0 leaves decoding to the tiled attention kernel (=KU[xTPK]: keys a key
  * group of attn_decode.comp loads together, GPU default 2, CPU devices 1, and its lanes, default 16
  * within the smallest subgroup), LMHOST_VK_ATTN_SEQS=N runs the decode attention of N or more
- * sequences (batched decode) as one dispatch instead of one each, where the device has
- * buffer device addresses (default 16 on GPUs, 2 on CPU devices; 0: never), and
- * LMHOST_VK_ATTN_SEQ_WGS=N sets the workgroups that one
- * aims for (default twice LMHOST_VK_ATTN_DEC_WGS's; past it a workgroup takes several key
- * splits in turn), LMHOST_VK_FULL_BARRIERS=1 makes every barrier take all
+ * sequences (batched decode), and N or more consecutive copies (their cache appends), as
+ * one dispatch instead of one each, where the device has buffer device addresses (default
+ * 16 on GPUs, 2 on CPU devices; 0: never), and LMHOST_VK_ATTN_SEQ_WGS=N sets the workgroups
+ * such an attention aims for (default twice LMHOST_VK_ATTN_DEC_WGS's; past it a workgroup
+ * takes several key splits in turn), LMHOST_VK_FULL_BARRIERS=1 makes every barrier take all
  * stages and accesses (the form before compute-only barriers, for measurement).
  * LMHOST_VK_SPIN=N: a wait polls its fence for up to N us before it sleeps (default 10000 on
  * GPUs, 0 on CPU devices). LMHOST_VK_NO_PUSH_DESCRIPTOR=1 uses descriptor pools even where
@@ -1542,10 +1542,10 @@ static int coopmat_usable(lmh_backend *b) {
     return 0;
 }
 
-/* Decode attention of several sequences in one dispatch (attn_decode.comp with SEQS): it
- * reaches each sequence's tensors by device address. From how many sequences
- * (LMHOST_VK_ATTN_SEQS=N, 0: never): 16 on a GPU, where up to 8 ran 0.6-1.3% slower so
- * (README, H100), 2 on CPU devices. */
+/* Decode attention of several sequences in one dispatch (attn_decode.comp with SEQS), and
+ * several copies (copy_seqs.comp): they reach each tensor by device address. From how many
+ * (LMHOST_VK_ATTN_SEQS=N, 0: never): 16 on a GPU, where attention of up to 8 sequences ran
+ * 0.6-1.3% slower so (README, H100), 2 on CPU devices. */
 static uint32_t seq_attn_usable(lmh_backend *b) {
     uint32_t min = env_uint("LMHOST_VK_ATTN_SEQS", 1 << 20,
                             b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 2 : 16);

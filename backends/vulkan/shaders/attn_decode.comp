@@ -18,9 +18,10 @@
 // With SEQS (attn_decode_seqs): the decode attention of several sequences in one dispatch,
 // gl_WorkGroupID.x the sequence. Each has its own cache tensors, so its tensors are reached
 // through device addresses from a table (binding 1, SEQ_WORDS words a sequence, filled by
-// vk_ops.c's op_attention_seqs), with its key count, splits, partials and counters; the
-// workgroups past a sequence's splits return at once. A sequence's workgroups compute what
-// its own dispatch would, so the results are the same bits.
+// vk_ops.c's attn_seqs_dispatch), with its key count, splits, partials and counters. A
+// workgroup takes `per` of its sequence's splits one after another (gl_WorkGroupID.z * per
+// on; those past the sequence's splits return at once), each computed as its own workgroup
+// would compute it, and the counters count workgroups: the results are the same bits.
 layout(constant_id = 0) const uint WG = 128;
 layout(constant_id = 1) const uint KDT = 0;
 layout(constant_id = 2) const uint VDT = 0;

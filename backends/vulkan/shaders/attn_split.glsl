@@ -77,8 +77,8 @@ void narrow(int pmin, int pmax, inout int ks, inout int ke) {
 }
 
 // After a split wrote its partials (all threads call this): whether this workgroup is the
-// last of its block's splits (S_NWG workgroups) to finish, which then merges them. The block's counter goes
-// back to 0 for the next dispatch.
+// last of its block's S_NWG workgroups to finish, which then merges the splits. The block's
+// counter goes back to 0 for the next dispatch.
 bool last_split() {
     // every thread's partials visible device-wide before the block's count goes up
     memoryBarrierBuffer();
