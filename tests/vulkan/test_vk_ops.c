@@ -1536,8 +1536,8 @@ int main(int argc, char **argv) {
             /* a GPU's split counts (up to attn_decode's 64) and key loads, 3 at a time */
             setenv("LMHOST_VK_ATTN_WGS", "512", 1);
             setenv("LMHOST_VK_ATTN_DECODE", "3", 1);
-            /* several sequences' decode attention in one dispatch: workgroups that take
-             * several splits each (2 to 32 of them here) */
+            /* several sequences' decode attention in one dispatch: t_attention_seqs's first
+             * group one split a workgroup, its second two (the last of an odd count one) */
             setenv("LMHOST_VK_ATTN_SEQ_WGS", "64", 1);
             /* products of up to 64 rows as matrix-vector ones (matvec8; a GPU's up to 16),
              * and every tiled one in matmul_big.comp's 128-row tiles */
