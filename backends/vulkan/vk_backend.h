@@ -162,9 +162,11 @@ typedef struct vk_range {
 
 /* An op held by vk_fuse.c to run with the next sequences' (one dispatch: decode attention,
  * cache appends), with copies of its tensors (dst, src0..src3 where it has them). */
+#define VK_SEQ_KEY (1 + VK_NSPEC + 8) /* words of vk_seq_key's key */
 typedef struct vk_held_seq {
     lmh_op op;
     vk_tensor t[5];
+    uint32_t key[VK_SEQ_KEY];
 } vk_held_seq;
 
 /* An op put off by vk_fuse.c, with copies of its tensors (dst, src0, src1): the op's own
@@ -351,14 +353,12 @@ int vk_rms_norm(lmh_backend *b, const lmh_op *op, const lmh_op *add, const lmh_o
  * pro's operands; with write_pro the norm's result stored too), add the in-place ADD of
  * its result into add->dst (either may be NULL). */
 int vk_matvec_fusable(const lmh_op *mm);
-/* Decode attention of several sequences: whether op can be one of them, whether two such
- * ops can share a dispatch, and the dispatches of n of them (at least one). */
-int vk_attn_seq_ok(lmh_backend *b, const lmh_op *op);
-int vk_attn_seq_same(lmh_backend *b, const lmh_op *x, const lmh_op *y);
+/* Ops of several sequences in one dispatch (decode attention, copies): whether op can be one
+ * of them, with its key in key (ops of equal keys can share a dispatch: the op code, the
+ * pipeline and the parameters all of them share), and the dispatches for n such ops of one
+ * key (one dispatch where they fit). */
+int vk_seq_key(lmh_backend *b, const lmh_op *op, uint32_t key[VK_SEQ_KEY]);
 int vk_attention_seqs(lmh_backend *b, const lmh_op *ops, int n);
-/* The same for copies (a cache append's rows): one dispatch for n of them. */
-int vk_copy_seq_ok(lmh_backend *b, const lmh_op *op);
-int vk_copy_seq_same(const lmh_op *x, const lmh_op *y);
 int vk_copy_seqs(lmh_backend *b, const lmh_op *ops, int n);
 int vk_matvec_fused(lmh_backend *b, const lmh_op *mm, const lmh_op *pro, int write_pro,
                     const lmh_op *add);

@@ -289,11 +289,8 @@ static lmh_op seq_op(vk_held_seq *h) {
     return o;
 }
 
-/* An op that may run in one dispatch with its neighbours of the same kind. */
-static int seq_ok(lmh_backend *b, const lmh_op *op) {
-    return vk_attn_seq_ok(b, op) || vk_copy_seq_ok(b, op);
-}
-
+/* Records the held ops: one dispatch for them all, where there are enough to gain from it
+ * (b->seq_attn), else each as it came. */
 static void flush_seqs(lmh_backend *b) {
     int n = b->nhseq;
     if (!n) return;
@@ -304,19 +301,22 @@ static void flush_seqs(lmh_backend *b) {
         return;
     }
     for (int i = 0; i < n; i++) ops[i] = seq_op(&b->hseq[i]);
-    note_err(b, ops[0].code == LMH_OP_ATTENTION ? vk_attention_seqs(b, ops, n)
-                                                : vk_copy_seqs(b, ops, n));
+    if ((uint32_t)n < b->seq_attn) {
+        int rc = LMH_OK;
+        for (int i = 0; i < n && rc == LMH_OK; i++) rc = vk_enqueue_op(b, &ops[i]);
+        note_err(b, rc);
+    } else {
+        note_err(b, ops[0].code == LMH_OP_ATTENTION ? vk_attention_seqs(b, ops, n)
+                                                    : vk_copy_seqs(b, ops, n));
+    }
     free(ops);
 }
 
-/* op (one seq_ok takes) can run in one dispatch with the held ones: the same kind, pipeline
- * and parameters, and nothing of theirs it writes or they write it reads. */
-static int seq_joins(lmh_backend *b, const lmh_op *op) {
+/* op (of key `key`, from vk_seq_key) can run in one dispatch with the held ones: the same
+ * key, and nothing of theirs it writes or they write it reads. */
+static int seq_joins(lmh_backend *b, const lmh_op *op, const uint32_t key[VK_SEQ_KEY]) {
     if (!b->nhseq) return 1;
-    lmh_op first = seq_op(&b->hseq[0]);
-    if (first.code != op->code || !(op->code == LMH_OP_ATTENTION ? vk_attn_seq_same(b, &first, op)
-                                                                 : vk_copy_seq_same(&first, op)))
-        return 0;
+    if (memcmp(key, b->hseq[0].key, VK_SEQ_KEY * sizeof *key)) return 0;
     for (int i = 0; i < b->nhseq; i++) {
         const vk_held_seq *h = &b->hseq[i];
         for (int k = 0; k < 5; k++)
@@ -327,7 +327,7 @@ static int seq_joins(lmh_backend *b, const lmh_op *op) {
     return 1;
 }
 
-static int hold_seq(lmh_backend *b, const lmh_op *op) {
+static int hold_seq(lmh_backend *b, const lmh_op *op, const uint32_t key[VK_SEQ_KEY]) {
     if (b->nhseq == b->caphseq) {
         int cap = b->caphseq ? 2 * b->caphseq : 16;
         vk_held_seq *p = realloc(b->hseq, (size_t)cap * sizeof *p);
@@ -338,6 +338,7 @@ static int hold_seq(lmh_backend *b, const lmh_op *op) {
     vk_held_seq *h = &b->hseq[b->nhseq++];
     memset(h, 0, sizeof *h);
     h->op = *op;
+    memcpy(h->key, key, sizeof h->key);
     const lmh_tensor *ts[5] = {op->dst, op->src[0], op->src[1], op->src[2], op->src[3]};
     for (int k = 0; k < 5; k++)
         if (ts[k]) {
@@ -358,8 +359,9 @@ static int seqs_use(const lmh_backend *b, const vk_alloc *a) {
 /* ---- entry points ----------------------------------------------------------------- */
 
 int vk_fuse_enqueue(lmh_backend *b, const lmh_op *op) {
-    int seq = seq_ok(b, op);
-    if (b->nhseq && !(seq && seq_joins(b, op))) flush_seqs(b);
+    uint32_t key[VK_SEQ_KEY];
+    int seq = vk_seq_key(b, op, key);
+    if (b->nhseq && !(seq && seq_joins(b, op, key))) flush_seqs(b);
     int pi = op->code == LMH_OP_MATMUL ? producer(b, op) : -1;
     settle_op(b, op, pi);
     if (pi >= 0) pi = producer(b, op); /* the same entry, perhaps moved by settle's drops */
@@ -387,7 +389,7 @@ int vk_fuse_enqueue(lmh_backend *b, const lmh_op *op) {
                 if (b->held_write_pro) v->done = 1;
                 b->held_pro = *v;
             }
-        } else if (!seq || hold_seq(b, op) != LMH_OK) {
+        } else if (!seq || hold_seq(b, op, key) != LMH_OK) {
             rc = vk_enqueue_op(b, op);
         }
     }

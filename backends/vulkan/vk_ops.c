@@ -606,17 +606,13 @@ static void put_addr(uint32_t *w, const lmh_tensor *t) {
 #define COPY_WORDS 8    /* a copy's table entry: source and destination addresses, count */
 #define COPY_MAX   4096 /* copies a dispatch */
 
-int vk_copy_seq_ok(lmh_backend *b, const lmh_op *op) {
-    if (!b->seq_attn || op->code != LMH_OP_COPY) return 0;
+/* A copy copy_seqs.comp can take: both tensors reached by address, on 32-bit words. */
+static int copy_seq_ok(const lmh_op *op) {
     const vk_tensor *d = VT(op->dst), *s = VT(op->src[0]);
     int64_t n = lmh_nelem(op->dst);
     int words16 = d->t.dtype != LMH_F32 || s->t.dtype != LMH_F32;
     return vk_addr(d) && vk_addr(s) && d->off % 4 == 0 && s->off % 4 == 0 && n > 0 &&
            n <= UINT32_MAX && !(words16 && n % 2);
-}
-
-int vk_copy_seq_same(const lmh_op *x, const lmh_op *y) {
-    return x->dst->dtype == y->dst->dtype && x->src[0]->dtype == y->src[0]->dtype;
 }
 
 static int copy_seqs_dispatch(lmh_backend *b, const lmh_op *ops, int m) {
@@ -661,10 +657,7 @@ int vk_copy_seqs(lmh_backend *b, const lmh_op *ops, int n) {
     int rc = LMH_OK;
     for (int i = 0; i < n && rc == LMH_OK; i += COPY_MAX) {
         int m = n - i < COPY_MAX ? n - i : COPY_MAX;
-        if ((uint32_t)m < b->seq_attn) /* too few to gain from one dispatch */
-            for (int j = 0; j < m && rc == LMH_OK; j++) rc = op_copy(b, &ops[i + j]);
-        else
-            rc = copy_seqs_dispatch(b, ops + i, m);
+        rc = m == 1 ? op_copy(b, &ops[i]) : copy_seqs_dispatch(b, ops + i, m);
     }
     return rc;
 }
@@ -845,26 +838,26 @@ static int attn_seqs_per_dispatch(const lmh_backend *b, uint32_t kvh) {
     return (int)(n < most ? n : most);
 }
 
-int vk_attn_seq_ok(lmh_backend *b, const lmh_op *op) {
-    if (!b->seq_attn || op->code != LMH_OP_ATTENTION) return 0;
+int vk_seq_key(lmh_backend *b, const lmh_op *op, uint32_t key[VK_SEQ_KEY]) {
+    memset(key, 0, VK_SEQ_KEY * sizeof *key);
+    if (!b->seq_attn) return 0;
+    key[0] = (uint32_t)op->code;
+    if (op->code == LMH_OP_COPY) { /* one pipeline a pair of dtypes */
+        key[1] = (uint32_t)op->src[0]->dtype;
+        key[2] = (uint32_t)op->dst->dtype;
+        return copy_seq_ok(op);
+    }
+    if (op->code != LMH_OP_ATTENTION) return 0;
     attn_plan pl;
     attn_plan_make(b, op, &pl);
     if (!pl.dec || pl.qblocks != 1 || attn_seqs_per_dispatch(b, pl.x.groups[1]) < 2) return 0;
     const lmh_tensor *ts[5] = {op->dst, op->src[0], op->src[1], op->src[2], op->src[3]};
     for (int i = 0; i < 5; i++)
         if (!vk_addr(VT(ts[i])) || VT(ts[i])->off % 4) return 0;
-    return 1;
-}
-
-int vk_attn_seq_same(lmh_backend *b, const lmh_op *x, const lmh_op *y) {
-    attn_plan px, py;
-    attn_plan_make(b, x, &px);
-    attn_plan_make(b, y, &py);
     /* one pipeline; the same heads, group, dims, window, scale and soft cap */
-    static const int same_pc[] = {5, 6, 7, 8, 9, 12, 17, 18};
-    if (memcmp(px.x.spec, py.x.spec, sizeof px.x.spec)) return 0;
-    for (size_t i = 0; i < sizeof same_pc / sizeof same_pc[0]; i++)
-        if (px.x.pc[same_pc[i]] != py.x.pc[same_pc[i]]) return 0;
+    static const int same_pc[8] = {5, 6, 7, 8, 9, 12, 17, 18};
+    memcpy(key + 1, pl.x.spec, sizeof pl.x.spec);
+    for (int i = 0; i < 8; i++) key[1 + VK_NSPEC + i] = pl.x.pc[same_pc[i]];
     return 1;
 }
 
@@ -915,8 +908,8 @@ static int attn_seqs_dispatch(lmh_backend *b, const lmh_op *ops, int m) {
     uint32_t per = (uint32_t)(split_wgs / b->attn_seq_wgs);
     if (per < 1) per = 1;
     if (per > nsplit_max) per = nsplit_max;
-    for (int j = 0; j < m; j++) tab[(size_t)j * SEQ_WORDS + 18] = per;
     if (rc == LMH_OK) {
+        for (int j = 0; j < m; j++) tab[(size_t)j * SEQ_WORDS + 18] = per;
         vk_dispatch x = p0.x;
         x.shader = VK_SH_ATTN_DECODE_SEQS;
         x.bind[1] = tt;
@@ -939,11 +932,6 @@ static int attn_seqs_dispatch(lmh_backend *b, const lmh_op *ops, int m) {
 }
 
 int vk_attention_seqs(lmh_backend *b, const lmh_op *ops, int n) {
-    if ((uint32_t)n < b->seq_attn) { /* too few to gain from one dispatch */
-        int rc = LMH_OK;
-        for (int i = 0; i < n && rc == LMH_OK; i++) rc = op_attention(b, &ops[i]);
-        return rc;
-    }
     int per = attn_seqs_per_dispatch(b, (uint32_t)ops[0].src[1]->ne[1]), rc = LMH_OK;
     for (int i = 0; i < n && rc == LMH_OK; i += per) {
         int m = n - i < per ? n - i : per;
