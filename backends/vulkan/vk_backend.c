@@ -166,7 +166,9 @@ static void block_destroy(lmh_backend *b, vk_block *k) {
     free(k);
 }
 
-/* A buffer over its own memory: device-local, or host-visible (mapped) when host. */
+/* A buffer over its own memory: device-local, or host-visible (mapped) when host; host 2:
+ * tables the host writes and the device reads, in device-local memory where the device has
+ * it host-visible (a GPU's BAR), so that its reads stay on the device. */
 static vk_block *block_new(lmh_backend *b, VkDeviceSize size, int host, int quiet) {
     vk_block *k = calloc(1, sizeof *k);
     if (!k) return NULL;
@@ -192,7 +194,9 @@ static vk_block *block_new(lmh_backend *b, VkDeviceSize size, int host, int quie
     int type =
         host ? pick_type(b, req.memoryTypeBits,
                          VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
-                         VK_MEMORY_PROPERTY_HOST_CACHED_BIT, 0)
+                         host == 2 ? VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT
+                                   : VK_MEMORY_PROPERTY_HOST_CACHED_BIT,
+                         0)
              : pick_type(b, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0,
                          VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT);
     if (type < 0 && !host) type = pick_type(b, req.memoryTypeBits, 0, 0, 0);
@@ -1041,7 +1045,10 @@ vk_tensor *vk_args(lmh_backend *b, size_t n, void **map) {
     if (!bt) return NULL;
     if (!bt->args) {
         vk_alloc *a = calloc(1, sizeof *a);
-        bt->args = a ? block_new(b, ARGS_BYTES, 1, 0) : NULL;
+        /* the device reads these tables from its own memory where it lets the host write
+         * there (batched decode's attention step 4% shorter, H100), else from host memory */
+        bt->args = a ? block_new(b, ARGS_BYTES, 2, 1) : NULL;
+        if (a && !bt->args) bt->args = block_new(b, ARGS_BYTES, 1, 0);
         if (!bt->args) {
             free(a);
             return NULL;

@@ -64,9 +64,10 @@ float pro_scale(float sum_sq) {
     return PRO == 1u ? 1.0 / sqrt(sum_sq / float(pc.in_) + pc.eps) : 1.0;
 }
 
-// after the result s of output o is stored: the residual add, R[o] += s
-void epi(uint o, float s) {
-    if (EPI == 1u) R[pc.orr + o] = floatBitsToUint(uintBitsToFloat(R[pc.orr + o]) + s);
+// after the result s of output o is stored: the residual add, R[o] = r + s, r being R[o]
+// as tail_early loaded it (only this thread reads or writes it)
+void epi(uint o, float s, float r) {
+    if (EPI == 1u) R[pc.orr + o] = floatBitsToUint(r + s);
 }
 
 

@@ -87,6 +87,7 @@ void main() {
 #else
     ROW_GROUP(o0, nrows, xrow, drow);
 #endif
+    tail_early(o0);
     float acc[NR][MAXR];
     [[unroll]] for (uint r = 0; r < NR; r++)
         [[unroll]] for (uint j = 0; j < MAXR; j++) acc[r][j] = 0.0;

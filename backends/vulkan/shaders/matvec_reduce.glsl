@@ -21,6 +21,21 @@
 #endif
 shared float red[NSUM * WG];
 
+// What the store after the reduction adds to a sum, loaded before the weights: the bias and
+// (FUSED, EPI 1) the residual at this thread's output. Loaded there, they would add a
+// round trip to memory after the reduction, at the end of every workgroup's time.
+float tail_bias = 0.0, tail_r = 0.0;
+void tail_early(uint o0) {
+    uint l = gl_LocalInvocationID.x;
+    if (l >= NR * MAXR) return;
+    uint o = o0 + l / MAXR;
+    if (o >= pc.out_) return;
+    if (pc.has_bias != 0u) tail_bias = LOADF(BIAS, pc.tbias, pc.oc + o);
+#ifdef FUSED
+    if (EPI == 1u) tail_r = uintBitsToFloat(R[pc.orr + o]);
+#endif
+}
+
 void reduce_store(float acc[NR][MAXR], uint o0, uint nrows, uint drow[MAXR]) {
     uint l = gl_LocalInvocationID.x;
     // all NR * MAXR sums at once
@@ -64,10 +79,10 @@ void reduce_store(float acc[NR][MAXR], uint o0, uint nrows, uint drow[MAXR]) {
 #ifdef FUSED
             s *= rs;
 #endif
-            if (pc.has_bias != 0u) s += LOADF(BIAS, pc.tbias, pc.oc + o);
+            if (pc.has_bias != 0u) s += tail_bias;
             D[pc.od + drow[j] * pc.out_ + o] = floatBitsToUint(s);
 #ifdef FUSED
-            epi(o, s);
+            epi(o, s, tail_r);
 #endif
         }
     }
