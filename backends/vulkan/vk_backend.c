@@ -2004,6 +2004,11 @@ static void vk_destroy(lmh_backend *b) {
             free(b->dummy);
         }
         for (int i = 0; i < VK_ATTN_CNT_SLOTS; i++) free(b->attn_slot[i]); /* views */
+        for (int i = 0; i < VK_SPLIT_SLOTS; i++)
+            if (b->split_room[i]) { /* its block goes with the others below */
+                free(b->split_room[i]->a);
+                free(b->split_room[i]);
+            }
         if (b->attn_cnt) {
             free(b->attn_cnt->a);
             free(b->attn_cnt);

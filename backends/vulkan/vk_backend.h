@@ -249,6 +249,10 @@ struct lmh_backend {
     vk_tensor *attn_cnt; /* attention's split counters: attn_target_wgs words, zero at rest */
     vk_tensor *attn_slot[VK_ATTN_CNT_SLOTS]; /* attn_cnt in as many sets, taken in turn */
     uint32_t attn_next;                      /* the set the next attention takes */
+    /* split products' sums (vk_ops.c's split_room): buffers kept and taken in turn */
+#define VK_SPLIT_SLOTS 4
+    vk_tensor *split_room[VK_SPLIT_SLOTS];
+    uint32_t split_next;
 
     uint64_t weight_bytes, other_bytes, weight_read;
     int err;                            /* sticky: after a lost device every call fails */

@@ -307,8 +307,10 @@ static int big_tiles(const lmh_backend *b, vk_dispatch *x, enum vk_shader sh, in
     x->groups[2] = 1;
     /* One row of few tiles (a batch of decode steps, a short prefill chunk: 16 tiles for
      * 2048 outputs) leaves most cores idle and each tile a long chain of k steps: split k
-     * over the z groups, the sums then added by split_sum.comp (op_matmul). Not where there
-     * are more rows (512-row prefill's 1024-output products ran 4% slower split). */
+     * over the z groups, the sums then added by split_sum.comp (op_matmul). More rows of
+     * few tiles (a 512-row prefill chunk's 2048- and 1024-output products: 128 and 64
+     * tiles, a core each at most) split in two (273 + 7 against 372 us, and 113 + 6 against
+     * 210, H100); those of more tiles not (gate and up: 1% slower). */
     uint64_t tiles = (uint64_t)x->groups[0] * x->groups[1];
     uint32_t nsplit = 1, kchunk = (uint32_t)in;
     if (x->groups[1] == 1 && tiles < BIG_SPLIT_WGS / 2 && in >= 2 * BIG_SPLIT_MIN_K) {
@@ -316,6 +318,10 @@ static int big_tiles(const lmh_backend *b, vk_dispatch *x, enum vk_shader sh, in
         if (want > most) want = most;
         if (want > BIG_SPLIT_MAX) want = BIG_SPLIT_MAX;
         kchunk = (uint32_t)(cdiv(cdiv((uint64_t)in, want), 16) * 16); /* whole k steps */
+        nsplit = (uint32_t)cdiv((uint64_t)in, kchunk);
+    }
+    if (x->groups[1] > 1 && tiles <= BIG_FEW_TILES && in >= 4 * BIG_SPLIT_MIN_K) {
+        kchunk = (uint32_t)(cdiv(cdiv((uint64_t)in, 2), 16) * 16);
         nsplit = (uint32_t)cdiv((uint64_t)in, kchunk);
     }
     x->groups[2] = nsplit;
@@ -395,6 +401,17 @@ static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
     *d = x;
 }
 
+/* Room for a split product's sums: VK_SPLIT_SLOTS buffers the backend keeps, taken in turn
+ * (the products of one step need no barrier between them), each grown to the most asked of
+ * it. Scratch of its own for every product made prefill allocate and give back 256 MiB
+ * blocks as it went: 512-token prefill 12-18% slower with its products split (README). */
+static vk_tensor *split_room(lmh_backend *b, VkDeviceSize bytes) {
+    vk_tensor **slot = &b->split_room[b->split_next++ % VK_SPLIT_SLOTS];
+    if (*slot && (*slot)->bytes >= bytes) return *slot;
+    vk_tensor_release(b, *slot); /* freed once the work recorded on it has run */
+    return *slot = vk_scratch(b, bytes);
+}
+
 static int op_matmul(lmh_backend *b, const lmh_op *op) {
     vk_dispatch x;
     matmul_dispatch(b, op, &x);
@@ -403,7 +420,7 @@ static int op_matmul(lmh_backend *b, const lmh_op *op) {
     /* split over k (big_tiles): the splits' sums, then their total and the bias in dst */
     const lmh_tensor *xt = op->src[0], *bias = op->src[2];
     uint64_t n = (uint64_t)(lmh_nelem(xt) / lmh_inner(xt)) * (uint64_t)op->src[1]->ne[0];
-    vk_tensor *part = vk_scratch(b, (VkDeviceSize)nsplit * n * 4);
+    vk_tensor *part = split_room(b, (VkDeviceSize)nsplit * n * 4);
     if (!part) return LMH_ENOMEM;
     x.bind[4] = part;
     x.writes = 1u | 1u << 4; /* (dst too, as the shader declares it) */
@@ -419,7 +436,6 @@ static int op_matmul(lmh_backend *b, const lmh_op *op) {
     r.pc[9] = bias ? dtc(bias->dtype) : 0;
     grid(&r, cdiv(n, 256));
     if (!rc) rc = vk_record(b, &r);
-    vk_tensor_release(b, part);
     return rc;
 }
 

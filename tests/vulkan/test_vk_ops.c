@@ -486,14 +486,16 @@ static void t_matmul(void) {
     /* Tiled products on matrix cores (LMHOST_VK_COOPMAT=1) take f16 operands: each
      * product rounds at 2^-11 relative, so sums of up to 128 agree within about 2e-3. */
     const double mm_tol = strstr(g_be[1].api->describe(g_be[1].b), "matrix cores") ? 3e-3 : TOL;
-    /* the last six: matvec's 4-chunk steps, then matmul_big's 16-byte loads (with a last
-     * step of 8 columns) and partial tiles, and its products of one tile row split over k
-     * (4 splits, or in the first pass a matrix-vector product; 8, the last one shorter) */
+    /* the last seven: matvec's 4-chunk steps, then matmul_big's 16-byte loads (with a last
+     * step of 8 columns) and partial tiles, its products of one tile row split over k (4
+     * splits, or in the first pass a matrix-vector product; 8, the last one shorter), and
+     * those of few tiles in several rows split in two (the last two; the second the last
+     * one shorter) */
     static const int64_t shapes[][3] = {
-        {1, 64, 48},     {1, 37, 19},     {3, 128, 200},   {4, 72, 33},
-        {2, 24, 9},      {5, 64, 130},    {70, 96, 65},    {130, 37, 129},
-        {1, 256, 513},   {9, 8, 1},       {1, 4104, 33},   {3, 2056, 17},
-        {200, 264, 260}, {129, 512, 384}, {12, 1024, 100}, {70, 2064, 70}};
+        {1, 64, 48},    {1, 37, 19},     {3, 128, 200},   {4, 72, 33},     {2, 24, 9},
+        {5, 64, 130},   {70, 96, 65},    {130, 37, 129},  {1, 256, 513},   {9, 8, 1},
+        {1, 4104, 33},  {3, 2056, 17},   {200, 264, 260}, {129, 512, 384}, {12, 1024, 100},
+        {70, 2064, 70}, {200, 1040, 130}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int w = 0; w < 3; w++)
             for (int bias = 0; bias < 4; bias++) {
