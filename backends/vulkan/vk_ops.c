@@ -12,7 +12,12 @@ enum { ELT_ADD, ELT_MUL, ELT_SCALE, ELT_SWIGLU, ELT_GEGLU, ELT_SOFTCAP, ELT_SIGM
 #define MATVEC_MAXR     4 /* rows the matrix-vector kernels hold at most (matvec8: 8) */
 #define MATVEC8_MAXR    8
 #define MATMUL_BIG_SMEM (2 * 16 * 132 * 4) /* matmul_big's tiles: more than every device has */
-#define BIG_FEW_TILES   128 /* matmul_big's 128-row tiles fewer than this: 64-row tiles */
+/* matmul_big's 128-row tiles fewer than this: 64-row tiles (less than two rounds of an
+ * H100's 132 cores: a 512-row chunk's gate and up products, 192 tiles, ran prefill 3-5%
+ * slower than as 384 of 64 rows; quantized weights: 128, not measured since) */
+#define BIG_FEW_TILES  256
+#define QBIG_FEW_TILES 128
+#define BIG_SPLIT_FEW  128 /* products of several tile rows split in two up to this many */
 /* workgroups a product with fewer tiles aims for, split over k (1024 and 32 splits at most
  * against 256 and 16: 64 decode steps together 17.9 instead of 18.5 ms, 32 14.0 instead of
  * 14.8; README, H100) */
@@ -294,11 +299,12 @@ static int big_tiles(const lmh_backend *b, vk_dispatch *x, enum vk_shader sh, in
                      int64_t rows, int64_t in, int64_t out) {
     if (!b->matmul_big || (uint64_t)rows < b->matmul_big || b->max_shared < MATMUL_BIG_SMEM)
         return 0;
-    /* f32 tiles of 128 outputs x 128 rows, or 64 rows where 128 would leave a device of
-     * about 128 cores without a tile for each, or be half empty at least (a batch of 64
+    /* f32 tiles of 128 outputs x 128 rows, or 64 rows where 128 would give a device of
+     * about 128 cores less than two tiles each, or be half empty at least (a batch of 64
      * decode steps: the output head's 1187 tiles; README, H100) */
     uint64_t tiles128 = cdiv((uint64_t)out, 128) * cdiv((uint64_t)rows, 128);
-    uint32_t tm = b->matmul_tm ? b->matmul_tm : rows <= 64 || tiles128 < BIG_FEW_TILES ? 4 : 8;
+    uint64_t few = sh == VK_SH_QMATMUL_BIG ? QBIG_FEW_TILES : BIG_FEW_TILES;
+    uint32_t tm = b->matmul_tm ? b->matmul_tm : rows <= 64 || tiles128 < few ? 4 : 8;
     x->shader = sh;
     x->spec[0] = 256;
     x->spec[tm_id] = tm;
@@ -320,7 +326,7 @@ static int big_tiles(const lmh_backend *b, vk_dispatch *x, enum vk_shader sh, in
         kchunk = (uint32_t)(cdiv(cdiv((uint64_t)in, want), 16) * 16); /* whole k steps */
         nsplit = (uint32_t)cdiv((uint64_t)in, kchunk);
     }
-    if (x->groups[1] > 1 && tiles <= BIG_FEW_TILES && in >= 4 * BIG_SPLIT_MIN_K) {
+    if (x->groups[1] > 1 && tiles <= BIG_SPLIT_FEW && in >= 4 * BIG_SPLIT_MIN_K) {
         kchunk = (uint32_t)(cdiv(cdiv((uint64_t)in, 2), 16) * 16);
         nsplit = (uint32_t)cdiv((uint64_t)in, kchunk);
     }
