@@ -488,9 +488,9 @@ static void t_matmul(void) {
     const double mm_tol = strstr(g_be[1].api->describe(g_be[1].b), "matrix cores") ? 3e-3 : TOL;
     /* the last seven: matvec's 4-chunk steps, then matmul_big's 16-byte loads (with a last
      * step of 8 columns) and partial tiles, its products of one tile row split over k (4
-     * splits, or in the first pass a matrix-vector product; 8, the last one shorter), and
-     * those of few tiles in several rows split in two (the last two; the second the last
-     * one shorter) */
+     * splits, or in the first pass a matrix-vector product; 8 in the first pass, the last
+     * one shorter), and those of few tiles in several tile rows split in two (the last in
+     * both passes, the one before it in the second; the second half shorter) */
     static const int64_t shapes[][3] = {
         {1, 64, 48},    {1, 37, 19},     {3, 128, 200},   {4, 72, 33},     {2, 24, 9},
         {5, 64, 130},   {70, 96, 65},    {130, 37, 129},  {1, 256, 513},   {9, 8, 1},
