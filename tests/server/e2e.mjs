@@ -36,12 +36,24 @@ function check(cond, what, detail) {
 }
 const eq = (a, b, what) => check(a === b, what, `got ${JSON.stringify(a)}, want ${JSON.stringify(b)}`);
 
+// Temporary directories this run makes (model directories, a quantized model, keys),
+// removed when it exits, passing or failing: 5 MB a run were left in /tmp before.
+const tmpDirs = [];
+function tmpDir(prefix) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  tmpDirs.push(dir);
+  return dir;
+}
+process.on('exit', () => {
+  for (const dir of tmpDirs) fs.rmSync(dir, { recursive: true, force: true });
+});
+
 // A model directory: the fixture's weights (or those of `weights`) beside the real Qwen3
 // tokenizer.
 function modelDir(weights = data) {
   if (!fs.existsSync(path.join(tokdir, 'tokenizer.json')))
     throw new Error(`no tokenizer in ${tokdir}: run tools/fetch_tokenizers.sh`);
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lmhost-e2e-'));
+  const dir = tmpDir('lmhost-e2e-');
   for (const f of ['config.json', 'model.safetensors']) fs.symlinkSync(path.join(weights, f), path.join(dir, f));
   for (const f of ['tokenizer.json', 'tokenizer_config.json']) fs.symlinkSync(path.join(tokdir, f), path.join(dir, f));
   return dir;
@@ -49,7 +61,7 @@ function modelDir(weights = data) {
 
 // The fixture quantized by `lmhost quantize` (MLX affine, 4-bit, groups of 64).
 function quantizedDir() {
-  const out = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'lmhost-e2e-q-')), 'q4');
+  const out = path.join(tmpDir('lmhost-e2e-q-'), 'q4');
   execFileSync(lmhost, ['quantize', '--model', data, '--out', out, '--bits', '4', '--group-size', '64'], { stdio: 'inherit' });
   return modelDir(out);
 }
@@ -177,7 +189,7 @@ async function scenarioHttp() {
 }
 
 async function scenarioHttps() {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lmhost-tls-'));
+  const dir = tmpDir('lmhost-tls-');
   const key = path.join(dir, 'key.pem'), cert = path.join(dir, 'cert.pem');
   execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', key, '-out', cert,
     '-days', '1', '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1,DNS:localhost'], { stdio: 'ignore' });
@@ -213,7 +225,7 @@ async function status(url, opts) {
 }
 
 async function scenarioAuth() {
-  const keyFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'lmhost-key-')), 'key');
+  const keyFile = path.join(tmpDir('lmhost-key-'), 'key');
   fs.writeFileSync(keyFile, 'k-123\n');
   const p = await startServer(['--api-key-file', keyFile]);
   try {
