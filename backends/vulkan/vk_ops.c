@@ -325,8 +325,7 @@ static int big_tiles(const lmh_backend *b, vk_dispatch *x, enum vk_shader sh, in
         if (want > BIG_SPLIT_MAX) want = BIG_SPLIT_MAX;
         kchunk = (uint32_t)(cdiv(cdiv((uint64_t)in, want), 16) * 16); /* whole k steps */
         nsplit = (uint32_t)cdiv((uint64_t)in, kchunk);
-    }
-    if (x->groups[1] > 1 && tiles <= BIG_SPLIT_FEW && in >= 4 * BIG_SPLIT_MIN_K) {
+    } else if (x->groups[1] > 1 && tiles <= BIG_SPLIT_FEW && in >= 4 * BIG_SPLIT_MIN_K) {
         kchunk = (uint32_t)(cdiv(cdiv((uint64_t)in, 2), 16) * 16);
         nsplit = (uint32_t)cdiv((uint64_t)in, kchunk);
     }
