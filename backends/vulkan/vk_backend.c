@@ -2082,6 +2082,7 @@ static void vk_destroy(lmh_backend *b) {
     free(b->defer);
     free(b->rd);
     free(b->hseq);
+    for (int k = 0; k < 5; k++) free(b->hrng[k]);
     free(b->wr);
     pthread_mutex_destroy(&b->mu);
     free(b);

@@ -309,6 +309,8 @@ struct lmh_backend {
     uint32_t attn_seq_wgs; /* workgroups such a dispatch aims for (LMHOST_VK_ATTN_SEQ_WGS) */
     vk_held_seq *hseq;
     int nhseq, caphseq;
+    vk_range *hrng[5]; /* their tensors by operand, merged (vk_fuse.c), caphseq each */
+    int nhrng[5];
     /* matrix-vector workgroup: threads and output columns (LMHOST_VK_MATVEC=WGxNR) */
     uint32_t matvec_wg, matvec_nr, matvec1_wg; /* matvec1_wg: one-row products */
     uint32_t matvec_rows; /* rows up to which products are matrix-vector ones */

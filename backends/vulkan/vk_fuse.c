@@ -295,6 +295,7 @@ static void flush_seqs(lmh_backend *b) {
     int n = b->nhseq;
     if (!n) return;
     b->nhseq = 0;
+    memset(b->nhrng, 0, sizeof b->nhrng);
     lmh_op *ops = malloc((size_t)n * sizeof *ops);
     if (!ops) {
         note_err(b, LMH_ENOMEM);
@@ -312,18 +313,39 @@ static void flush_seqs(lmh_backend *b) {
     free(ops);
 }
 
+/* The held ops' tensors of operand k (dst, src0..src3) as byte ranges, each merged into
+ * the one before where the two overlap or touch, so exactly their union: rows of one tensor,
+ * sequence after sequence, are one range. A joining op is checked against these, not
+ * against every held op: at 64 sequences the held op by held op check took about 0.28 ms
+ * of host time a layer a step (perf on lavapipe), 9 comparisons a held op. */
+static int hrng_hits(const lmh_backend *b, int k, const vk_tensor *t) {
+    for (int i = 0; i < b->nhrng[k]; i++) {
+        const vk_range *r = &b->hrng[k][i];
+        if (r->blk == t->a->blk && r->lo < t->off + t->bytes && t->off < r->hi) return 1;
+    }
+    return 0;
+}
+
+static void hrng_add(lmh_backend *b, int k, const vk_tensor *t) {
+    vk_range r = {t->a->blk, t->off, t->off + t->bytes};
+    vk_range *l = b->nhrng[k] ? &b->hrng[k][b->nhrng[k] - 1] : NULL;
+    if (l && l->blk == r.blk && r.lo <= l->hi && l->lo <= r.hi) {
+        if (r.lo < l->lo) l->lo = r.lo;
+        if (r.hi > l->hi) l->hi = r.hi;
+        return;
+    }
+    b->hrng[k][b->nhrng[k]++] = r;
+}
+
 /* op (of key `key`, from vk_seq_key) can run in one dispatch with the held ones: the same
  * key, and nothing of theirs it writes or they write it reads. */
 static int seq_joins(lmh_backend *b, const lmh_op *op, const uint32_t key[VK_SEQ_KEY]) {
     if (!b->nhseq) return 1;
     if (memcmp(key, b->hseq[0].key, VK_SEQ_KEY * sizeof *key)) return 0;
-    for (int i = 0; i < b->nhseq; i++) {
-        const vk_held_seq *h = &b->hseq[i];
-        for (int k = 0; k < 5; k++)
-            if ((!k || h->op.src[k - 1]) && overlap(VT(op->dst), &h->t[k])) return 0;
-        for (int k = 0; k < 4; k++)
-            if (op->src[k] && overlap(VT(op->src[k]), &h->t[0])) return 0;
-    }
+    for (int k = 0; k < 5; k++)
+        if (hrng_hits(b, k, VT(op->dst))) return 0;
+    for (int k = 0; k < 4; k++)
+        if (op->src[k] && hrng_hits(b, 0, VT(op->src[k]))) return 0;
     return 1;
 }
 
@@ -333,6 +355,11 @@ static int hold_seq(lmh_backend *b, const lmh_op *op, const uint32_t key[VK_SEQ_
         vk_held_seq *p = realloc(b->hseq, (size_t)cap * sizeof *p);
         if (!p) return LMH_ENOMEM;
         b->hseq = p;
+        for (int k = 0; k < 5; k++) {
+            vk_range *r = realloc(b->hrng[k], (size_t)cap * sizeof *r);
+            if (!r) return LMH_ENOMEM;
+            b->hrng[k] = r;
+        }
         b->caphseq = cap;
     }
     vk_held_seq *h = &b->hseq[b->nhseq++];
@@ -344,6 +371,7 @@ static int hold_seq(lmh_backend *b, const lmh_op *op, const uint32_t key[VK_SEQ_
         if (ts[k]) {
             h->t[k] = *VT(ts[k]);
             h->t[k].owned = 0;
+            hrng_add(b, k, VT(ts[k]));
         }
     return LMH_OK;
 }

@@ -1134,6 +1134,50 @@ static void t_copy(void) {
     }
 }
 
+/* The dispatches a shader took in a captured LMHOST_VK_PROFILE=1 log (0 where none). */
+static int profiled_count(const char *shader) {
+    char key[64];
+    snprintf(key, sizeof key, "profile: %s ", shader);
+    const char *at = strstr(g_capture, key);
+    int n = 0;
+    return at && sscanf(at + strlen(key), " %d dispatches", &n) == 1 ? n : 0;
+}
+
+/* Ops held to run as one dispatch (vk_fuse.c's seq_joins): a copy that reads what a held
+ * copy writes does not join them. Copies A -> B and X -> Y, then B -> C: one copy_seqs
+ * dispatch for the first two, and the third after it as a copy of its own; C is A. */
+static void t_seq_deps(void) {
+    const char *what = "held copies: a dependent one does not join";
+    if (!strstr(g_be[1].api->describe(g_be[1].b), "buffer addresses")) return;
+    const lmh_backend_api *api = g_be[1].api;
+    lmh_backend *vb = profiled_backend("1", what);
+    if (!vb) return;
+    int64_t n = 64;
+    float a[64], c[64];
+    for (int i = 0; i < 64; i++) a[i] = frand(-1, 1);
+    lmh_tensor *t[5];
+    int rc = 0;
+    for (int i = 0; i < 5; i++) rc |= !(t[i] = api->tensor_new(vb, LMH_F32, 1, &n, 0));
+    if (!rc) rc = api->upload(vb, t[0], 0, a, sizeof a) || api->upload(vb, t[2], 0, a, sizeof a);
+    const lmh_op ops[3] = {{.code = LMH_OP_COPY, .dst = t[1], .src = {t[0]}},
+                           {.code = LMH_OP_COPY, .dst = t[3], .src = {t[2]}},
+                           {.code = LMH_OP_COPY, .dst = t[4], .src = {t[1]}}};
+    for (int i = 0; i < 3 && !rc; i++) rc = api->enqueue(vb, &ops[i]);
+    if (!rc) rc = api->download(vb, t[4], 0, c, sizeof c);
+    g_checks++;
+    if (!rc && memcmp(a, c, sizeof a)) {
+        fprintf(stderr, "FAIL %s: the last copy read its source before the first wrote it\n", what);
+        g_fail++;
+    }
+    for (int i = 0; i < 5; i++) api->tensor_free(vb, t[i]);
+    if (destroy_captured(vb, rc, what) &&
+        (profiled_count("copy_seqs") != 1 || profiled_count("copy") != 1)) {
+        fprintf(stderr, "FAIL %s: %d copy_seqs and %d copy dispatches (want 1 and 1):\n%s", what,
+                profiled_count("copy_seqs"), profiled_count("copy"), g_capture);
+        g_fail++;
+    }
+}
+
 typedef struct attn_cfg {
     int n, heads, kvh, d, dv, cap, n_kv, kv0, window, ring, total;
     float scale, softcap;
@@ -1565,6 +1609,7 @@ int main(int argc, char **argv) {
                      {"downloads that do not wait", t_download_start},
                      {"attention", t_attention},
                      {"attention of sequences", t_attention_seqs},
+                     {"held ops' dependencies", t_seq_deps},
                      {"moe", t_moe},
                      {"quantized", t_quant},
                      {"fused pairs", t_fused},
