@@ -170,8 +170,12 @@ static int check_semantics(const lmh_op *op) {
 static uint32_t attn_bq_max(const lmh_backend *b, int64_t d, int64_t dv) {
     uint32_t dpt = cdiv((uint64_t)dv, ATTN_WG), bq = 16;
     if (dpt == 0) dpt = 1;
-    while (bq && (bq * dpt > 32 ||
-                  4u * (bq * (uint32_t)d + bq * ATTN_WG + ATTN_WG + 4 * bq) > b->max_shared))
+    /* shared: q, the tile's scores (a key's queries in vec4s, an odd count: attention.comp's
+     * SQ4), the reductions and four words a query */
+    while (bq &&
+           (bq * dpt > 32 || 4u * (ATTN_WG + 4 * bq) + 16u * cdiv((uint64_t)bq * (uint64_t)d, 4) +
+                                     16u * ATTN_WG * (((bq + 3) / 4) | 1) >
+                                 b->max_shared))
         bq /= 2;
     return bq;
 }

@@ -1150,7 +1150,16 @@ static void t_seq_deps(void) {
     const char *what = "held copies: a dependent one does not join";
     if (!strstr(g_be[1].api->describe(g_be[1].b), "buffer addresses")) return;
     const lmh_backend_api *api = g_be[1].api;
+    /* held from two on (a GPU's default waits for 16) */
+    const char *seqs = getenv("LMHOST_VK_ATTN_SEQS");
+    char *saved = seqs ? strdup(seqs) : NULL;
+    setenv("LMHOST_VK_ATTN_SEQS", "2", 1);
     lmh_backend *vb = profiled_backend("1", what);
+    if (saved)
+        setenv("LMHOST_VK_ATTN_SEQS", saved, 1);
+    else
+        unsetenv("LMHOST_VK_ATTN_SEQS");
+    free(saved);
     if (!vb) return;
     int64_t n = 64;
     float a[64], c[64];

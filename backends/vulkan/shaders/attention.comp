@@ -36,8 +36,15 @@ RBUF(4, POS)
 
 const float MASKED = -3.0e38;
 
-shared float qs[BQ * QD];
-shared float ss[BQ * WG];
+// the block's queries, in vec4s: a 16-byte chunk of K takes one load of each query's (as
+// floats the compiler loaded them one by one: attention 25% slower at 4K, H100)
+shared vec4 qs4[(BQ * QD + 3u) / 4u];
+// a tile's scores, then probabilities: key-major, a key's BQ queries in Q4 vec4s and the
+// row padded to an odd count of them, so that the products with V read a key's queries in
+// Q4 broadcast loads (query-major, they took BQ loads for BQ multiply-adds) and a thread
+// writes its key's row without bank conflicts
+const uint Q4 = (BQ + 3u) / 4u, SQ4 = Q4 | 1u;
+shared vec4 ss4[WG * SQ4];
 shared float red[WG];
 shared float m_s[BQ], l_s[BQ], alpha_s[BQ];
 shared int pq_s[BQ];
@@ -56,7 +63,7 @@ void main() {
             uint r = qi / pc.group, h = g * pc.group + (qi - r * pc.group);
             v = uintBitsToFloat(Q[pc.oa + (r * pc.heads + h) * QD + c]);
         }
-        qs[i] = v;
+        qs4[i / 4u][i % 4u] = v;
     }
     if (l < BQ) {
         uint qi = q0 + l;
@@ -97,17 +104,18 @@ void main() {
                     vec4 wa, wb;
                     unpack_word(K4[kb / CH + c], KDT, wa, wb);
                     [[unroll]] for (uint q = 0; q < BQ; q++) {
-                        uint qb = q * QD + c * CH;
-                        dsum[q] += dot(wa, vec4(qs[qb], qs[qb + 1u], qs[qb + 2u], qs[qb + 3u]));
-                        if (CH == 8u)
-                            dsum[q] += dot(wb, vec4(qs[qb + 4u], qs[qb + 5u], qs[qb + 6u],
-                                                    qs[qb + 7u]));
+                        uint qb = (q * QD + c * CH) / 4u;
+                        dsum[q] += dot(wa, qs4[qb]);
+                        if (CH == 8u) dsum[q] += dot(wb, qs4[qb + 1u]);
                     }
                 }
             } else {
                 for (uint c = 0; c < QD; c++) {
                     float kv = LOADF(K, KDT, kb + c);
-                    [[unroll]] for (uint q = 0; q < BQ; q++) dsum[q] += kv * qs[q * QD + c];
+                    [[unroll]] for (uint q = 0; q < BQ; q++) {
+                        uint i = q * QD + c;
+                        dsum[q] += kv * qs4[i / 4u][i % 4u];
+                    }
                 }
             }
             [[unroll]] for (uint q = 0; q < BQ; q++) {
@@ -119,18 +127,19 @@ void main() {
                 }
             }
         }
-        [[unroll]] for (uint q = 0; q < BQ; q++) ss[q * WG + l] = s[q];
+        [[unroll]] for (uint q = 0; q < BQ; q++) ss4[l * SQ4 + q / 4u][q % 4u] = s[q];
         barrier();
 
-        // the tile's max per query, folded into the running max
-        uint qr = l / R, part = l - qr * R;
+        // the tile's max per query, folded into the running max (a warp's threads read
+        // neighbouring queries of a key)
+        uint qr = l % BQ, part = l / BQ, qv = qr / 4u, qc = qr % 4u;
         float mx = MASKED;
-        for (uint k = part; k < WG; k += R) mx = max(mx, ss[qr * WG + k]);
+        for (uint k = part; k < WG; k += R) mx = max(mx, ss4[k * SQ4 + qv][qc]);
         red[l] = mx;
         barrier();
         if (l < BQ) {
             float m = m_s[l];
-            for (uint i = 0; i < R; i++) m = max(m, red[l * R + i]);
+            for (uint i = 0; i < R; i++) m = max(m, red[i * BQ + l]);
             alpha_s[l] = m_s[l] <= -1.0e38 ? (m <= -1.0e38 ? 1.0 : 0.0) : exp(m_s[l] - m);
             m_s[l] = m;
         }
@@ -139,16 +148,16 @@ void main() {
         // probabilities against the running max, and their sum
         float m = m_s[qr], sum = 0.0;
         for (uint k = part; k < WG; k += R) {
-            float sv = ss[qr * WG + k];
+            float sv = ss4[k * SQ4 + qv][qc];
             float p = sv <= -1.0e38 ? 0.0 : exp(sv - m);
-            ss[qr * WG + k] = p;
+            ss4[k * SQ4 + qv][qc] = p;
             sum += p;
         }
         red[l] = sum;
         barrier();
         if (l < BQ) {
             float t = 0.0;
-            for (uint i = 0; i < R; i++) t += red[l * R + i];
+            for (uint i = 0; i < R; i++) t += red[i * BQ + l];
             l_s[l] = l_s[l] * alpha_s[l] + t;
         }
 
@@ -167,10 +176,13 @@ void main() {
                     vv[u * DPT + j] = dim < pc.dv ? LOADF(V, VDT, vb + dim) : 0.0;
                 }
             }
-            [[unroll]] for (int u = 0; u < int(VU); u++)
+            [[unroll]] for (int u = 0; u < int(VU); u++) {
+                vec4 p[Q4];
+                [[unroll]] for (uint i = 0; i < Q4; i++) p[i] = ss4[uint(k + u) * SQ4 + i];
                 [[unroll]] for (uint j = 0; j < DPT; j++)
                     [[unroll]] for (uint q = 0; q < BQ; q++)
-                        acc[q * DPT + j] += ss[q * WG + uint(k + u)] * vv[u * DPT + j];
+                        acc[q * DPT + j] += p[q / 4u][q % 4u] * vv[u * DPT + j];
+            }
         }
         for (; k < nk; k++) {
             uint vb = pc.oc + (uint(t0 + k) * pc.kvh + g) * pc.dv;
@@ -179,7 +191,7 @@ void main() {
                 if (dim < pc.dv) {
                     float vv = LOADF(V, VDT, vb + dim);
                     [[unroll]] for (uint q = 0; q < BQ; q++)
-                        acc[q * DPT + j] += ss[q * WG + uint(k)] * vv;
+                        acc[q * DPT + j] += ss4[uint(k) * SQ4 + q / 4u][q % 4u] * vv;
                 }
             }
         }
