@@ -1518,7 +1518,8 @@ static int has_device_ext(VkPhysicalDevice pd, const char *name) {
  * form would serve as well, but Debian 12's glslang cannot compile shaders for it.) */
 static int coopmat_usable(lmh_backend *b) {
     const char *on = getenv("LMHOST_VK_COOPMAT");
-    if (!on || !*on || !strcmp(on, "0") || b->subgroup_size != 32 ||
+    /* matmul_coop.comp: 8 subgroups of 32 and 48 KB of shared memory */
+    if (!on || !*on || !strcmp(on, "0") || b->subgroup_size != 32 || b->max_shared < 49152 ||
         !has_device_ext(b->pd, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME))
         return 0;
     VkPhysicalDeviceCooperativeMatrixFeaturesNV cmf = {

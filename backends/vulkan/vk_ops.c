@@ -26,6 +26,9 @@ enum { ELT_ADD, ELT_MUL, ELT_SCALE, ELT_SWIGLU, ELT_GEGLU, ELT_SOFTCAP, ELT_SIGM
 #define BIG_SPLIT_MAX   32  /* splits at most */
 #define QMATVEC_NR      4   /* quantized: 4 columns a workgroup was best of 1..16 on an H100 */
 #define ATTN_WG         128
+/* rows from which matmul_coop.comp's 128-row tiles take a product where asked (fewer: a
+ * batch of decode steps, whose products the f32 tiles split over k) */
+#define COOP_MIN_ROWS   128
 #define ATTN_DEC_WG     128 /* attn_decode.comp's workgroup */
 #define ATTN_DEC_MAXS   64  /* its splits at most (MAXS there) */
 #define ATTN_DEC_MAXQ   16  /* queries per K/V head up to which it is used */
@@ -390,13 +393,21 @@ static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
         x.spec[2] = dtc(W->dtype);
         x.spec[3] = (uint32_t)vec;
         grid(&x, cdiv((uint64_t)out, nr) * row_groups(rows));
-    } else if (!b->coopmat && big_tiles(b, &x, VK_SH_MATMUL_BIG, 4, rows, in, out)) {
+    } else if (b->coopmat && rows >= COOP_MIN_ROWS) {
+        /* matrix cores where asked (f16 operands, f32 sums): 128 x 128 tiles */
+        x.shader = VK_SH_MATMUL_COOP;
+        x.spec[0] = 256;
+        x.spec[2] = dtc(W->dtype);
+        x.spec[3] = (uint32_t)(vec_ok(W, in) && vec_ok(xt, in) && in % 8 == 0);
+        x.groups[0] = cdiv((uint64_t)out, 128);
+        x.groups[1] = cdiv((uint64_t)rows, 128);
+        x.groups[2] = 1;
+    } else if (big_tiles(b, &x, VK_SH_MATMUL_BIG, 4, rows, in, out)) {
         x.spec[2] = dtc(W->dtype);
         x.spec[3] = (uint32_t)(vec_ok(W, in) && vec_ok(xt, in) && in % 8 == 0);
     } else {
-        /* matrix cores where the device has them (f16 operands, f32 sums), else f32 tiles */
-        x.shader = b->coopmat ? VK_SH_MATMUL_COOP : VK_SH_MATMUL;
-        x.spec[0] = b->coopmat ? 128 : 256;
+        x.shader = VK_SH_MATMUL;
+        x.spec[0] = 256;
         x.spec[2] = dtc(W->dtype);
         x.groups[0] = cdiv((uint64_t)out, 64);
         x.groups[1] = cdiv((uint64_t)rows, 64);
