@@ -1994,6 +1994,14 @@ static void log_steps(lmh_backend *b) {
     }
 }
 
+/* A scratch tensor the backend keeps: its record and its allocation's (the memory block goes
+ * with the others, freed below in vk_destroy). */
+static void free_kept(vk_tensor *t) {
+    if (!t) return;
+    free(t->a);
+    free(t);
+}
+
 static void vk_destroy(lmh_backend *b) {
     if (!b) return;
     if (b->dev) {
@@ -2001,20 +2009,10 @@ static void vk_destroy(lmh_backend *b) {
         if (!b->err) wait_all(b);
         vkDeviceWaitIdle(b->dev);
         for (int i = 0; i < b->ndefer; i++) free(b->defer[i]);
-        if (b->dummy) {
-            free(b->dummy->a);
-            free(b->dummy);
-        }
+        free_kept(b->dummy);
         for (int i = 0; i < VK_ATTN_CNT_SLOTS; i++) free(b->attn_slot[i]); /* views */
-        for (int i = 0; i < VK_SPLIT_SLOTS; i++)
-            if (b->split_room[i]) { /* its block goes with the others below */
-                free(b->split_room[i]->a);
-                free(b->split_room[i]);
-            }
-        if (b->attn_cnt) {
-            free(b->attn_cnt->a);
-            free(b->attn_cnt);
-        }
+        for (int i = 0; i < VK_SPLIT_SLOTS; i++) free_kept(b->split_room[i]);
+        free_kept(b->attn_cnt);
         if (b->profile) {
             double total = 0;
             for (int i = 0; i < VK_SH_COUNT; i++) total += b->prof_us[i];
