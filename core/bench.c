@@ -293,6 +293,11 @@ int cli_bench(int argc, char **argv) {
     printf("weights: %.1f MiB\n", (double)s2.weight_bytes / 1048576.0);
     printf("prefill: %lld tokens in %.3f s = %.1f tokens/s\n", (long long)n_prompt, t_prefill,
            (double)n_prompt / t_prefill);
+    /* the work prefill's rate stands for: its matrix products (the head's only where a
+     * chunk computes logits), not attention, whose work grows with the context */
+    double pf_flops = (double)(s1.mm_flops - s0.mm_flops);
+    printf("prefill matrix products: %.0f FLOP a token, %.4g TFLOP/s\n",
+           pf_flops / (double)n_prompt, pf_flops / t_prefill * 1e-12);
     printf("decode: %lld tokens in %.3f s = %.2f tokens/s (%.2f ms/token)\n", (long long)n_gen,
            t_decode, dec_tps, 1e3 * t_decode / (double)n_gen);
     printf("weight bytes read per decoded token: %.1f MiB (%.1f%% of the %.1f MiB of weights; "
@@ -370,7 +375,6 @@ int cli_bench(int argc, char **argv) {
                "of it\n",
                limit, 100.0 * dec_tps / limit);
     }
-    (void)s0;
     if (batch && bench_batch(e, (int32_t)batch, ids, (int32_t)n_prompt, (int32_t)chunk,
                              (int32_t)n_gen, !no_overlap, toks, lg, smp))
         goto out;

@@ -69,6 +69,7 @@ struct engine {
     htensor **weights; /* tensors handed to the architecture plugin */
     int n_weights, cap_weights;
     uint64_t weight_bytes;
+    uint64_t mm_flops; /* 2 x the multiply-adds of the matrix products enqueued so far */
     int max_seq_len;
     int n_seqs;
     char chain[512];
@@ -713,6 +714,9 @@ static int host_fwd_op(lmh_fwd *f, int32_t layer, const lmh_op *op) {
     }
     pl_written(HT(op->dst), s);
     if (op->code == LMH_OP_MOE_ROUTE && op->src[1]) pl_written(HT(op->src[1]), s);
+    /* dense and expert products alike: each output element is `in` multiply-adds */
+    if ((op->code == LMH_OP_MATMUL || op->code == LMH_OP_MOE_MATMUL) && op->src[0])
+        e->mm_flops += 2 * (uint64_t)lmh_nelem(op->dst) * (uint64_t)lmh_inner(op->src[0]);
     return LMH_OK;
 oom:
     fwd_failf(f, "cannot place the operands of %s on %s: %s", lmh_op_name(op->code),
@@ -1029,6 +1033,7 @@ const char *engine_chain(const engine *e) {
 void engine_get_stats(engine *e, engine_stats *s) {
     memset(s, 0, sizeof *s);
     s->weight_bytes = e->weight_bytes;
+    s->mm_flops = e->mm_flops;
     for (int i = 0; i < e->n_slots; i++) {
         if (e->cache_api->bytes && e->cache[i]) s->cache_bytes += e->cache_api->bytes(e->cache[i]);
         lmh_backend_mem m = {0};

@@ -31,6 +31,7 @@ typedef struct engine_row {
 typedef struct engine_stats {
     uint64_t weight_bytes;      /* all weights of the checkpoint as loaded */
     uint64_t weight_read_bytes; /* weight bytes read by ops so far (all backends) */
+    uint64_t mm_flops;          /* 2 x the multiply-adds of matrix products enqueued so far */
     uint64_t cache_bytes;
     uint64_t backend_bytes; /* backend memory beyond mapped weights */
     int n_backends;

@@ -37,7 +37,8 @@ RBUF(4, POS)
 const float MASKED = -3.0e38;
 
 // the block's queries, in vec4s: a 16-byte chunk of K takes one load of each query's (as
-// floats the compiler loaded them one by one: attention 25% slower at 4K, H100)
+// floats the compiler loaded them one by one: 6.28 against 4.69 ms a layer at 4K keys on
+// an H100)
 shared vec4 qs4[(BQ * QD + 3u) / 4u];
 // a tile's scores, then probabilities: key-major, a key's BQ queries in Q4 vec4s and the
 // row padded to an odd count of them, so that the products with V read a key's queries in
