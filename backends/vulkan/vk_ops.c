@@ -383,35 +383,37 @@ static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
             x.groups[1] = cdiv((uint64_t)rows, 64);
             x.groups[2] = 1;
         }
-    } else if (rows <= b->matvec_rows) {
-        int vec = vec_ok(W, in) && vec_ok(xt, in);
-        /* one row (decode): the variant whose registers hold one row's sums, not four */
-        x.shader = rows == 1 ? VK_SH_MATVEC1 : rows <= MATVEC_MAXR ? VK_SH_MATVEC : VK_SH_MATVEC8;
-        uint32_t nr = rows > MATVEC_MAXR ? b->matvec8_nr : b->matvec_nr;
-        x.spec[0] = rows == 1 ? b->matvec1_wg : b->matvec_wg;
-        x.spec[1] = nr;
-        x.spec[2] = dtc(W->dtype);
-        x.spec[3] = (uint32_t)vec;
-        grid(&x, cdiv((uint64_t)out, nr) * row_groups(rows));
-    } else if (b->coopmat && rows >= COOP_MIN_ROWS) {
-        /* matrix cores where asked (f16 operands, f32 sums): 128 x 128 tiles */
-        x.shader = VK_SH_MATMUL_COOP;
-        x.spec[0] = 256;
-        x.spec[2] = dtc(W->dtype);
-        x.spec[3] = (uint32_t)(vec_ok(W, in) && vec_ok(xt, in) && in % 8 == 0);
-        x.groups[0] = cdiv((uint64_t)out, 128);
-        x.groups[1] = cdiv((uint64_t)rows, 128);
-        x.groups[2] = 1;
-    } else if (big_tiles(b, &x, VK_SH_MATMUL_BIG, 4, rows, in, out)) {
-        x.spec[2] = dtc(W->dtype);
-        x.spec[3] = (uint32_t)(vec_ok(W, in) && vec_ok(xt, in) && in % 8 == 0);
     } else {
-        x.shader = VK_SH_MATMUL;
-        x.spec[0] = 256;
+        /* float weights: their dtype, and 16-byte loads where both operands' rows allow */
+        int vec = vec_ok(W, in) && vec_ok(xt, in);
         x.spec[2] = dtc(W->dtype);
-        x.groups[0] = cdiv((uint64_t)out, 64);
-        x.groups[1] = cdiv((uint64_t)rows, 64);
-        x.groups[2] = 1;
+        if (rows <= b->matvec_rows) {
+            /* one row (decode): the variant whose registers hold one row's sums, not four */
+            x.shader = rows == 1             ? VK_SH_MATVEC1
+                       : rows <= MATVEC_MAXR ? VK_SH_MATVEC
+                                             : VK_SH_MATVEC8;
+            uint32_t nr = rows > MATVEC_MAXR ? b->matvec8_nr : b->matvec_nr;
+            x.spec[0] = rows == 1 ? b->matvec1_wg : b->matvec_wg;
+            x.spec[1] = nr;
+            x.spec[3] = (uint32_t)vec;
+            grid(&x, cdiv((uint64_t)out, nr) * row_groups(rows));
+        } else if (b->coopmat && rows >= COOP_MIN_ROWS) {
+            /* matrix cores where asked (f16 operands, f32 sums): 128 x 128 tiles */
+            x.shader = VK_SH_MATMUL_COOP;
+            x.spec[0] = 256;
+            x.spec[3] = (uint32_t)(vec && in % 8 == 0);
+            x.groups[0] = cdiv((uint64_t)out, 128);
+            x.groups[1] = cdiv((uint64_t)rows, 128);
+            x.groups[2] = 1;
+        } else if (big_tiles(b, &x, VK_SH_MATMUL_BIG, 4, rows, in, out)) {
+            x.spec[3] = (uint32_t)(vec && in % 8 == 0);
+        } else {
+            x.shader = VK_SH_MATMUL;
+            x.spec[0] = 256;
+            x.groups[0] = cdiv((uint64_t)out, 64);
+            x.groups[1] = cdiv((uint64_t)rows, 64);
+            x.groups[2] = 1;
+        }
     }
     /* matmul_big's split sums: its own result where it does not split (a shared dummy would
      * make side-by-side products look dependent to the validation layer) */
