@@ -212,16 +212,23 @@ out:
 int cli_bench(int argc, char **argv) {
     model_args a = {0};
     const char *prompt_s = NULL, *gen_s = NULL, *chunk_s = NULL, *batch_s = NULL;
-    int help = 0, no_bw = 0, no_overlap = 0;
-    cli_opt opts[] = {{"--model", &a.model, NULL, 0},      {"--prompt", &prompt_s, NULL, 0},
-                      {"--gen", &gen_s, NULL, 0},          MODEL_ARG_OPTS(a),
-                      {"--chunk", &chunk_s, NULL, 0},      {"--batch", &batch_s, NULL, 0},
-                      {"--no-bandwidth", NULL, &no_bw, 0}, {"--no-overlap", NULL, &no_overlap, 0},
-                      {"--help", NULL, &help, 0},          {0}};
+    int help = 0, no_bw = 0, no_peak = 0, no_overlap = 0;
+    cli_opt opts[] = {{"--model", &a.model, NULL, 0},
+                      {"--prompt", &prompt_s, NULL, 0},
+                      {"--gen", &gen_s, NULL, 0},
+                      MODEL_ARG_OPTS(a),
+                      {"--chunk", &chunk_s, NULL, 0},
+                      {"--batch", &batch_s, NULL, 0},
+                      {"--no-bandwidth", NULL, &no_bw, 0},
+                      {"--no-peak", NULL, &no_peak, 0},
+                      {"--no-overlap", NULL, &no_overlap, 0},
+                      {"--help", NULL, &help, 0},
+                      {0}};
     if (cli_parse(argc, argv, opts)) return 2;
     if (help) {
         printf("usage: lmhost bench --model DIR [--prompt N] [--gen N] [--chunk N] [--batch N] "
-               "[--no-bandwidth] [--no-overlap] " MODEL_ARG_HELP "\n"
+               "[--no-bandwidth] [--no-peak] [--no-overlap] " MODEL_ARG_HELP "\n"
+               "--no-bandwidth, --no-peak: skip the memory bandwidth or the compute peak probe\n"
                "--no-overlap: each decode step waits for its pick before the next one is "
                "enqueued\n"
                "--batch N: then N sequences with the same prompt decoded together, a row each a "
@@ -374,6 +381,24 @@ int cli_bench(int argc, char **argv) {
         printf("decode bound by bandwidth (weight reads): %.2f tokens/s; measured decode is %.0f%% "
                "of it\n",
                limit, 100.0 * dec_tps / limit);
+    }
+    /* Prefill's bound is the multiply-add rate of the device that runs its products, which
+     * its backend measures (the one holding all weights; split layers get no bound). */
+    if (!no_peak && n_holding == 1) {
+        double fps = 0;
+        char what[128] = "";
+        int prc = engine_backend_compute_peak(e, holder, &fps, what, sizeof what);
+        if (prc == 0 && fps > 0 && pf_flops > 0) {
+            double limit = fps / (pf_flops / (double)n_prompt);
+            printf("compute peak (backend %s): %.4g TFLOP/s (%s)\n", s2.backend[holder].name,
+                   fps * 1e-12, what[0] ? what : "multiply-adds");
+            printf("prefill bound by compute (matrix products): %.1f tokens/s; measured prefill "
+                   "is %.3g%% of it\n",
+                   limit, 100.0 * pf_flops / t_prefill / fps);
+        } else if (prc) {
+            printf("compute peak: not measured (backend %s %s)\n", s2.backend[holder].name,
+                   prc == LMH_EUNSUPPORTED ? "offers no probe" : "failed its probe");
+        }
     }
     if (batch && bench_batch(e, (int32_t)batch, ids, (int32_t)n_prompt, (int32_t)chunk,
                              (int32_t)n_gen, !no_overlap, toks, lg, smp))

@@ -1060,6 +1060,16 @@ int engine_backend_read_bandwidth(engine *e, int i, double *bytes_per_s) {
     return api->read_bandwidth(e->slots[i].b, bytes_per_s);
 }
 
+int engine_backend_compute_peak(engine *e, int i, double *flop_per_s, char *what, size_t what_len) {
+    if (i < 0 || i >= e->n_slots) return LMH_EINVAL;
+    const lmh_backend_api *api = e->slots[i].api;
+    if (api->size < offsetof(lmh_backend_api, compute_peak) + sizeof api->compute_peak ||
+        !api->compute_peak)
+        return LMH_EUNSUPPORTED;
+    if (what_len) what[0] = 0;
+    return api->compute_peak(e->slots[i].b, flop_per_s, what, what_len);
+}
+
 int engine_seq_add(engine *e, uint64_t seq) {
     for (int s = 0; s < e->n_slots; s++) {
         int rc = e->cache_api->seq_add(e->cache[s], seq);

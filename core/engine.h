@@ -53,6 +53,9 @@ void engine_get_stats(engine *e, engine_stats *s);
 /* Backend i's (engine_stats order) memory read bandwidth in bytes/s, measured by the
  * backend; LMH_EUNSUPPORTED where it offers no probe. */
 int engine_backend_read_bandwidth(engine *e, int i, double *bytes_per_s);
+/* Backend i's multiply-add rate (lmh_backend_api.compute_peak), what it measured in `what`;
+ * LMH_EUNSUPPORTED where it offers no probe. */
+int engine_backend_compute_peak(engine *e, int i, double *flop_per_s, char *what, size_t what_len);
 
 int engine_seq_add(engine *e, uint64_t seq);
 void engine_seq_remove(engine *e, uint64_t seq);

@@ -106,6 +106,13 @@ typedef struct lmh_backend_api {
     int (*download_start)(lmh_backend *b, const lmh_tensor *t, size_t offset, size_t n,
                           uint64_t *ticket);
     int (*download_wait)(lmh_backend *b, uint64_t ticket, void *dst, size_t n);
+
+    /* (ABI 1.4) The rate of multiply-adds its matrix products can reach on the device, in
+     * FLOP/s (a multiply-add is 2), measured now with the instructions and the threads or
+     * cores those products use: `lmhost bench` compares prefill with it. `what` (what_len
+     * bytes, NUL-terminated) says what was measured ("f32 FMA, avx2, 8 threads"). It frees
+     * what it allocated before returning. May be NULL (or absent by size). */
+    int (*compute_peak)(lmh_backend *b, double *flop_per_s, char *what, size_t what_len);
 } lmh_backend_api;
 
 #ifdef __cplusplus

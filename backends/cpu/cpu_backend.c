@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct cpu_tensor {
     lmh_tensor t; /* first: a cpu_tensor* is an lmh_tensor* */
@@ -1034,6 +1035,55 @@ static int cpu_init(const lmh_host_api *host, char *err, size_t err_len) {
     return 0;
 }
 
+/* lmh_backend_api.compute_peak: the kernel table's multiply-add chains on every worker,
+ * PEAK_TASKS a worker handed out as the products' chunks are; rounds doubled until a run
+ * takes 30 ms, then the best of three runs. */
+#define PEAK_TASKS 4
+typedef struct peak_job {
+    const cpu_kernels *k;
+    int64_t iters;
+    float sink[256 * PEAK_TASKS]; /* the chains' sums, kept so that they are computed */
+} peak_job;
+
+static void do_peak(void *arg, int64_t i0, int64_t i1, int worker) {
+    (void)worker;
+    peak_job *j = arg;
+    for (int64_t i = i0; i < i1; i++) j->sink[i] = j->k->fma_loop(j->iters, 0.999f, 0.5f);
+}
+
+static double seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cpu_compute_peak(lmh_backend *b, double *flop_per_s, char *what, size_t what_len) {
+    int th = cpu_pool_threads(b->pool);
+    if (th > 256) return LMH_EUNSUPPORTED;
+    peak_job *j = calloc(1, sizeof *j);
+    if (!j) return LMH_ENOMEM;
+    j->k = b->k;
+    j->iters = 1024;
+    int64_t tasks = (int64_t)th * PEAK_TASKS;
+    double best = 0;
+    for (int runs = 0; runs < 3;) {
+        double t0 = seconds();
+        cpu_pool_run(b->pool, tasks, 1, do_peak, j);
+        double t = seconds() - t0;
+        if (t < 0.03 && j->iters < ((int64_t)1 << 40)) {
+            j->iters *= 2;
+            continue;
+        }
+        double f = (double)tasks * (double)j->iters * b->k->fma_flops / t;
+        if (f > best) best = f;
+        runs++;
+    }
+    free(j);
+    *flop_per_s = best;
+    snprintf(what, what_len, "f32 multiply-adds, %s, %d threads; best of 3", b->k->name, th);
+    return LMH_OK;
+}
+
 static const char *const weight_dtypes[] = {"f32", "f16", "bf16", "q2", "q3",
                                             "q4",  "q5",  "q6",   "q8", NULL};
 static const char *const ops[] = {
@@ -1059,6 +1109,7 @@ static const lmh_backend_api api = {
     .sync = cpu_sync,
     .memory = cpu_memory,
     .tensor_quant = cpu_tensor_quant,
+    .compute_peak = cpu_compute_peak,
 };
 
 static const lmh_plugin_info info = {

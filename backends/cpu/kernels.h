@@ -42,6 +42,12 @@ typedef struct cpu_kernels {
     void (*bf16_to_f32)(const uint16_t *x, float *y, int64_t n);
     void (*f32_to_f16)(const float *x, uint16_t *y, int64_t n);
     void (*f32_to_bf16)(const float *x, uint16_t *y, int64_t n);
+
+    /* The multiply-add probe: iters rounds of independent chains acc = acc * m + c with
+     * this path's instructions, fma_flops FLOP a round (2 a multiply-add); returns the
+     * chains' sum so that none of the work can be left out. */
+    float (*fma_loop)(int64_t iters, float m, float c);
+    int fma_flops;
 } cpu_kernels;
 
 /* The table for `force` ("portable", "avx2", "avx512", "neon") when given and runnable

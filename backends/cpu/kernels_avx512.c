@@ -317,6 +317,20 @@ static void cvt_f32_to_bf16(const float *x, uint16_t *y, int64_t n) {
     if (i < n) _mm256_mask_storeu_epi16(y + i, tail_mask(n - i), to_bf16(ldm_f32(x + i, n - i)));
 }
 
+/* The multiply-add probe (cpu_kernels.fma_loop): FMA_ACC independent chains, more than
+ * the FMA units' count times their latency (2 x 4 cycles on cores with two). */
+#define FMA_ACC 12
+static float fma_loop(int64_t iters, float m, float c) {
+    __m512 acc[FMA_ACC], vm = _mm512_set1_ps(m), vc = _mm512_set1_ps(c);
+    for (int j = 0; j < FMA_ACC; j++) acc[j] = _mm512_set1_ps((float)j);
+    for (int64_t i = 0; i < iters; i++) {
+#pragma GCC unroll 16
+        for (int j = 0; j < FMA_ACC; j++) acc[j] = _mm512_fmadd_ps(acc[j], vm, vc);
+    }
+    for (int j = 1; j < FMA_ACC; j++) acc[0] = _mm512_add_ps(acc[0], acc[j]);
+    return cpu_hsum_512(acc[0]);
+}
+
 const cpu_kernels cpu_kernels_avx512 = {
     .name = "avx512",
     .kblock = KC,
@@ -333,4 +347,6 @@ const cpu_kernels cpu_kernels_avx512 = {
     .bf16_to_f32 = cvt_bf16_to_f32,
     .f32_to_f16 = cvt_f32_to_f16,
     .f32_to_bf16 = cvt_f32_to_bf16,
+    .fma_loop = fma_loop,
+    .fma_flops = 2 * FMA_ACC * VW,
 };

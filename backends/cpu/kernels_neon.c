@@ -291,6 +291,20 @@ static void cvt_f32_to_bf16(const float *x, uint16_t *y, int64_t n) {
     for (; i < n; i++) y[i] = cpu_f32_to_bf16(x[i]);
 }
 
+/* The multiply-add probe (cpu_kernels.fma_loop): FMA_ACC independent chains, more than
+ * the FMA units' count times their latency (up to 4 x 4 cycles on current cores). */
+#define FMA_ACC 16
+static float fma_loop(int64_t iters, float m, float c) {
+    float32x4_t acc[FMA_ACC], vm = vdupq_n_f32(m), vc = vdupq_n_f32(c);
+    for (int j = 0; j < FMA_ACC; j++) acc[j] = vdupq_n_f32((float)j);
+    for (int64_t i = 0; i < iters; i++) {
+#pragma GCC unroll 16
+        for (int j = 0; j < FMA_ACC; j++) acc[j] = vfmaq_f32(vc, acc[j], vm);
+    }
+    for (int j = 1; j < FMA_ACC; j++) acc[0] = vaddq_f32(acc[0], acc[j]);
+    return cpu_hsum_neon(acc[0]);
+}
+
 const cpu_kernels cpu_kernels_neon = {
     .name = "neon",
     .kblock = KC,
@@ -307,4 +321,6 @@ const cpu_kernels cpu_kernels_neon = {
     .bf16_to_f32 = cvt_bf16_to_f32,
     .f32_to_f16 = cvt_f32_to_f16,
     .f32_to_bf16 = cvt_f32_to_bf16,
+    .fma_loop = fma_loop,
+    .fma_flops = 2 * FMA_ACC * VW,
 };

@@ -197,6 +197,19 @@ DEFINE_MATMUL(p_matmul_f32, float, conv_none)
 DEFINE_MATMUL(p_matmul_f16, uint16_t, conv_f16)
 DEFINE_MATMUL(p_matmul_bf16, uint16_t, conv_bf16)
 
+/* The multiply-add probe (cpu_kernels.fma_loop) in plain C, as the portable products are:
+ * P_ACC independent chains, which the compiler may vectorise as it does those. */
+#define P_ACC 16
+static float p_fma_loop(int64_t iters, float m, float c) {
+    float acc[P_ACC];
+    for (int j = 0; j < P_ACC; j++) acc[j] = (float)j;
+    for (int64_t i = 0; i < iters; i++)
+        for (int j = 0; j < P_ACC; j++) acc[j] = acc[j] * m + c;
+    float s = 0;
+    for (int j = 0; j < P_ACC; j++) s += acc[j];
+    return s;
+}
+
 const cpu_kernels cpu_kernels_portable = {
     .name = "portable",
     .kblock = MM_KC,
@@ -213,4 +226,6 @@ const cpu_kernels cpu_kernels_portable = {
     .bf16_to_f32 = p_bf16_to_f32,
     .f32_to_f16 = p_f32_to_f16,
     .f32_to_bf16 = p_f32_to_bf16,
+    .fma_loop = p_fma_loop,
+    .fma_flops = 2 * P_ACC,
 };

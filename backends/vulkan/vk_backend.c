@@ -1446,6 +1446,40 @@ static int vk_read_bandwidth(lmh_backend *b, double *bytes_per_s) {
     return rc;
 }
 
+/* lmh_backend_api.compute_peak: the probe of the products' kind (vk_record_peak_probe) over
+ * enough workgroups to keep a large GPU busy for about a millisecond a run (a few on a CPU
+ * device), timed from the host as vk_read_bandwidth is: the runs needed to take 20 ms, then
+ * the best of three. */
+static int vk_compute_peak(lmh_backend *b, double *flop_per_s, char *what, size_t what_len) {
+    uint32_t groups = b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 64 : 16384;
+    int64_t one = 4;
+    lmh_tensor *dst = vk_tensor_new(b, LMH_F32, 1, &one, 0);
+    int rc = dst ? vk_sync(b) : LMH_ENOMEM;
+    double best = 0, flop = 0;
+    for (int reps = 1, runs = 0; !rc && runs < 3;) {
+        double t0 = now_s();
+        pthread_mutex_lock(&b->mu);
+        for (int r = 0; r < reps && !rc; r++) rc = vk_record_peak_probe(b, VT(dst), groups, &flop);
+        pthread_mutex_unlock(&b->mu);
+        if (!rc) rc = vk_sync(b);
+        double t = now_s() - t0;
+        if (rc) break;
+        if (t < 0.02 && reps < 4096) {
+            reps *= 2;
+            continue;
+        }
+        if (reps * flop / t > best) best = reps * flop / t;
+        runs++;
+    }
+    vk_tensor_free(b, dst);
+    if (!rc) rc = vk_sync(b);
+    if (rc) return rc;
+    *flop_per_s = best;
+    snprintf(what, what_len, "%s; best of 3",
+             b->coopmat ? "f16 x f16 -> f32 16x16x16 cooperative matrices" : "f32 multiply-adds");
+    return LMH_OK;
+}
+
 static const char *vk_describe(lmh_backend *b) {
     return b->desc;
 }
@@ -2121,6 +2155,7 @@ static const lmh_backend_api api = {
     .memory = vk_memory,
     .tensor_quant = vk_tensor_quant,
     .read_bandwidth = vk_read_bandwidth,
+    .compute_peak = vk_compute_peak,
     .download_start = vk_download_start,
     .download_wait = vk_download_wait,
 };

@@ -84,6 +84,8 @@ enum vk_shader {
     VK_SH_MATMUL_BIG,  /* prefill: f32 tiles of 128 outputs x 64 or 128 rows (matmul_big.comp) */
     VK_SH_QMATMUL_BIG, /* the same with MLX-quantized weights */
     VK_SH_SPLIT_SUM,   /* the splits of a product split over k added (split_sum.comp) */
+    VK_SH_FMA_PEAK,    /* the multiply-add rate probes: f32 FMA, */
+    VK_SH_COOP_PEAK,   /* and the matrix cores */
     VK_SH_COUNT
 };
 
@@ -348,6 +350,10 @@ int vk_check_op(lmh_backend *b, const lmh_op *op);
 int vk_enqueue_op(lmh_backend *b, const lmh_op *op);
 /* vk_ops.c: one pass of the read bandwidth probe over buf (vk_read_bandwidth) */
 int vk_record_read_probe(lmh_backend *b, vk_tensor *buf, vk_tensor *dst);
+/* One run of the multiply-add rate probe of the products' kind (the matrix cores' where
+ * matmul_coop runs): `groups` workgroups, writing nothing but perhaps a word of dst;
+ * *flop gets the FLOP it does. */
+int vk_record_peak_probe(lmh_backend *b, vk_tensor *dst, uint32_t groups, double *flop);
 /* RMSNorm (op), with the ADD whose result it reads (add) or the ROPE in place on its
  * result (rope) in the same dispatch; op NULL: the rope alone; copy (with rope): the COPY
  * of the rope's result (a cache append) too. */

@@ -729,6 +729,25 @@ int vk_record_read_probe(lmh_backend *b, vk_tensor *buf, vk_tensor *dst) {
     return vk_record(b, &x);
 }
 
+/* One run of fma_peak.comp, or coop_peak.comp where the products run on the matrix cores:
+ * PEAK_ITERS steps a thread of 8 vec4 chains x 4 rounds (256 FLOP), or a subgroup of 8
+ * 16x16x16 products (65536 FLOP). */
+int vk_record_peak_probe(lmh_backend *b, vk_tensor *dst, uint32_t groups, double *flop) {
+    enum { WG = 256, PEAK_ITERS = 64 };
+    vk_dispatch x = {
+        .shader = b->coopmat ? VK_SH_COOP_PEAK : VK_SH_FMA_PEAK, .spec = {WG}, .writes = 1};
+    x.bind[0] = dst;
+    x.pc[5] = PEAK_ITERS;
+    float m = 0.999f, c = 0.5f;
+    memcpy(&x.pc[6], &m, 4);
+    memcpy(&x.pc[7], &c, 4);
+    x.groups[0] = groups;
+    x.groups[1] = x.groups[2] = 1;
+    double per = b->coopmat ? (double)(WG / 32) * 8 * 2 * 16 * 16 * 16 : (double)WG * 8 * 4 * 2 * 4;
+    *flop = per * PEAK_ITERS * groups;
+    return vk_record(b, &x);
+}
+
 /* attn_decode.comp's shape for this op: lanes per key and queries per workgroup; 0 where
  * it does not apply (many queries, dv != d, rows not in whole aligned 16-byte words, no
  * subgroup shuffles, or its shared memory does not fit). */

@@ -7,6 +7,8 @@
 #include "spv_attn_decode.h"
 #include "spv_attn_decode_seqs.h"
 #include "spv_bw_read.h"
+#include "spv_coop_peak.h"
+#include "spv_fma_peak.h"
 #include "spv_copy.h"
 #include "spv_copy_seqs.h"
 #include "spv_eltwise.h"
@@ -94,4 +96,6 @@ const vk_spirv vk_shaders[VK_SH_COUNT] = {
     [VK_SH_ARGMAX] = SH(argmax),
     [VK_SH_MATMUL_BIG] = SH(matmul_big),
     [VK_SH_QMATMUL_BIG] = SH(qmatmul_big),
+    [VK_SH_FMA_PEAK] = SH(fma_peak),
+    [VK_SH_COOP_PEAK] = SH(coop_peak),
 };

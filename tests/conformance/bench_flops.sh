@@ -9,7 +9,7 @@
 # usage: bench_flops.sh LMHOST MODELS_DIR
 set -u
 check() { # model, chunk, want
-    out=$("$1" bench --model "$2/$3" --prompt 32 --chunk "$4" --gen 2 --no-bandwidth 2>&1) ||
+    out=$("$1" bench --model "$2/$3" --prompt 32 --chunk "$4" --gen 2 --no-bandwidth --no-peak 2>&1) ||
         { echo "$out"; exit 1; }
     grep -q "^prefill matrix products: $5 FLOP a token, " <<<"$out" || {
         echo "$out"

@@ -571,6 +571,29 @@ static void test_batch_invariance(const cpu_kernels *const *tabs) {
         }
 }
 
+/* The compute peak probe (fma_loop) runs every chain it counts in fma_flops: with m = 0 a
+ * round sets each chain to c, so the sum is c times the chains; with m = 0.5 the chains
+ * halve their distance to 2c a round, from their start values (0, 1, ..., each in every
+ * lane), and after 64 rounds they are all 2c to f32 precision. A chain left out, or not
+ * counted, makes either sum wrong. */
+static void test_fma_probe(const cpu_kernels *const *tabs) {
+    for (const cpu_kernels *const *t = tabs; *t; t++) {
+        const cpu_kernels *k = *t;
+        checks++;
+        if (!k->fma_loop || k->fma_flops < 2 || k->fma_flops % 2) {
+            FAIL("%s: fma_loop %p, fma_flops %d", k->name, (void *)k->fma_loop, k->fma_flops);
+            continue;
+        }
+        double chains = k->fma_flops / 2;
+        float one = k->fma_loop(1, 0.0f, 3.0f), conv = k->fma_loop(64, 0.5f, 1.5f);
+        checks += 2;
+        if (one != (float)(3.0 * chains))
+            FAIL("%s: one round of m = 0, c = 3 gives %g, want %g", k->name, one, 3.0 * chains);
+        if (fabs(conv - 3.0 * chains) > 1e-5 * 3.0 * chains)
+            FAIL("%s: 64 rounds towards 3 give %g, want %g", k->name, conv, 3.0 * chains);
+    }
+}
+
 int main(void) {
     const cpu_kernels *const *tabs = cpu_kernels_available();
     /* The reference path first, so the cross-path comparison is against portable. */
@@ -597,6 +620,7 @@ int main(void) {
     test_matmul(order);
     test_matmul_large(order);
     test_batch_invariance(order);
+    test_fma_probe(order);
 
     printf("%d checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;
