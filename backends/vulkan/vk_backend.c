@@ -1552,8 +1552,8 @@ static int has_device_ext(VkPhysicalDevice pd, const char *name) {
  * form would serve as well, but Debian 12's glslang cannot compile shaders for it.) */
 static int coopmat_usable(lmh_backend *b) {
     const char *on = getenv("LMHOST_VK_COOPMAT");
-    /* matmul_coop.comp: 8 subgroups of 32 and 48 KB of shared memory */
-    if (!on || !*on || !strcmp(on, "0") || b->subgroup_size != 32 || b->max_shared < 49152 ||
+    /* matmul_coop.comp: subgroups of 32 and up to 44 KB of shared memory (attn_coop.comp 31) */
+    if (!on || !*on || !strcmp(on, "0") || b->subgroup_size != 32 || b->max_shared < 45056 ||
         !has_device_ext(b->pd, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME))
         return 0;
     VkPhysicalDeviceCooperativeMatrixFeaturesNV cmf = {
@@ -1863,6 +1863,11 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
     VkPhysicalDeviceVulkan12Features f12 = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
     b->coopmat = coopmat_usable(b);
+    /* and prefill attention there (attn_coop.comp), which takes its rows' softmax across a
+     * subgroup */
+    uint32_t attn_ops = VK_SUBGROUP_FEATURE_ARITHMETIC_BIT | VK_SUBGROUP_FEATURE_SHUFFLE_BIT |
+                        VK_SUBGROUP_FEATURE_VOTE_BIT;
+    b->attn_coop = b->coopmat && sg_ok && (sg.supportedOperations & attn_ops) == attn_ops;
     b->seq_attn = seq_attn_usable(b);
     f12.shaderFloat16 = b->coopmat ? VK_TRUE : VK_FALSE;
     f12.bufferDeviceAddress = b->seq_attn ? VK_TRUE : VK_FALSE;

@@ -79,6 +79,7 @@ enum vk_shader {
     VK_SH_QMATMUL_MOE,
     VK_SH_QGET_ROWS,
     VK_SH_MATMUL_COOP, /* prefill on matrix cores (VK_NV_cooperative_matrix) */
+    VK_SH_ATTN_COOP,   /* and its attention */
     VK_SH_BW_READ,     /* the memory read bandwidth probe */
     VK_SH_ARGMAX,
     VK_SH_MATMUL_BIG,  /* prefill: f32 tiles of 128 outputs x 64 or 128 rows (matmul_big.comp) */
@@ -198,6 +199,7 @@ struct lmh_backend {
     VkPhysicalDeviceMemoryProperties mem;
     int subgroup_arith; /* subgroupAdd in compute shaders */
     int coopmat;        /* VK_NV_cooperative_matrix 16x16x16 f16 -> f32, subgroups of 32 */
+    int attn_coop;      /* and subgroup arithmetic, shuffles and votes: attn_coop.comp */
     uint32_t subgroup_size;
     VkDeviceSize align;        /* offset alignment of storage buffer bindings (>= 16) */
     VkDeviceSize max_range;    /* maxStorageBufferRange */

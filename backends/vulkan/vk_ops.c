@@ -28,12 +28,18 @@ enum { ELT_ADD, ELT_MUL, ELT_SCALE, ELT_SWIGLU, ELT_GEGLU, ELT_SOFTCAP, ELT_SIGM
 #define ATTN_WG         128
 /* rows from which matmul_coop.comp's 128-row tiles take a product where asked (fewer: a
  * batch of decode steps, whose products the f32 tiles split over k) */
-#define COOP_MIN_ROWS   128
-#define ATTN_DEC_WG     128 /* attn_decode.comp's workgroup */
-#define ATTN_DEC_MAXS   64  /* its splits at most (MAXS there) */
-#define ATTN_DEC_MAXQ   16  /* queries per K/V head up to which it is used */
-#define MOE_MAX_EXPERTS 1024
-#define ROUTE_MAXK      32
+#define COOP_MIN_ROWS 128
+/* matmul_coop's 256-output tiles from this many of them (H100, 512 rows: the gate product's
+ * 96 took 192 against 229 us in 128-output tiles; the 2048-output ones' 32, 294 against 184) */
+#define COOP_WIDE_TILES   96
+#define ATTN_COOP_WG      128 /* attn_coop.comp: 4 subgroups of 32, */
+#define ATTN_COOP_BQ      64  /* BQ queries a workgroup, */
+#define ATTN_COOP_MIN_WGS 32  /* used from this many workgroups */
+#define ATTN_DEC_WG       128 /* attn_decode.comp's workgroup */
+#define ATTN_DEC_MAXS     64  /* its splits at most (MAXS there) */
+#define ATTN_DEC_MAXQ     16  /* queries per K/V head up to which it is used */
+#define MOE_MAX_EXPERTS   1024
+#define ROUTE_MAXK        32
 
 /* A weight operand: a float dtype, or quantized (made by tensor_quant). */
 static int is_weight(lmh_dtype d) {
@@ -398,11 +404,14 @@ static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
             x.spec[3] = (uint32_t)vec;
             grid(&x, cdiv((uint64_t)out, nr) * row_groups(rows));
         } else if (b->coopmat && rows >= COOP_MIN_ROWS) {
-            /* matrix cores where asked (f16 operands, f32 sums): 128 x 128 tiles */
+            /* matrix cores where asked (f16 operands, f32 sums): 128 x 256 tiles, or 128 x
+             * 128 where those are few */
+            uint64_t wide = (uint64_t)cdiv((uint64_t)out, 256) * cdiv((uint64_t)rows, 128);
+            uint32_t bn = wide >= COOP_WIDE_TILES ? 256 : 128;
             x.shader = VK_SH_MATMUL_COOP;
-            x.spec[0] = 256;
+            x.spec[0] = bn;
             x.spec[3] = (uint32_t)(vec && in % 8 == 0);
-            x.groups[0] = cdiv((uint64_t)out, 128);
+            x.groups[0] = cdiv((uint64_t)out, bn);
             x.groups[1] = cdiv((uint64_t)rows, 128);
             x.groups[2] = 1;
         } else if (big_tiles(b, &x, VK_SH_MATMUL_BIG, 4, rows, in, out)) {
@@ -789,9 +798,15 @@ static void attn_plan_make(lmh_backend *b, const lmh_op *op, attn_plan *pl) {
     int32_t n_kv = op->p.i[0];
     uint32_t tpk, dbq;
     int dec = attn_decode_shape(b, op, &tpk, &dbq);
+    /* prefill on the matrix cores where they run the products (attn_coop.comp: no key
+     * splits, so only where the queries alone give enough workgroups) */
+    int coop = b->attn_coop && !dec && d == dv && d % 16 == 0 && d <= 128 &&
+               cdiv((uint64_t)nq, ATTN_COOP_BQ) * (uint64_t)kvh >= ATTN_COOP_MIN_WGS &&
+               VT(q)->off % 16 == 0 && VT(K)->off % 16 == 0 && VT(V)->off % 16 == 0;
     uint32_t dpt = cdiv((uint64_t)dv, ATTN_WG), bq = dec ? dbq : attn_bq_max(b, d, dv);
     if (!dpt) dpt = 1;
     while (bq > 1 && bq / 2 >= nq) bq /= 2;
+    if (coop) bq = ATTN_COOP_BQ;
     uint32_t qblocks = cdiv((uint64_t)nq, bq);
     /* split the keys when the queries alone give the device too few workgroups: into
      * tiles of ATTN_WG keys for attention.comp; for attn_decode.comp into at least a key
@@ -804,7 +819,7 @@ static void attn_plan_make(lmh_backend *b, const lmh_op *op, attn_plan *pl) {
     /* attn_decode's workgroups do more each: by default half as many (256 on a GPU, about
      * two an SM of an H100, measured best there at 512 and 8K keys, against 128 and 512) */
     uint32_t target = dec ? b->attn_dec_wgs : b->attn_target_wgs;
-    if (tiles > 1 && wgs < target && wgs <= b->attn_target_wgs /* the counters' room */) {
+    if (!coop && tiles > 1 && wgs < target && wgs <= b->attn_target_wgs /* the counters' room */) {
         nsplit = cdiv(target, wgs);
         if (nsplit > tiles) nsplit = tiles;
         if (nsplit > most) nsplit = most;
@@ -819,6 +834,9 @@ static void attn_plan_make(lmh_backend *b, const lmh_op *op, attn_plan *pl) {
     vk_dispatch x = {.shader = VK_SH_ATTENTION,
                      .spec = {ATTN_WG, dtc(K->dtype), dtc(V->dtype), bq, (uint32_t)d, dpt,
                               (uint32_t)kvec, kvec ? ku : 1, b->attn_vu}};
+    if (coop)
+        x = (vk_dispatch){.shader = VK_SH_ATTN_COOP,
+                          .spec = {ATTN_COOP_WG, dtc(K->dtype), dtc(V->dtype), 0, (uint32_t)d}};
     if (dec)
         x = (vk_dispatch){.shader = VK_SH_ATTN_DECODE,
                           .spec = {ATTN_DEC_WG, dtc(K->dtype), dtc(V->dtype), bq, (uint32_t)d, tpk,

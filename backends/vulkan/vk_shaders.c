@@ -6,6 +6,7 @@
 #include "spv_attention.h"
 #include "spv_attn_decode.h"
 #include "spv_attn_decode_seqs.h"
+#include "spv_attn_coop.h"
 #include "spv_bw_read.h"
 #include "spv_coop_peak.h"
 #include "spv_fma_peak.h"
@@ -92,6 +93,7 @@ const vk_spirv vk_shaders[VK_SH_COUNT] = {
     [VK_SH_QMATMUL_MOE] = SH(qmatmul_moe),
     [VK_SH_QGET_ROWS] = SH(qget_rows),
     [VK_SH_MATMUL_COOP] = SH(matmul_coop),
+    [VK_SH_ATTN_COOP] = SH(attn_coop),
     [VK_SH_BW_READ] = SH(bw_read),
     [VK_SH_ARGMAX] = SH(argmax),
     [VK_SH_MATMUL_BIG] = SH(matmul_big),
