@@ -1552,8 +1552,8 @@ static int has_device_ext(VkPhysicalDevice pd, const char *name) {
  * form would serve as well, but Debian 12's glslang cannot compile shaders for it.) */
 static int coopmat_usable(lmh_backend *b) {
     const char *on = getenv("LMHOST_VK_COOPMAT");
-    /* matmul_coop.comp: subgroups of 32 and up to 44 KB of shared memory (attn_coop.comp 31) */
-    if (!on || !*on || !strcmp(on, "0") || b->subgroup_size != 32 || b->max_shared < 45056 ||
+    /* subgroups of 32, and up to 45 KB of shared memory (attn_coop.comp; matmul_coop.comp 44) */
+    if (!on || !*on || !strcmp(on, "0") || b->subgroup_size != 32 || b->max_shared < 46080 ||
         !has_device_ext(b->pd, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME))
         return 0;
     VkPhysicalDeviceCooperativeMatrixFeaturesNV cmf = {

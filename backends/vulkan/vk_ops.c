@@ -32,9 +32,9 @@ enum { ELT_ADD, ELT_MUL, ELT_SCALE, ELT_SWIGLU, ELT_GEGLU, ELT_SOFTCAP, ELT_SIGM
 /* matmul_coop's 256-output tiles from this many of them (H100, 512 rows: the gate product's
  * 96 took 192 against 229 us in 128-output tiles; the 2048-output ones' 32, 294 against 184) */
 #define COOP_WIDE_TILES   96
-#define ATTN_COOP_WG      128 /* attn_coop.comp: 4 subgroups of 32, */
-#define ATTN_COOP_BQ      64  /* BQ queries a workgroup, */
-#define ATTN_COOP_MIN_WGS 32  /* used from this many workgroups */
+#define ATTN_COOP_WG      256 /* attn_coop.comp: 8 subgroups of 32, */
+#define ATTN_COOP_BQ      128 /* BQ queries a workgroup, */
+#define ATTN_COOP_MIN_WGS 16  /* used from this many workgroups */
 #define ATTN_DEC_WG       128 /* attn_decode.comp's workgroup */
 #define ATTN_DEC_MAXS     64  /* its splits at most (MAXS there) */
 #define ATTN_DEC_MAXQ     16  /* queries per K/V head up to which it is used */

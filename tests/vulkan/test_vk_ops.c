@@ -1223,7 +1223,7 @@ static void t_attention(void) {
         /* a GPU's 16 lanes a key: 8 queries a workgroup, their merge in two passes */
         {4, 8, 2, 128, 128, 600, 600, 0, 0, 0, 0, 0.088f, 0, LMH_F32, "4 rows d 128"},
         /* prefill with enough queries for the matrix cores' kernel (attn_coop.comp, where
-         * LMHOST_VK_COOPMAT=1 turns it on: 32 workgroups of 64 queries) */
+         * LMHOST_VK_COOPMAT=1 turns it on: from 16 workgroups of 128 queries) */
         {256, 8, 2, 128, 128, 256, 256, 0, 0, 0, 0, 0.088f, 0, LMH_F32, "256 rows GQA 4"},
         {200, 16, 8, 64, 64, 200, 200, 0, 50, 0, 0, 0.125f, 30, LMH_BF16,
          "200 rows window 50, soft-cap"},
