@@ -490,12 +490,13 @@ static void t_matmul(void) {
      * step of 8 columns) and partial tiles, its products of one tile row split over k (4
      * splits, or in the first pass a matrix-vector product; 8 in the first pass, the last
      * one shorter), and those of few tiles in several tile rows split in two (the last in
-     * both passes, the one before it in the second; the second half shorter) */
+     * both passes, the one before it in the second; the second half shorter); then one
+     * with enough tiles for matmul_coop's 256-output ones (with LMHOST_VK_COOPMAT=1) */
     static const int64_t shapes[][3] = {
-        {1, 64, 48},    {1, 37, 19},     {3, 128, 200},   {4, 72, 33},     {2, 24, 9},
-        {5, 64, 130},   {70, 96, 65},    {130, 37, 129},  {1, 256, 513},   {9, 8, 1},
-        {1, 4104, 33},  {3, 2056, 17},   {200, 264, 260}, {129, 512, 384}, {12, 1024, 100},
-        {70, 2064, 70}, {200, 1040, 130}};
+        {1, 64, 48},    {1, 37, 19},      {3, 128, 200},    {4, 72, 33},     {2, 24, 9},
+        {5, 64, 130},   {70, 96, 65},     {130, 37, 129},   {1, 256, 513},   {9, 8, 1},
+        {1, 4104, 33},  {3, 2056, 17},    {200, 264, 260},  {129, 512, 384}, {12, 1024, 100},
+        {70, 2064, 70}, {200, 1040, 130}, {1024, 136, 3072}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int w = 0; w < 3; w++)
             for (int bias = 0; bias < 4; bias++) {
