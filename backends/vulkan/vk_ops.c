@@ -31,7 +31,14 @@ enum { ELT_ADD, ELT_MUL, ELT_SCALE, ELT_SWIGLU, ELT_GEGLU, ELT_SOFTCAP, ELT_SIGM
 #define COOP_MIN_ROWS 128
 /* matmul_coop's 256-output tiles from this many of them (H100, 512 rows: the gate product's
  * 96 took 192 against 229 us in 128-output tiles; the 2048-output ones' 32, 294 against 184) */
-#define COOP_WIDE_TILES   96
+#define COOP_WIDE_TILES 96
+/* a product of at most COOP_SPLIT_TILES tiles split over k, towards COOP_SPLIT_WGS
+ * workgroups (H100, 512 rows: the 2048-output products' 64 tiles 4 ways, 86 against 186 us
+ * and 8 us to add them; the gate product's 96 wide tiles 3 ways were slower, 212 + 24
+ * against 193 us) */
+#define COOP_SPLIT_TILES  64
+#define COOP_SPLIT_WGS    256
+#define COOP_SPLIT_MIN_K  256 /* into splits of this many columns at least */
 #define ATTN_COOP_WG      256 /* attn_coop.comp: 8 subgroups of 32, */
 #define ATTN_COOP_BQ      128 /* BQ queries a workgroup, */
 #define ATTN_COOP_MIN_WGS 16  /* used from this many workgroups */
@@ -308,6 +315,19 @@ static int op_argmax(lmh_backend *b, const lmh_op *op) {
 
 /* Whether a product of `rows` rows goes to matmul_big.comp's tiles; if so, x's shader, tile
  * height (specialization constant tm_id) and grid are set. */
+/* Splits of k (columns) for a product of `tiles` tiles: towards `wgs` workgroups, each split
+ * `min_k` columns at least and a whole number of `step`-column steps, `most` splits at most;
+ * *kchunk gets a split's columns. */
+static uint32_t k_splits(uint64_t tiles, int64_t in, uint64_t wgs, uint64_t min_k, uint64_t most,
+                         uint32_t step, uint32_t *kchunk) {
+    uint64_t want = cdiv(wgs, tiles);
+    if (want > (uint64_t)in / min_k) want = (uint64_t)in / min_k;
+    if (want > most) want = most;
+    if (want < 1) want = 1;
+    *kchunk = (uint32_t)(cdiv(cdiv((uint64_t)in, want), step) * step);
+    return (uint32_t)cdiv((uint64_t)in, *kchunk);
+}
+
 static int big_tiles(const lmh_backend *b, vk_dispatch *x, enum vk_shader sh, int tm_id,
                      int64_t rows, int64_t in, int64_t out) {
     if (!b->matmul_big || (uint64_t)rows < b->matmul_big || b->max_shared < MATMUL_BIG_SMEM)
@@ -333,11 +353,7 @@ static int big_tiles(const lmh_backend *b, vk_dispatch *x, enum vk_shader sh, in
     uint64_t tiles = (uint64_t)x->groups[0] * x->groups[1];
     uint32_t nsplit = 1, kchunk = (uint32_t)in;
     if (x->groups[1] == 1 && tiles < BIG_SPLIT_WGS / 2 && in >= 2 * BIG_SPLIT_MIN_K) {
-        uint64_t want = cdiv(BIG_SPLIT_WGS, tiles), most = (uint64_t)in / BIG_SPLIT_MIN_K;
-        if (want > most) want = most;
-        if (want > BIG_SPLIT_MAX) want = BIG_SPLIT_MAX;
-        kchunk = (uint32_t)(cdiv(cdiv((uint64_t)in, want), 16) * 16); /* whole k steps */
-        nsplit = (uint32_t)cdiv((uint64_t)in, kchunk);
+        nsplit = k_splits(tiles, in, BIG_SPLIT_WGS, BIG_SPLIT_MIN_K, BIG_SPLIT_MAX, 16, &kchunk);
     } else if (x->groups[1] > 1 && tiles <= BIG_SPLIT_FEW && in >= 4 * BIG_SPLIT_MIN_K) {
         kchunk = (uint32_t)(cdiv(cdiv((uint64_t)in, 2), 16) * 16);
         nsplit = (uint32_t)cdiv((uint64_t)in, kchunk);
@@ -413,7 +429,16 @@ static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
             x.spec[3] = (uint32_t)(vec && in % 8 == 0);
             x.groups[0] = cdiv((uint64_t)out, bn);
             x.groups[1] = cdiv((uint64_t)rows, 128);
-            x.groups[2] = 1;
+            /* few tiles (a 512-row prefill chunk's 1024- and 2048-output products: 32 and
+             * 64): k split over the z groups, each split's sums added by split_sum.comp
+             * (op_matmul) */
+            uint64_t tiles = (uint64_t)x.groups[0] * x.groups[1];
+            uint32_t nsplit = 1, kchunk = (uint32_t)in;
+            if (tiles <= COOP_SPLIT_TILES && in >= 2 * COOP_SPLIT_MIN_K)
+                nsplit =
+                    k_splits(tiles, in, COOP_SPLIT_WGS, COOP_SPLIT_MIN_K, UINT32_MAX, 32, &kchunk);
+            x.groups[2] = nsplit;
+            x.pc[18] = kchunk;
         } else if (big_tiles(b, &x, VK_SH_MATMUL_BIG, 4, rows, in, out)) {
             x.spec[3] = (uint32_t)(vec && in % 8 == 0);
         } else {
@@ -424,9 +449,12 @@ static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
             x.groups[2] = 1;
         }
     }
-    /* matmul_big's split sums: its own result where it does not split (a shared dummy would
-     * make side-by-side products look dependent to the validation layer) */
-    if (x.shader == VK_SH_MATMUL_BIG || x.shader == VK_SH_QMATMUL_BIG) x.bind[4] = VT(op->dst);
+    /* matmul_big's and matmul_coop's split sums: the product's own result where it does not
+     * split (a shared dummy would make side-by-side products look dependent to the
+     * validation layer) */
+    if (x.shader == VK_SH_MATMUL_BIG || x.shader == VK_SH_QMATMUL_BIG ||
+        x.shader == VK_SH_MATMUL_COOP)
+        x.bind[4] = VT(op->dst);
     count_read(b, W, (uint64_t)out * row_bytes(W));
     if (bias) count_read(b, bias, (uint64_t)out * lmh_dtype_size(bias->dtype));
     *d = x;

@@ -17,7 +17,9 @@
 // one barrier a step; with 256 (the 48 KB of shared memory hold one buffer) after a barrier
 // that waits for the current one's readers. Tiles inside the product without a bias are
 // stored straight from the accumulators; the others go out through a 16 x 16 staging area
-// a subgroup, so that edges and the bias need no special case. On an H100 at 4096 rows: the
+// a subgroup, so that edges and the bias need no special case. A product of few tiles is
+// split over k (gl_WorkGroupID.z, pc.kchunk columns each): each split writes its sums to
+// binding 4, and split_sum.comp adds them and the bias. On an H100 at 4096 rows: the
 // gate product 1077 us (96 TFLOP/s), against 1621 for 128 x 128 tiles of 8 subgroups of 2 x
 // 4 matrices, a row a thread.
 // Rounding the operands to f16 costs about 2^-11 relative per product: over the
@@ -50,6 +52,9 @@ RBUF4(1, X)
 RBUF(2, W)
 RBUF4(2, W)
 RBUF(3, BIAS)
+// with k split over gl_WorkGroupID.z: each split's sums [z][rows][out], which
+// split_sum.comp adds (and the bias)
+layout(binding = 4) buffer PF_b { float PF[]; };
 
 layout(push_constant) uniform PC {
     PC_OFFSETS
@@ -58,6 +63,8 @@ layout(push_constant) uniform PC {
     uint rows;
     uint has_bias;
     uint tbias;
+    uint pad_[8]; // (matmul_big.comp's layout)
+    uint kchunk;  // columns a split, a multiple of BK
 } pc;
 
 // the tiles' buffers, [row][k] in words of 8 halves, and the staging areas: 44 KB with
@@ -132,15 +139,17 @@ void main() {
         [[unroll]] for (uint j = 0; j < 4u; j++)
             acc[i][j] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
 
+    // this split's columns from kb (the last split's last step may be partial)
+    uint kb = gl_WorkGroupID.z * pc.kchunk, ke = min(pc.in_, kb + pc.kchunk);
     uvec4 xr[8], wr[8];
-    uint steps = (pc.in_ + BK - 1u) / BK;
-    load(m0, n0, l, 0u, xr, wr);
+    uint steps = (ke - kb + BK - 1u) / BK;
+    load(m0, n0, l, kb, xr, wr);
     put(0u, l, xr, wr);
     barrier();
     for (uint s = 0; s < steps; s++) {
         uint cur = NBUF == 2u ? s & 1u : 0u;
         bool more = s + 1u < steps;
-        if (more) load(m0, n0, l, (s + 1u) * BK, xr, wr);
+        if (more) load(m0, n0, l, kb + (s + 1u) * BK, xr, wr);
         [[unroll]] for (uint kk = 0; kk < BK / 8u; kk += 2u) {
             fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a[4], b[4];
             [[unroll]] for (uint i = 0; i < 4u; i++)
@@ -157,16 +166,23 @@ void main() {
         if (more) put(NBUF == 2u ? 1u - cur : 0u, l, xr, wr);
         barrier();
     }
-    // Whole tiles without a bias straight to dst (rows and dst 16-byte aligned); the others
-    // matrix by matrix through this subgroup's staging area, 8 values a lane.
-    bool direct = pc.has_bias == 0u && m0 + BM <= pc.rows && n0 + BN <= pc.out_ &&
-                  pc.od % 4u == 0u && pc.out_ % 4u == 0u;
+    // Whole tiles without a bias straight to dst or the split's sums (rows and buffer
+    // 16-byte aligned); the others matrix by matrix through this subgroup's staging area, 8
+    // values a lane.
+    bool split = gl_NumWorkGroups.z > 1u, bias = pc.has_bias != 0u && !split;
+    uint base = split ? pc.oe + gl_WorkGroupID.z * pc.rows * pc.out_ : pc.od;
+    bool direct = !bias && m0 + BM <= pc.rows && n0 + BN <= pc.out_ && base % 4u == 0u &&
+                  pc.out_ % 4u == 0u;
     uint cb = sg * 256u;
     [[unroll]] for (uint i = 0; i < 4u; i++)
         [[unroll]] for (uint j = 0; j < 4u; j++) {
             uint r0 = m0 + sm + i * 16u, o0 = n0 + sn + j * 16u;
+            if (direct && split) {
+                coopMatStoreNV(acc[i][j], PF, base + r0 * pc.out_ + o0, pc.out_, false);
+                continue;
+            }
             if (direct) {
-                coopMatStoreNV(acc[i][j], DF, pc.od + r0 * pc.out_ + o0, pc.out_, false);
+                coopMatStoreNV(acc[i][j], DF, base + r0 * pc.out_ + o0, pc.out_, false);
                 continue;
             }
             coopMatStoreNV(acc[i][j], cs, cb, 16u, false);
@@ -176,8 +192,11 @@ void main() {
                 uint idx = lane * 8u + e, r = r0 + idx / 16u, o = o0 + idx % 16u;
                 if (r < pc.rows && o < pc.out_) {
                     float v = cs[cb + idx];
-                    if (pc.has_bias != 0u) v += LOADF(BIAS, pc.tbias, pc.oc + o);
-                    D[pc.od + r * pc.out_ + o] = floatBitsToUint(v);
+                    if (bias) v += LOADF(BIAS, pc.tbias, pc.oc + o);
+                    if (split)
+                        PF[base + r * pc.out_ + o] = v;
+                    else
+                        D[base + r * pc.out_ + o] = floatBitsToUint(v);
                 }
             }
             subgroupBarrier(); // read before the next matrix is stored
