@@ -59,8 +59,7 @@ shared float row_s[BQ]; // a row's scale factor on its way to the other lanes
 shared int pq_s[BQ];
 #include "attn_split.glsl"
 
-// a K or V row's word c (8 elements from 8 c) as f16: row `row` of the cache at element
-// offset `base`, dtype dt
+// word c (elements 8 c..) of row `row` of K's cache, or V's where isv, as f16 (dtype dt)
 uvec4 kv_word(uint isv, uint dt, uint row, uint c) {
     uint base = (isv != 0u ? pc.oc : pc.ob) + row * QD;
     if (dt == DT_F32) {
