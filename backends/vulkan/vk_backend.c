@@ -1409,10 +1409,48 @@ static void vk_memory(lmh_backend *b, lmh_backend_mem *m) {
     pthread_mutex_unlock(&b->mu);
 }
 
+/* The device probes (bandwidth, compute peak), timed from the host: `rec` records one pass
+ * and says how much work it does (bytes, FLOP); as many passes as take 20 ms a run (so that
+ * submission costs little beside them), then the best of three runs, as work/s. */
+typedef struct vk_probe {
+    vk_tensor *buf, *dst;
+    uint32_t groups;
+} vk_probe;
+
+static int time_probe(lmh_backend *b, const vk_probe *p,
+                      int (*rec)(lmh_backend *, const vk_probe *, double *), double *rate) {
+    int rc = vk_sync(b);
+    double best = 0, work = 0;
+    for (int reps = 1, runs = 0; !rc && runs < 3;) {
+        double t0 = now_s();
+        pthread_mutex_lock(&b->mu);
+        for (int r = 0; r < reps && !rc; r++) rc = rec(b, p, &work);
+        pthread_mutex_unlock(&b->mu);
+        if (!rc) rc = vk_sync(b);
+        double t = now_s() - t0;
+        if (rc) break;
+        if (t < 0.02 && reps < 4096) {
+            reps *= 2;
+            continue;
+        }
+        if (reps * work / t > best) best = reps * work / t;
+        runs++;
+    }
+    *rate = best;
+    return rc;
+}
+
+static int rec_read(lmh_backend *b, const vk_probe *p, double *bytes) {
+    *bytes = (double)p->buf->bytes;
+    return vk_record_read_probe(b, p->buf, p->dst);
+}
+
+static int rec_peak(lmh_backend *b, const vk_probe *p, double *flop) {
+    return vk_record_peak_probe(b, p->dst, p->groups, flop);
+}
+
 /* lmh_backend_api.read_bandwidth: bw_read.comp over a buffer of 1 GiB (20 times an H100's
- * L2; less where the device cannot bind or allocate that much), timed from the host: the
- * passes a run needs to take 20 ms (so that submission costs little beside it), then the
- * best of three runs. */
+ * L2; less where the device cannot bind or allocate that much). */
 static int vk_read_bandwidth(lmh_backend *b, double *bytes_per_s) {
     VkDeviceSize size = (VkDeviceSize)1 << 30;
     if (size > b->max_range) size = b->max_range;
@@ -1421,60 +1459,29 @@ static int vk_read_bandwidth(lmh_backend *b, double *bytes_per_s) {
     int64_t n = (int64_t)(size / 4), one = 4;
     lmh_tensor *buf = vk_tensor_new(b, LMH_F32, 1, &n, 0);
     lmh_tensor *dst = vk_tensor_new(b, LMH_F32, 1, &one, 0);
-    int rc = buf && dst ? vk_sync(b) : LMH_ENOMEM;
-    double best = 0;
-    for (int reps = 1, runs = 0; !rc && runs < 3;) {
-        double t0 = now_s();
-        pthread_mutex_lock(&b->mu);
-        for (int r = 0; r < reps && !rc; r++) rc = vk_record_read_probe(b, VT(buf), VT(dst));
-        pthread_mutex_unlock(&b->mu);
-        if (!rc) rc = vk_sync(b);
-        double t = now_s() - t0;
-        if (rc) break;
-        if (t < 0.02 && reps < 4096) {
-            reps *= 2;
-            continue;
-        }
-        double bps = (double)reps * (double)size / t;
-        if (bps > best) best = bps;
-        runs++;
-    }
+    double bps = 0;
+    int rc =
+        buf && dst ? time_probe(b, &(vk_probe){VT(buf), VT(dst), 0}, rec_read, &bps) : LMH_ENOMEM;
     vk_tensor_free(b, dst);
     vk_tensor_free(b, buf);
     if (!rc) rc = vk_sync(b);
-    if (!rc) *bytes_per_s = best;
+    if (!rc) *bytes_per_s = bps;
     return rc;
 }
 
 /* lmh_backend_api.compute_peak: the probe of the products' kind (vk_record_peak_probe) over
- * enough workgroups to keep a large GPU busy for about a millisecond a run (a few on a CPU
- * device), timed from the host as vk_read_bandwidth is: the runs needed to take 20 ms, then
- * the best of three. */
+ * enough workgroups to keep a large GPU busy for about a millisecond a pass (a few on a CPU
+ * device). */
 static int vk_compute_peak(lmh_backend *b, double *flop_per_s, char *what, size_t what_len) {
     uint32_t groups = b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 64 : 16384;
     int64_t one = 4;
     lmh_tensor *dst = vk_tensor_new(b, LMH_F32, 1, &one, 0);
-    int rc = dst ? vk_sync(b) : LMH_ENOMEM;
-    double best = 0, flop = 0;
-    for (int reps = 1, runs = 0; !rc && runs < 3;) {
-        double t0 = now_s();
-        pthread_mutex_lock(&b->mu);
-        for (int r = 0; r < reps && !rc; r++) rc = vk_record_peak_probe(b, VT(dst), groups, &flop);
-        pthread_mutex_unlock(&b->mu);
-        if (!rc) rc = vk_sync(b);
-        double t = now_s() - t0;
-        if (rc) break;
-        if (t < 0.02 && reps < 4096) {
-            reps *= 2;
-            continue;
-        }
-        if (reps * flop / t > best) best = reps * flop / t;
-        runs++;
-    }
+    double fps = 0;
+    int rc = dst ? time_probe(b, &(vk_probe){NULL, VT(dst), groups}, rec_peak, &fps) : LMH_ENOMEM;
     vk_tensor_free(b, dst);
     if (!rc) rc = vk_sync(b);
     if (rc) return rc;
-    *flop_per_s = best;
+    *flop_per_s = fps;
     snprintf(what, what_len, "%s; best of 3",
              b->coopmat ? "f16 x f16 -> f32 16x16x16 cooperative matrices" : "f32 multiply-adds");
     return LMH_OK;

@@ -368,6 +368,36 @@ static uint64_t row_groups(int64_t rows) {
     return rows <= MATVEC_MAXR ? 1 : cdiv((uint64_t)rows, MATVEC8_MAXR);
 }
 
+/* matmul.comp's (qmatmul.comp's) 64 x 64 tiles, where no larger kind of tile applies */
+static void tiles64(vk_dispatch *x, enum vk_shader sh, int64_t rows, int64_t out) {
+    x->shader = sh;
+    x->spec[0] = 256;
+    x->groups[0] = cdiv((uint64_t)out, 64);
+    x->groups[1] = cdiv((uint64_t)rows, 64);
+    x->groups[2] = 1;
+}
+
+/* matmul_coop.comp where asked (f16 operands, f32 sums) for products of COOP_MIN_ROWS rows
+ * or more: 128 x 256 tiles, or 128 x 128 where those are few; k split over the z groups
+ * where even those are few (a 512-row prefill chunk's 1024- and 2048-output products: 32
+ * and 64), each split's sums added by split_sum.comp (op_matmul). */
+static int coop_tiles(const lmh_backend *b, vk_dispatch *x, int64_t rows, int64_t in, int64_t out) {
+    if (!b->coopmat || rows < COOP_MIN_ROWS) return 0;
+    uint64_t wide = (uint64_t)cdiv((uint64_t)out, 256) * cdiv((uint64_t)rows, 128);
+    uint32_t bn = wide >= COOP_WIDE_TILES ? 256 : 128;
+    x->shader = VK_SH_MATMUL_COOP;
+    x->spec[0] = bn;
+    x->groups[0] = cdiv((uint64_t)out, bn);
+    x->groups[1] = cdiv((uint64_t)rows, 128);
+    uint64_t tiles = (uint64_t)x->groups[0] * x->groups[1];
+    uint32_t nsplit = 1, kchunk = (uint32_t)in;
+    if (tiles <= COOP_SPLIT_TILES && in >= 2 * COOP_SPLIT_MIN_K)
+        nsplit = k_splits(tiles, in, COOP_SPLIT_WGS, COOP_SPLIT_MIN_K, UINT32_MAX, 32, &kchunk);
+    x->groups[2] = nsplit;
+    x->pc[18] = kchunk;
+    return 1;
+}
+
 /* A matmul's dispatch (not recorded): matrix-vector kernels up to b->matvec_rows rows (a
  * batch of decode steps, a short prefill chunk), 8 rows a workgroup past MATVEC_MAXR; tiles
  * beyond. The tiles (matmul.comp's 64 x 64) left a device of 132 cores 32 workgroups for a
@@ -399,11 +429,7 @@ static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
         } else if (big_tiles(b, &x, VK_SH_QMATMUL_BIG, 6, rows, in, out)) {
             x.spec[3] = (uint32_t)(vec_ok(xt, in) && in % 8 == 0);
         } else {
-            x.shader = VK_SH_QMATMUL;
-            x.spec[0] = 256;
-            x.groups[0] = cdiv((uint64_t)out, 64);
-            x.groups[1] = cdiv((uint64_t)rows, 64);
-            x.groups[2] = 1;
+            tiles64(&x, VK_SH_QMATMUL, rows, out);
         }
     } else {
         /* float weights: their dtype, and 16-byte loads where both operands' rows allow */
@@ -419,34 +445,11 @@ static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
             x.spec[1] = nr;
             x.spec[3] = (uint32_t)vec;
             grid(&x, cdiv((uint64_t)out, nr) * row_groups(rows));
-        } else if (b->coopmat && rows >= COOP_MIN_ROWS) {
-            /* matrix cores where asked (f16 operands, f32 sums): 128 x 256 tiles, or 128 x
-             * 128 where those are few */
-            uint64_t wide = (uint64_t)cdiv((uint64_t)out, 256) * cdiv((uint64_t)rows, 128);
-            uint32_t bn = wide >= COOP_WIDE_TILES ? 256 : 128;
-            x.shader = VK_SH_MATMUL_COOP;
-            x.spec[0] = bn;
-            x.spec[3] = (uint32_t)(vec && in % 8 == 0);
-            x.groups[0] = cdiv((uint64_t)out, bn);
-            x.groups[1] = cdiv((uint64_t)rows, 128);
-            /* few tiles (a 512-row prefill chunk's 1024- and 2048-output products: 32 and
-             * 64): k split over the z groups, each split's sums added by split_sum.comp
-             * (op_matmul) */
-            uint64_t tiles = (uint64_t)x.groups[0] * x.groups[1];
-            uint32_t nsplit = 1, kchunk = (uint32_t)in;
-            if (tiles <= COOP_SPLIT_TILES && in >= 2 * COOP_SPLIT_MIN_K)
-                nsplit =
-                    k_splits(tiles, in, COOP_SPLIT_WGS, COOP_SPLIT_MIN_K, UINT32_MAX, 32, &kchunk);
-            x.groups[2] = nsplit;
-            x.pc[18] = kchunk;
-        } else if (big_tiles(b, &x, VK_SH_MATMUL_BIG, 4, rows, in, out)) {
+        } else if (coop_tiles(b, &x, rows, in, out) ||
+                   big_tiles(b, &x, VK_SH_MATMUL_BIG, 4, rows, in, out)) {
             x.spec[3] = (uint32_t)(vec && in % 8 == 0);
         } else {
-            x.shader = VK_SH_MATMUL;
-            x.spec[0] = 256;
-            x.groups[0] = cdiv((uint64_t)out, 64);
-            x.groups[1] = cdiv((uint64_t)rows, 64);
-            x.groups[2] = 1;
+            tiles64(&x, VK_SH_MATMUL, rows, out);
         }
     }
     /* matmul_big's and matmul_coop's split sums: the product's own result where it does not
