@@ -209,6 +209,23 @@ out:
     return rc;
 }
 
+/* Decode against the bandwidth of the memory it reads (bps, bytes/s): its weights alone,
+ * and, where the cache plugin counts them, with the stored keys and values each step's
+ * attention reads, which at long contexts are a large share of a step's bytes. */
+static void print_bounds(double bps, double per_tok, const engine_stats *s1, const engine_stats *s2,
+                         int64_t n_gen, double dec_tps) {
+    double limit = bps / per_tok;
+    printf("decode bound by bandwidth (weight reads): %.2f tokens/s; measured decode is %.0f%% "
+           "of it\n",
+           limit, 100.0 * dec_tps / limit);
+    if (!s2->cache_read_counted) return;
+    double kv_tok = (double)(s2->cache_read_bytes - s1->cache_read_bytes) / (double)n_gen;
+    limit = bps / (per_tok + kv_tok);
+    printf("decode bound by bandwidth (weight and cache reads): %.2f tokens/s; measured decode "
+           "is %.0f%% of it\n",
+           limit, 100.0 * dec_tps / limit);
+}
+
 int cli_bench(int argc, char **argv) {
     model_args a = {0};
     const char *prompt_s = NULL, *gen_s = NULL, *chunk_s = NULL, *batch_s = NULL;
@@ -311,6 +328,12 @@ int cli_bench(int argc, char **argv) {
            "experts not routed to and unread table rows are skipped)\n",
            per_tok / 1048576.0, 100.0 * per_tok / (double)s2.weight_bytes,
            (double)s2.weight_bytes / 1048576.0);
+    if (s2.cache_read_counted) {
+        double kv_tok = (double)(s2.cache_read_bytes - s1.cache_read_bytes) / (double)n_gen;
+        printf("cache bytes read per decoded token: %.1f MiB (%.0f bytes: the stored keys and "
+               "values its queries see)\n",
+               kv_tok / 1048576.0, kv_tok);
+    }
     printf("cache: %.1f MiB after %lld positions\n", (double)s2.cache_bytes / 1048576.0,
            (long long)(n_prompt + n_gen));
     /* cache rows by layer kind: full-attention layers hold the whole sequence, sliding
@@ -359,11 +382,8 @@ int cli_bench(int argc, char **argv) {
         double bps = 0;
         int brc = n_holding == 1 ? engine_backend_read_bandwidth(e, holder, &bps) : LMH_EINVAL;
         if (brc == 0 && bps > 0) {
-            double limit = bps / per_tok;
-            printf("device memory read bandwidth (backend %s): %.1f GB/s\n", elsewhere, bps * 1e-9);
-            printf("decode bound by bandwidth (weight reads): %.2f tokens/s; measured decode is "
-                   "%.0f%% of it\n",
-                   limit, 100.0 * dec_tps / limit);
+            printf("device memory read bandwidth (backend %s): %.2f GB/s\n", elsewhere, bps * 1e-9);
+            print_bounds(bps, per_tok, &s1, &s2, n_gen, dec_tps);
         } else {
             printf("memory read bandwidth: not measured (weights on backend %s%s)\n", elsewhere,
                    n_holding > 1             ? " and the host"
@@ -375,12 +395,9 @@ int cli_bench(int argc, char **argv) {
         int bw_threads = threads > 0 ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
         if (bw_threads > 256) bw_threads = 256;
         double bw = measure_read_bw(bw_threads, (size_t)1 << 30, 5);
-        double limit = bw * 1e9 / per_tok;
         printf("memory read bandwidth: %.2f GB/s (%d threads summing a 1 GiB buffer, best of 5)\n",
                bw, bw_threads);
-        printf("decode bound by bandwidth (weight reads): %.2f tokens/s; measured decode is %.0f%% "
-               "of it\n",
-               limit, 100.0 * dec_tps / limit);
+        print_bounds(bw * 1e9, per_tok, &s1, &s2, n_gen, dec_tps);
     }
     /* Prefill's bound is the multiply-add rate of the device that runs its products, which
      * its backend measures (the one holding all weights; split layers get no bound). */

@@ -1034,8 +1034,13 @@ void engine_get_stats(engine *e, engine_stats *s) {
     memset(s, 0, sizeof *s);
     s->weight_bytes = e->weight_bytes;
     s->mm_flops = e->mm_flops;
+    const lmh_cache_api *ca = e->cache_api;
+    s->cache_read_counted =
+        ca->size >= offsetof(lmh_cache_api, bytes_read) + sizeof ca->bytes_read && ca->bytes_read;
     for (int i = 0; i < e->n_slots; i++) {
-        if (e->cache_api->bytes && e->cache[i]) s->cache_bytes += e->cache_api->bytes(e->cache[i]);
+        if (ca->bytes && e->cache[i]) s->cache_bytes += ca->bytes(e->cache[i]);
+        if (s->cache_read_counted && e->cache[i])
+            s->cache_read_bytes += ca->bytes_read(e->cache[i]);
         lmh_backend_mem m = {0};
         if (e->slots[i].api->memory) e->slots[i].api->memory(e->slots[i].b, &m);
         s->backend_bytes += m.weights + m.other;

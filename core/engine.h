@@ -33,7 +33,9 @@ typedef struct engine_stats {
     uint64_t weight_read_bytes; /* weight bytes read by ops so far (all backends) */
     uint64_t mm_flops;          /* 2 x the multiply-adds of matrix products enqueued so far */
     uint64_t cache_bytes;
-    uint64_t backend_bytes; /* backend memory beyond mapped weights */
+    uint64_t cache_read_bytes; /* stored keys and values read by attention so far */
+    int cache_read_counted;    /* whether the cache plugin counts them (ABI 1.5) */
+    uint64_t backend_bytes;    /* backend memory beyond mapped weights */
     int n_backends;
     struct {
         char name[32];

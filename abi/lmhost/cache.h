@@ -57,6 +57,14 @@ typedef struct lmh_cache_api {
     /* Positions (seq, layer) holds in memory now: the sequence length for layers that
      * keep everything, at most about the window for sliding-window layers. */
     int32_t (*layer_rows)(lmh_cache *c, uint64_t seq, int32_t layer);
+
+    /* (ABI 1.5) Bytes of stored keys and values read by the attention it enqueued, since
+     * creation: for each attend(), the rows its queries can see, each row once (what any
+     * kernel must read; a tiled one may read some twice), times the rows' bytes over the
+     * K/V heads. `lmhost bench` adds them to the weights in decode's bandwidth bound: at
+     * long contexts they are a large share of what a step reads. May be NULL (or absent by
+     * size): not counted. */
+    uint64_t (*bytes_read)(lmh_cache *c);
 } lmh_cache_api;
 
 #ifdef __cplusplus

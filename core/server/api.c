@@ -335,7 +335,7 @@ job *job_from_request(job_kind kind, json_object *b, const server_opts *o, const
     json_object *v;
     double d;
     int64_t x;
-    int flag, r;
+    int flag = 0, r;
 
     if (json_object_object_get_ex(b, "model", &v) && v &&
         !json_object_is_type(v, json_type_string)) {

@@ -268,7 +268,7 @@ static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
         get_int(&c, "head_dim", m->hidden / heads, &head_dim) ||
         get_int(&c, "intermediate_size", 0, &inter) || get_int(&c, "vocab_size", 0, &m->vocab))
         return LMH_EINVAL;
-    double eps, cap;
+    double eps = 0, cap = 0; /* set by opt_float (initialised for -O3's flow analysis) */
     if (opt_float(&c, "rms_norm_eps", 1e-6, &eps) ||
         opt_float(&c, "final_logit_softcapping", 0, &cap))
         return LMH_EINVAL;
@@ -289,7 +289,7 @@ static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
         return h->fail(ld, "config.json: use_bidirectional_attention 'all' (an encoder) is not "
                            "supported; this plugin runs causal decoders");
 
-    int k_eq_v, moe, double_mlp, tied = 1;
+    int k_eq_v = 0, moe = 0, double_mlp = 0, tied = 1;
     int32_t n_shared = 0, window = 0;
     if (opt_bool(&c, "attention_k_eq_v", &k_eq_v) || opt_bool(&c, "enable_moe_block", &moe) ||
         opt_bool(&c, "use_double_wide_mlp", &double_mlp) ||

@@ -37,6 +37,7 @@ struct lmh_cache {
     seq *seqs;
     int32_t n_seqs, cap_seqs;
     uint64_t bytes;
+    uint64_t read; /* bytes_read() */
 };
 
 static const char *const formats[] = {"f32", "f16", NULL};
@@ -249,6 +250,15 @@ static int append(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *k, lmh_tenso
     return rc;
 }
 
+/* The stored rows that a step's n queries can see, each once. The queries are the step's
+ * rows, the last n positions appended: with a window, the first sees window - 1 before
+ * its own; a ring holds no more than that anyway. */
+static int32_t rows_seen(const layer_kv *kv, int32_t n, int32_t window) {
+    int32_t first = kv->pos - rows_held(kv);
+    if (window > 0 && kv->pos - n - (window - 1) > first) first = kv->pos - n - (window - 1);
+    return first < 0 ? kv->pos : kv->pos - first;
+}
+
 static int attend(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *q, lmh_tensor *q_pos,
                   lmh_tensor *out, const lmh_attn_params *p) {
     seq *s = find(c, id);
@@ -262,7 +272,9 @@ static int attend(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *q, lmh_tenso
     op.p.i[4] = kv->pos;
     op.p.f[0] = p->scale;
     op.p.f[1] = p->softcap;
-    return c->be->enqueue(c->b, &op);
+    int rc = c->be->enqueue(c->b, &op);
+    if (rc == LMH_OK) c->read += layer_bytes(c, l, rows_seen(kv, (int32_t)q->ne[0], p->window));
+    return rc;
 }
 
 static uint64_t bytes(lmh_cache *c) {
@@ -276,6 +288,10 @@ static uint64_t seq_bytes(lmh_cache *c, uint64_t id) {
         for (int32_t l = 0; l < c->n_layers; l++)
             if (s->layers[l].k) n += layer_bytes(c, l, s->layers[l].cap);
     return n;
+}
+
+static uint64_t bytes_read(lmh_cache *c) {
+    return c->read;
 }
 
 static int32_t layer_rows(lmh_cache *c, uint64_t id, int32_t l) {
@@ -298,6 +314,7 @@ static const lmh_cache_api api = {
     .bytes = bytes,
     .seq_bytes = seq_bytes,
     .layer_rows = layer_rows,
+    .bytes_read = bytes_read,
 };
 
 static const lmh_plugin_info info = {
