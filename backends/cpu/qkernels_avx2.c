@@ -105,6 +105,22 @@ static void dequant_avx2(const cpu_qmat *w, int64_t row, int64_t k0, int64_t k1,
     }
 }
 
+/* n scales or biases from index i on, as f32, eight at a time where they are 16-bit */
+static inline void sb_run(int32_t sb, const void *p, int64_t i, int n, float *out) {
+    int j = 0;
+    if (sb == 2)
+        for (; j + 8 <= n; j += 8) {
+            __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + i + j));
+            __m256i f = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+            _mm256_storeu_ps(out + j, _mm256_castsi256_ps(f));
+        }
+    else if (sb == 1)
+        for (; j + 8 <= n; j += 8)
+            _mm256_storeu_ps(out + j, _mm256_cvtph_ps(_mm_loadu_si128(
+                                          (const __m128i *)((const uint16_t *)p + i + j))));
+    for (; j < n; j++) out[j] = cpu_q_sb_at(sb, p, i + j);
+}
+
 enum { GENERIC = 0, Q4 = 4, Q8 = 8 };
 #define PF_AHEAD 1024 /* bytes of a weight row fetched ahead by mv_rows */
 
@@ -125,13 +141,22 @@ static inline __attribute__((always_inline)) void mv_rows(const cpu_qmat *w, con
         const int64_t ke = in - kb < kblock ? in : kb + kblock;
         __m256 acc[4];
         _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
-        for (int64_t g = kb / G; g < ke / G; g++) {
+        /* the block's scales and biases as f32 first, eight at a time: converted one by one
+         * in the group loop they made the 8-bit product 9% slower (4-bit: no difference) */
+        const int64_t g0 = kb / G;
+        const int ng = (int)((ke - kb) / G);
+        float sf[4][1024 / 32], bf[4][1024 / 32];
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+            sb_run(w->sb, w->scales, (o + r) * gpr + g0, ng, sf[r]);
+            sb_run(w->sb, w->biases, (o + r) * gpr + g0, ng, bf[r]);
+        }
+        for (int64_t g = g0; g < ke / G; g++) {
             const float *xg = x + g * G;
             __m256 s[4], b[4];
             const uint8_t *p[4];
             _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
-                s[r] = _mm256_set1_ps(cpu_q_sb_at(w->sb, w->scales, (o + r) * gpr + g));
-                b[r] = _mm256_set1_ps(cpu_q_sb_at(w->sb, w->biases, (o + r) * gpr + g));
+                s[r] = _mm256_broadcast_ss(&sf[r][g - g0]);
+                b[r] = _mm256_broadcast_ss(&bf[r][g - g0]);
                 p[r] = row[r] + g * gb;
                 /* R interleaved streams (and their scales): fetch ahead, once per line */
                 if (((uintptr_t)p[r] & 63) < (uintptr_t)gb)
