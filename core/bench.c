@@ -209,17 +209,16 @@ out:
     return rc;
 }
 
-/* Decode against the bandwidth of the memory it reads (bps, bytes/s): its weights alone,
- * and, where the cache plugin counts them, with the stored keys and values each step's
- * attention reads, which at long contexts are a large share of a step's bytes. */
-static void print_bounds(double bps, double per_tok, const engine_stats *s1, const engine_stats *s2,
-                         int64_t n_gen, double dec_tps) {
+/* Decode against the bandwidth of the memory it reads (bps, bytes/s): its weights alone
+ * (per_tok bytes a token), and, where the cache plugin counts them (kv_tok >= 0), with the
+ * stored keys and values each step's attention reads, which at long contexts are a large
+ * share of a step's bytes. */
+static void print_bounds(double bps, double per_tok, double kv_tok, double dec_tps) {
     double limit = bps / per_tok;
     printf("decode bound by bandwidth (weight reads): %.2f tokens/s; measured decode is %.0f%% "
            "of it\n",
            limit, 100.0 * dec_tps / limit);
-    if (!s2->cache_read_counted) return;
-    double kv_tok = (double)(s2->cache_read_bytes - s1->cache_read_bytes) / (double)n_gen;
+    if (kv_tok < 0) return;
     limit = bps / (per_tok + kv_tok);
     printf("decode bound by bandwidth (weight and cache reads): %.2f tokens/s; measured decode "
            "is %.0f%% of it\n",
@@ -328,8 +327,11 @@ int cli_bench(int argc, char **argv) {
            "experts not routed to and unread table rows are skipped)\n",
            per_tok / 1048576.0, 100.0 * per_tok / (double)s2.weight_bytes,
            (double)s2.weight_bytes / 1048576.0);
-    if (s2.cache_read_counted) {
-        double kv_tok = (double)(s2.cache_read_bytes - s1.cache_read_bytes) / (double)n_gen;
+    /* the cache's reads a token, -1 where the cache plugin does not count them */
+    double kv_tok = s2.cache_read_counted
+                        ? (double)(s2.cache_read_bytes - s1.cache_read_bytes) / (double)n_gen
+                        : -1;
+    if (kv_tok >= 0) {
         printf("cache bytes read per decoded token: %.1f MiB (%.0f bytes: the stored keys and "
                "values its queries see)\n",
                kv_tok / 1048576.0, kv_tok);
@@ -383,7 +385,7 @@ int cli_bench(int argc, char **argv) {
         int brc = n_holding == 1 ? engine_backend_read_bandwidth(e, holder, &bps) : LMH_EINVAL;
         if (brc == 0 && bps > 0) {
             printf("device memory read bandwidth (backend %s): %.2f GB/s\n", elsewhere, bps * 1e-9);
-            print_bounds(bps, per_tok, &s1, &s2, n_gen, dec_tps);
+            print_bounds(bps, per_tok, kv_tok, dec_tps);
         } else {
             printf("memory read bandwidth: not measured (weights on backend %s%s)\n", elsewhere,
                    n_holding > 1             ? " and the host"
@@ -397,7 +399,7 @@ int cli_bench(int argc, char **argv) {
         double bw = measure_read_bw(bw_threads, (size_t)1 << 30, 5);
         printf("memory read bandwidth: %.2f GB/s (%d threads summing a 1 GiB buffer, best of 5)\n",
                bw, bw_threads);
-        print_bounds(bw * 1e9, per_tok, &s1, &s2, n_gen, dec_tps);
+        print_bounds(bw * 1e9, per_tok, kv_tok, dec_tps);
     }
     /* Prefill's bound is the multiply-add rate of the device that runs its products, which
      * its backend measures (the one holding all weights; split layers get no bound). */

@@ -137,8 +137,10 @@ static inline void sb_run(int32_t sb, const void *p, int64_t i, int n, float *ou
     for (; j < n; j++) out[j] = cpu_q_sb_at(sb, p, i + j);
 }
 
-enum { GENERIC = 0, LOW = 1, Q4 = 4, Q8 = 8 }; /* LOW: 2 and 3 bits */
-#define PF_AHEAD 1024                          /* bytes of a weight row fetched ahead by mv_rows */
+/* the unpack a product's codes take (LOW: 2 and 3 bits) */
+enum { GENERIC = 0, LOW = 1, Q4 = 4, Q8 = 8 };
+#define MV_MAX_KBLOCK 1024 /* the largest k block matvec_avx2 lets through */
+#define PF_AHEAD      1024 /* bytes of a weight row fetched ahead by mv_rows */
 
 /* R (1..4) weight rows from o against x: R accumulator chains and R weight streams. The
  * arithmetic is dequant_avx2's (w = fma(q, s, b)) followed by kernels_avx2.c's decode
@@ -161,7 +163,7 @@ static inline __attribute__((always_inline)) void mv_rows(const cpu_qmat *w, con
          * in the group loop they made the 8-bit product 9% slower (4-bit: no difference) */
         const int64_t g0 = kb / G;
         const int ng = (int)((ke - kb) / G);
-        float sf[4][1024 / 32], bf[4][1024 / 32];
+        float sf[4][MV_MAX_KBLOCK / 32], bf[4][MV_MAX_KBLOCK / 32]; /* groups: 32 at least */
         _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
             sb_run(w->sb, w->scales, (o + r) * gpr + g0, ng, sf[r]);
             sb_run(w->sb, w->biases, (o + r) * gpr + g0, ng, bf[r]);
@@ -251,7 +253,8 @@ static inline __attribute__((always_inline)) void matvec_mode(const cpu_qmat *w,
 
 static void matvec_avx2(const cpu_qmat *w, const float *x, int64_t o0, int64_t o1, float *y,
                         int64_t kblock) {
-    if (kblock > 1024) kblock = 1024; /* the paths' blocks are 512; keeps mv_row_dequant's buffer */
+    if (kblock > MV_MAX_KBLOCK) /* the paths' blocks are 512; keeps mv_row_dequant's buffer */
+        kblock = MV_MAX_KBLOCK;
     if (w->bits == 4)
         matvec_mode(w, x, o0, o1, y, kblock, Q4);
     else if (w->bits == 8)

@@ -313,8 +313,6 @@ static int op_argmax(lmh_backend *b, const lmh_op *op) {
     return vk_record(b, &d);
 }
 
-/* Whether a product of `rows` rows goes to matmul_big.comp's tiles; if so, x's shader, tile
- * height (specialization constant tm_id) and grid are set. */
 /* Splits of k (columns) for a product of `tiles` tiles: towards `wgs` workgroups, each split
  * `min_k` columns at least and a whole number of `step`-column steps, `most` splits at most;
  * *kchunk gets a split's columns. */
@@ -328,6 +326,8 @@ static uint32_t k_splits(uint64_t tiles, int64_t in, uint64_t wgs, uint64_t min_
     return (uint32_t)cdiv((uint64_t)in, *kchunk);
 }
 
+/* Whether a product of `rows` rows goes to matmul_big.comp's tiles; if so, x's shader, tile
+ * height (specialization constant tm_id) and grid are set. */
 static int big_tiles(const lmh_backend *b, vk_dispatch *x, enum vk_shader sh, int tm_id,
                      int64_t rows, int64_t in, int64_t out) {
     if (!b->matmul_big || (uint64_t)rows < b->matmul_big || b->max_shared < MATMUL_BIG_SMEM)
