@@ -16,9 +16,9 @@ extern "C" {
 
 #define LMH_ABI_MAJOR 1
 #define LMH_ABI_MINOR                                                                              \
-    5 /* 1: lmh_backend_api.read_bandwidth; 2: LMH_OP_ARGMAX;                                      \
+    6 /* 1: lmh_backend_api.read_bandwidth; 2: LMH_OP_ARGMAX;                                      \
        * 3: lmh_backend_api.download_start, download_wait; 4: lmh_backend_api.compute_peak;        \
-       * 5: lmh_cache_api.bytes_read */
+       * 5: lmh_cache_api.bytes_read; 6: lmh_backend_api.kernel_add, kernel_run */
 
 /* Every plugin exports this symbol (C linkage, default visibility). */
 #define LMH_PLUGIN_ENTRY_NAME "lmhost_plugin_entry"

@@ -33,6 +33,47 @@ enum {
     LMH_TENSOR_WEIGHT = 1, /* read-only after upload; counted as weights */
 };
 
+/* (ABI 1.6) Kernels that another plugin brings for data only it understands (a cache
+ * format's quantize and dequantize steps): one description holds an implementation for
+ * each kind of backend, and a backend runs the one it can, in order with its ops. */
+typedef struct lmh_kernel lmh_kernel; /* a kernel made ready on one backend */
+
+#define LMH_KERNEL_MAX_TENSORS 6
+#define LMH_KERNEL_MAX_PARAMS  16
+
+/* One run of a kernel: `groups` workgroups over its tensors and parameters. */
+typedef struct lmh_kernel_call {
+    uint32_t n_tensors;
+    lmh_tensor *t[LMH_KERNEL_MAX_TENSORS];
+    uint32_t writes; /* bit i: t[i] is written (the others are only read) */
+    uint32_t params[LMH_KERNEL_MAX_PARAMS];
+    uint32_t groups;
+} lmh_kernel_call;
+
+/* What a CPU backend hands a kernel's C function: the tensors' first bytes. */
+typedef struct lmh_kernel_cpu_args {
+    const lmh_kernel_call *call;
+    void *data[LMH_KERNEL_MAX_TENSORS];
+} lmh_kernel_cpu_args;
+
+typedef struct lmh_kernel_desc {
+    uint32_t size;    /* sizeof(lmh_kernel_desc) as the plugin knows it */
+    const char *name; /* for messages and profiles */
+    /* CPU backends: runs workgroups [first, first + count) of the call. It may be called
+     * from several threads at once with disjoint ranges. NULL: none for the CPU. */
+    void (*cpu)(const lmh_kernel_cpu_args *a, uint32_t first, uint32_t count);
+    /* Vulkan backends: a SPIR-V compute shader (entry point "main", its own local size),
+     * spirv_bytes long; NULL: none. Tensor i is the storage buffer at set 0, binding i,
+     * bound from an aligned offset at or before its first byte. Push constants, 32-bit
+     * words: word i (i < 6) is where tensor i starts in its binding, in elements of its
+     * dtype (4 bytes for quantized and i32 tensors); words 8..23 are the call's params.
+     * Past 65535 workgroups the grid has rows: a workgroup's index is gl_WorkGroupID.x +
+     * gl_NumWorkGroups.x * gl_WorkGroupID.y, and indices from the call's count on (the
+     * last row's rest) must do nothing, so a kernel takes its count as a param. */
+    const uint32_t *spirv;
+    size_t spirv_bytes;
+} lmh_kernel_desc;
+
 typedef struct lmh_backend_api {
     uint32_t size; /* sizeof(lmh_backend_api) as the plugin knows it */
 
@@ -113,6 +154,15 @@ typedef struct lmh_backend_api {
      * bytes, NUL-terminated) says what was measured ("f32 FMA, avx2, 8 threads"). It frees
      * what it allocated before returning. May be NULL (or absent by size). */
     int (*compute_peak)(lmh_backend *b, double *flop_per_s, char *what, size_t what_len);
+
+    /* (ABI 1.6) Makes a plugin's kernel ready to run here (a pipeline built, say). The
+     * same desc (by address) gives the same kernel, which lives as long as the backend.
+     * LMH_EUNSUPPORTED when desc has no implementation for this backend; err says why.
+     * Both may be NULL (or absent by size): the backend runs no plugin kernels. */
+    int (*kernel_add)(lmh_backend *b, const lmh_kernel_desc *desc, lmh_kernel **out, char *err,
+                      size_t err_len);
+    /* Enqueues a run of k, ordered with the ops enqueued before and after it. */
+    int (*kernel_run)(lmh_backend *b, lmh_kernel *k, const lmh_kernel_call *call);
 } lmh_backend_api;
 
 #ifdef __cplusplus

@@ -7,6 +7,7 @@
 #include "threadpool.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +37,14 @@ struct lmh_backend {
      * fresh allocation per op would be mapped and faulted in each time). Ops on one backend
      * run one at a time (its pool runs one job), so one buffer serves them all. */
     float *qbuf;
-    int64_t qbuf_per; /* floats per worker */
+    int64_t qbuf_per;           /* floats per worker */
+    struct lmh_kernel *kernels; /* plugin kernels made ready here (kernel_add) */
+};
+
+/* A plugin's kernel (ABI 1.6): its C function, run over workgroup ranges on the pool. */
+struct lmh_kernel {
+    const lmh_kernel_desc *desc;
+    struct lmh_kernel *next;
 };
 
 /* b->qbuf with room for `in`-wide rows, or NULL (cpu_q_matmul then goes row by row). */
@@ -1023,6 +1031,11 @@ static int cpu_create(const lmh_host_api *host, const lmh_backend_opts *o, lmh_b
 
 static void cpu_destroy(lmh_backend *b) {
     if (!b) return;
+    while (b->kernels) {
+        struct lmh_kernel *k = b->kernels;
+        b->kernels = k->next;
+        free(k);
+    }
     cpu_pool_free(b->pool);
     free(b->qbuf);
     free(b);
@@ -1084,6 +1097,50 @@ static int cpu_compute_peak(lmh_backend *b, double *flop_per_s, char *what, size
     return LMH_OK;
 }
 
+static int cpu_kernel_add(lmh_backend *b, const lmh_kernel_desc *desc, lmh_kernel **out, char *err,
+                          size_t err_len) {
+    *out = NULL;
+    for (struct lmh_kernel *k = b->kernels; k; k = k->next)
+        if (k->desc == desc) {
+            *out = k;
+            return LMH_OK;
+        }
+    if (!desc || desc->size < offsetof(lmh_kernel_desc, cpu) + sizeof desc->cpu || !desc->cpu) {
+        snprintf(err, err_len, "kernel '%s' has no implementation for the CPU",
+                 desc && desc->name ? desc->name : "?");
+        return LMH_EUNSUPPORTED;
+    }
+    struct lmh_kernel *k = calloc(1, sizeof *k);
+    if (!k) return LMH_ENOMEM;
+    k->desc = desc;
+    k->next = b->kernels;
+    b->kernels = k;
+    *out = k;
+    return LMH_OK;
+}
+
+typedef struct kernel_job {
+    const struct lmh_kernel *k;
+    lmh_kernel_cpu_args args;
+} kernel_job;
+
+static void do_kernel_range(void *arg, int64_t i0, int64_t i1, int worker) {
+    (void)worker;
+    const kernel_job *j = arg;
+    j->k->desc->cpu(&j->args, (uint32_t)i0, (uint32_t)(i1 - i0));
+}
+
+static int cpu_kernel_run(lmh_backend *b, lmh_kernel *k, const lmh_kernel_call *call) {
+    if (!k || !call || call->n_tensors > LMH_KERNEL_MAX_TENSORS) return LMH_EINVAL;
+    kernel_job j = {.k = k, .args = {.call = call}};
+    for (uint32_t i = 0; i < call->n_tensors; i++) {
+        if (!call->t[i]) return LMH_EINVAL;
+        j.args.data[i] = CT(call->t[i])->data;
+    }
+    if (call->groups) cpu_pool_run(b->pool, call->groups, 1, do_kernel_range, &j);
+    return LMH_OK;
+}
+
 static const char *const weight_dtypes[] = {"f32", "f16", "bf16", "q2", "q3",
                                             "q4",  "q5",  "q6",   "q8", NULL};
 static const char *const ops[] = {
@@ -1110,6 +1167,8 @@ static const lmh_backend_api api = {
     .memory = cpu_memory,
     .tensor_quant = cpu_tensor_quant,
     .compute_peak = cpu_compute_peak,
+    .kernel_add = cpu_kernel_add,
+    .kernel_run = cpu_kernel_run,
 };
 
 static const lmh_plugin_info info = {

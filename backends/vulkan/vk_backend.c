@@ -913,7 +913,7 @@ static int record(lmh_backend *b, const vk_dispatch *d) {
     if (b->err) return b->err;
     vk_batch *bt = batch_begin(b);
     if (!bt) return b->err ? b->err : LMH_EIO;
-    VkPipeline p = pipeline(b, d->shader, d->spec);
+    VkPipeline p = d->pipe ? d->pipe : pipeline(b, d->shader, d->spec);
     if (!p) return LMH_EINTERNAL;
     VkDescriptorSet set = VK_NULL_HANDLE;
     if (!b->push_set && !(set = alloc_set(b, bt))) return LMH_ENOMEM;
@@ -1466,6 +1466,96 @@ static int vk_read_bandwidth(lmh_backend *b, double *bytes_per_s) {
     vk_tensor_free(b, buf);
     if (!rc) rc = vk_sync(b);
     if (!rc) *bytes_per_s = bps;
+    return rc;
+}
+
+/* ---- plugin kernels (ABI 1.6) ------------------------------------------------------ */
+
+/* A plugin's SPIR-V kernel, built against the backend's own pipeline layout (its storage
+ * bindings and push constants are a prefix of the layout's). */
+struct lmh_kernel {
+    const lmh_kernel_desc *desc;
+    VkShaderModule module;
+    VkPipeline pipe;
+    struct lmh_kernel *next;
+};
+
+static int vk_kernel_add(lmh_backend *b, const lmh_kernel_desc *desc, lmh_kernel **out, char *err,
+                         size_t err_len) {
+    *out = NULL;
+    pthread_mutex_lock(&b->mu);
+    int rc = LMH_OK;
+    for (struct lmh_kernel *k = b->kernels; k; k = k->next)
+        if (k->desc == desc) *out = k;
+    if (*out) goto done;
+    if (!desc || desc->size < offsetof(lmh_kernel_desc, spirv_bytes) + sizeof desc->spirv_bytes ||
+        !desc->spirv || desc->spirv_bytes < 20 || desc->spirv_bytes % 4) {
+        snprintf(err, err_len, "kernel '%s' has no SPIR-V for Vulkan",
+                 desc && desc->name ? desc->name : "?");
+        rc = LMH_EUNSUPPORTED;
+        goto done;
+    }
+    struct lmh_kernel *k = calloc(1, sizeof *k);
+    if (!k) {
+        rc = LMH_ENOMEM;
+        goto done;
+    }
+    VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+                                   .codeSize = desc->spirv_bytes,
+                                   .pCode = desc->spirv};
+    VkResult r = vkCreateShaderModule(b->dev, &mi, NULL, &k->module);
+    if (r == VK_SUCCESS) {
+        VkComputePipelineCreateInfo ci = {
+            .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+            .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                      .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                      .module = k->module,
+                      .pName = "main"},
+            .layout = b->layout,
+        };
+        r = vkCreateComputePipelines(b->dev, VK_NULL_HANDLE, 1, &ci, NULL, &k->pipe);
+        if (r != VK_SUCCESS) vkDestroyShaderModule(b->dev, k->module, NULL);
+    }
+    if (r != VK_SUCCESS) {
+        snprintf(err, err_len, "kernel '%s': the device refused its SPIR-V (%s)",
+                 desc->name ? desc->name : "?", vk_result_name(r));
+        free(k);
+        rc = LMH_EINVAL;
+        goto done;
+    }
+    k->desc = desc;
+    k->next = b->kernels;
+    b->kernels = k;
+    *out = k;
+done:
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
+_Static_assert(LMH_KERNEL_MAX_TENSORS <= VK_NBIND && 8 + LMH_KERNEL_MAX_PARAMS <= VK_PC_WORDS,
+               "a plugin kernel's tensors and params must fit the pipeline layout");
+
+static int vk_kernel_run(lmh_backend *b, lmh_kernel *k, const lmh_kernel_call *call) {
+    if (!k || !call || call->n_tensors > LMH_KERNEL_MAX_TENSORS) return LMH_EINVAL;
+    vk_dispatch d = {.shader = VK_SH_PLUGIN, .pipe = k->pipe, .writes = call->writes};
+    for (uint32_t i = 0; i < call->n_tensors; i++) {
+        if (!call->t[i] || !vk_bindable(b, call->t[i])) return LMH_EINVAL;
+        d.bind[i] = VT(call->t[i]);
+    }
+    /* record() puts the offsets of bindings 0..4 in words 0..4; the rest are ours */
+    for (uint32_t i = 5; i < call->n_tensors; i++) d.pc[i] = vk_elem_off(b, d.bind[i]);
+    memcpy(d.pc + 8, call->params, sizeof call->params);
+    d.pc_words = 8 + LMH_KERNEL_MAX_PARAMS;
+    if (!call->groups) return LMH_OK;
+    /* past 65535 workgroups, rows of a 2-D grid (the ABI says how a kernel numbers them) */
+    d.groups[1] = (call->groups + 65534) / 65535;
+    d.groups[0] = (call->groups + d.groups[1] - 1) / d.groups[1];
+    d.groups[2] = 1;
+    pthread_mutex_lock(&b->mu);
+    vk_fuse_flush(b); /* held ops go first: the kernel may read what they write */
+    int rc = b->err ? b->err : vk_fuse_take_err(b);
+    if (!rc) rc = vk_record(b, &d);
+    pthread_mutex_unlock(&b->mu);
     return rc;
 }
 
@@ -2088,6 +2178,13 @@ static void vk_destroy(lmh_backend *b) {
             log_steps(b);
         }
         for (int i = 0; i < b->npipes; i++) vkDestroyPipeline(b->dev, b->pipes[i].p, NULL);
+        while (b->kernels) {
+            struct lmh_kernel *k = b->kernels;
+            b->kernels = k->next;
+            vkDestroyPipeline(b->dev, k->pipe, NULL);
+            vkDestroyShaderModule(b->dev, k->module, NULL);
+            free(k);
+        }
         for (int i = 0; i < VK_SH_COUNT; i++)
             if (b->modules[i]) vkDestroyShaderModule(b->dev, b->modules[i], NULL);
         for (int i = 0; i < VK_NBATCH; i++) {
@@ -2170,6 +2267,8 @@ static const lmh_backend_api api = {
     .compute_peak = vk_compute_peak,
     .download_start = vk_download_start,
     .download_wait = vk_download_wait,
+    .kernel_add = vk_kernel_add,
+    .kernel_run = vk_kernel_run,
 };
 
 static const lmh_plugin_info info = {

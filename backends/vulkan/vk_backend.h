@@ -87,6 +87,7 @@ enum vk_shader {
     VK_SH_SPLIT_SUM,   /* the splits of a product split over k added (split_sum.comp) */
     VK_SH_FMA_PEAK,    /* the multiply-add rate probes: f32 FMA, */
     VK_SH_COOP_PEAK,   /* and the matrix cores */
+    VK_SH_PLUGIN,      /* another plugin's kernel (kernel_add): vk_dispatch.pipe */
     VK_SH_COUNT
 };
 
@@ -104,6 +105,7 @@ typedef struct vk_dispatch {
     /* tensors the shader reaches by device address, read and written (hazards, lifetime) */
     const vk_tensor *const *xrd, *const *xwr;
     int nxrd, nxwr;
+    VkPipeline pipe; /* VK_SH_PLUGIN: the plugin kernel's pipeline */
 } vk_dispatch;
 
 typedef struct vk_hostbuf {
@@ -219,6 +221,7 @@ struct lmh_backend {
     VkDescriptorSetLayout dsl;
     VkPipelineLayout layout;
     VkShaderModule modules[VK_SH_COUNT];
+    struct lmh_kernel *kernels; /* plugin kernels made ready here (kernel_add) */
     vk_pipe *pipes;
     int npipes, cappipes;
 

@@ -100,4 +100,5 @@ const vk_spirv vk_shaders[VK_SH_COUNT] = {
     [VK_SH_QMATMUL_BIG] = SH(qmatmul_big),
     [VK_SH_FMA_PEAK] = SH(fma_peak),
     [VK_SH_COOP_PEAK] = SH(coop_peak),
+    [VK_SH_PLUGIN] = {NULL, NULL, 0, 0, "plugin_kernel"}, /* SPIR-V from another plugin */
 };

@@ -1,30 +1,16 @@
 /* The plain cache plugin: keys and values stored as they are computed, in f32 or f16,
- * one [capacity, kv_heads, head_dim] tensor per sequence and layer on the backend.
- * Layers that see the whole sequence keep every position in order, grown by doubling.
- * Sliding-window layers keep a ring of window - 1 + (rows of the largest step) positions,
- * so their memory stays bounded however long the sequence grows. Attention runs as the
- * backend's own attention op, which knows both layouts. */
+ * one [capacity, kv_heads, head_dim] tensor per sequence and layer on the backend, in the
+ * rows kv_seqs.h places them (every position, or a ring for a sliding window). Attention
+ * runs as the backend's own attention op, which knows both layouts. */
 #include "lmhost/lmhost.h"
+#include "kv_seqs.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct layer_kv {
-    lmh_tensor *k, *v;
-    int32_t cap; /* rows allocated */
-    int32_t pos; /* positions appended so far (the sequence length for this layer) */
-} layer_kv;
-
-/* Rows held: every position, or the ring's capacity once it has wrapped. */
-static int32_t rows_held(const layer_kv *kv) {
-    return kv->pos < kv->cap ? kv->pos : kv->cap;
-}
-
-typedef struct seq {
-    uint64_t id;
-    layer_kv *layers;
-} seq;
+typedef kv_layer layer_kv;
+typedef kv_seq seq;
 
 struct lmh_cache {
     const lmh_backend_api *be;
@@ -32,21 +18,13 @@ struct lmh_cache {
     lmh_dtype dtype;
     int32_t n_layers;
     lmh_layer_state *layers;
-    int32_t first_kv; /* the layer whose length is the sequence's length; -1: none */
     int32_t max_len;
-    seq *seqs;
-    int32_t n_seqs, cap_seqs;
+    kv_seqs t;
     uint64_t bytes;
     uint64_t read; /* bytes_read() */
 };
 
 static const char *const formats[] = {"f32", "f16", NULL};
-
-static seq *find(lmh_cache *c, uint64_t id) {
-    for (int32_t i = 0; i < c->n_seqs; i++)
-        if (c->seqs[i].id == id) return &c->seqs[i];
-    return NULL;
-}
 
 static uint64_t layer_bytes(const lmh_cache *c, int32_t l, int32_t cap) {
     const lmh_layer_state *s = &c->layers[l];
@@ -77,9 +55,7 @@ static int create(const lmh_host_api *host, const lmh_backend_api *be, lmh_backe
     c->dtype = dt;
     c->n_layers = cfg->n_layers;
     c->max_len = cfg->max_seq_len;
-    c->first_kv = -1;
-    for (int32_t l = 0; l < c->n_layers && c->first_kv < 0; l++)
-        if (c->layers[l].kind == LMH_STATE_KV) c->first_kv = l;
+    kv_seqs_init(&c->t, c->layers, c->n_layers);
     *out = c;
     return LMH_OK;
 }
@@ -91,60 +67,36 @@ static void free_seq(lmh_cache *c, seq *s) {
         if (kv->v) c->be->tensor_free(c->b, kv->v);
         c->bytes -= kv->k ? layer_bytes(c, l, kv->cap) : 0;
     }
-    free(s->layers);
 }
 
 static void destroy(lmh_cache *c) {
     if (!c) return;
-    for (int32_t i = 0; i < c->n_seqs; i++) free_seq(c, &c->seqs[i]);
-    free(c->seqs);
+    while (c->t.n) {
+        free_seq(c, &c->t.seqs[0]);
+        kv_seq_drop(&c->t, &c->t.seqs[0]);
+    }
+    free(c->t.seqs);
     free(c->layers);
     free(c);
 }
 
 static int seq_add(lmh_cache *c, uint64_t id) {
-    if (find(c, id)) return LMH_EINVAL;
-    if (c->n_seqs == c->cap_seqs) {
-        int32_t cap = c->cap_seqs ? c->cap_seqs * 2 : 8;
-        seq *n = realloc(c->seqs, (size_t)cap * sizeof *n);
-        if (!n) return LMH_ENOMEM;
-        c->seqs = n;
-        c->cap_seqs = cap;
-    }
-    seq *s = &c->seqs[c->n_seqs];
-    s->id = id;
-    s->layers = calloc((size_t)c->n_layers, sizeof *s->layers);
-    if (!s->layers) return LMH_ENOMEM;
-    c->n_seqs++;
-    return LMH_OK;
+    return kv_seq_add(&c->t, id);
 }
 
 static void seq_remove(lmh_cache *c, uint64_t id) {
-    seq *s = find(c, id);
+    seq *s = kv_find(&c->t, id);
     if (!s) return;
     free_seq(c, s);
-    *s = c->seqs[--c->n_seqs];
+    kv_seq_drop(&c->t, s);
 }
 
 static int32_t seq_len(lmh_cache *c, uint64_t id) {
-    seq *s = find(c, id);
-    if (!s) return -1;
-    return c->first_kv < 0 ? 0 : s->layers[c->first_kv].pos;
+    return kv_seq_len(&c->t, id);
 }
 
 static int seq_trim(lmh_cache *c, uint64_t id, int32_t len) {
-    seq *s = find(c, id);
-    if (!s || len < 0) return LMH_EINVAL;
-    /* A ring that has wrapped has overwritten what came before its window: it can only
-     * start over. Check every layer before changing any. */
-    for (int32_t l = 0; l < c->n_layers; l++) {
-        const layer_kv *kv = &s->layers[l];
-        if (c->layers[l].window > 0 && len > 0 && len < kv->pos && kv->pos > kv->cap)
-            return LMH_EUNSUPPORTED;
-    }
-    for (int32_t l = 0; l < c->n_layers; l++)
-        if (s->layers[l].pos > len) s->layers[l].pos = len;
-    return LMH_OK;
+    return kv_seq_trim(&c->t, id, len);
 }
 
 /* Copies rows [from, from + n) of src into rows [at, at + n) of dst (converting the
@@ -168,9 +120,17 @@ static int copy_rows(lmh_cache *c, lmh_tensor *dst, int32_t at, lmh_tensor *src,
     return rc;
 }
 
-/* The row that holds position p. */
-static int32_t slot(const lmh_cache *c, int32_t l, const layer_kv *kv, int32_t p) {
-    return c->layers[l].window > 0 ? p % kv->cap : p;
+/* kv_keep's copy: rows of both tensors of a layer, from its old pair to its new one */
+typedef struct keep_ctx {
+    lmh_cache *c;
+    const layer_kv *old;
+    lmh_tensor *k, *v;
+} keep_ctx;
+
+static int keep_rows(void *ctx, int32_t at, int32_t from, int32_t n) {
+    keep_ctx *x = ctx;
+    int rc = copy_rows(x->c, x->k, at, x->old->k, from, n);
+    return rc == LMH_OK ? copy_rows(x->c, x->v, at, x->old->v, from, n) : rc;
 }
 
 /* Reallocates (seq, layer) to `cap` rows and moves the positions still needed there. */
@@ -187,21 +147,8 @@ static int grow(lmh_cache *c, int32_t l, layer_kv *kv, int32_t cap) {
     }
     int rc = LMH_OK;
     if (kv->k) {
-        layer_kv nk = {.k = k, .v = v, .cap = cap, .pos = kv->pos};
-        if (st->window == 0) {
-            rc = copy_rows(c, k, 0, kv->k, 0, kv->pos);
-            if (rc == LMH_OK) rc = copy_rows(c, v, 0, kv->v, 0, kv->pos);
-        } else {
-            /* a ring: only the last window - 1 positions matter from here on */
-            int32_t first = kv->pos - (st->window - 1);
-            if (first < kv->pos - rows_held(kv)) first = kv->pos - rows_held(kv);
-            if (first < 0) first = 0;
-            for (int32_t p = first; p < kv->pos && rc == LMH_OK; p++) {
-                rc = copy_rows(c, k, slot(c, l, &nk, p), kv->k, slot(c, l, kv, p), 1);
-                if (rc == LMH_OK)
-                    rc = copy_rows(c, v, slot(c, l, &nk, p), kv->v, slot(c, l, kv, p), 1);
-            }
-        }
+        keep_ctx x = {c, kv, k, v};
+        rc = kv_keep(st, kv, cap, keep_rows, &x);
         c->be->tensor_free(c->b, kv->k);
         c->be->tensor_free(c->b, kv->v);
         c->bytes -= layer_bytes(c, l, kv->cap);
@@ -214,7 +161,7 @@ static int grow(lmh_cache *c, int32_t l, layer_kv *kv, int32_t cap) {
 }
 
 static int append(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *k, lmh_tensor *v) {
-    seq *s = find(c, id);
+    seq *s = kv_find(&c->t, id);
     if (!s || l < 0 || l >= c->n_layers || c->layers[l].kind != LMH_STATE_KV) return LMH_EINVAL;
     const lmh_layer_state *st = &c->layers[l];
     if (k->ndim != 3 || v->ndim != 3 || k->ne[0] != v->ne[0] || k->ne[1] != st->n_kv_heads ||
@@ -223,26 +170,15 @@ static int append(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *k, lmh_tenso
     layer_kv *kv = &s->layers[l];
     int32_t n = (int32_t)k->ne[0];
     if (c->max_len > 0 && kv->pos + n > c->max_len) return LMH_ENOMEM;
-    int rc = LMH_OK;
-    if (st->window > 0) {
-        /* queries of this step see up to window - 1 earlier positions plus the step */
-        int32_t need = st->window - 1 + n;
-        if (kv->cap < need)
-            rc = grow(c, l, kv, need > st->window ? need : st->window);
-        else if (n == 1 && kv->cap > st->window)
-            rc = grow(c, l, kv, st->window); /* decoding after a long prefill step: shrink */
+    int32_t cap = kv_capacity_for(st, kv, n, c->max_len);
+    int rc = cap ? grow(c, l, kv, cap) : LMH_OK;
+    if (st->window > 0) { /* from the ring's row for pos on, wrapping to row 0 */
         int32_t s0 = kv->pos % kv->cap, first = kv->cap - s0 < n ? kv->cap - s0 : n;
         if (rc == LMH_OK) rc = copy_rows(c, kv->k, s0, k, 0, first);
         if (rc == LMH_OK) rc = copy_rows(c, kv->v, s0, v, 0, first);
         if (rc == LMH_OK) rc = copy_rows(c, kv->k, 0, k, first, n - first);
         if (rc == LMH_OK) rc = copy_rows(c, kv->v, 0, v, first, n - first);
     } else {
-        if (kv->pos + n > kv->cap) {
-            int32_t cap = kv->cap ? kv->cap : 16;
-            while (cap < kv->pos + n) cap = cap > (1 << 29) ? kv->pos + n : cap * 2;
-            if (c->max_len > 0 && cap > c->max_len) cap = c->max_len;
-            rc = grow(c, l, kv, cap);
-        }
         if (rc == LMH_OK) rc = copy_rows(c, kv->k, kv->pos, k, 0, n);
         if (rc == LMH_OK) rc = copy_rows(c, kv->v, kv->pos, v, 0, n);
     }
@@ -250,22 +186,13 @@ static int append(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *k, lmh_tenso
     return rc;
 }
 
-/* The stored rows that a step's n queries can see, each once. The queries are the step's
- * rows, the last n positions appended: with a window, the first sees window - 1 before
- * its own; a ring holds no more than that anyway. */
-static int32_t rows_seen(const layer_kv *kv, int32_t n, int32_t window) {
-    int32_t first = kv->pos - rows_held(kv);
-    if (window > 0 && kv->pos - n - (window - 1) > first) first = kv->pos - n - (window - 1);
-    return first < 0 ? kv->pos : kv->pos - first;
-}
-
 static int attend(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *q, lmh_tensor *q_pos,
                   lmh_tensor *out, const lmh_attn_params *p) {
-    seq *s = find(c, id);
+    seq *s = kv_find(&c->t, id);
     if (!s || l < 0 || l >= c->n_layers || !s->layers[l].k) return LMH_EINVAL;
     layer_kv *kv = &s->layers[l];
     lmh_op op = {.code = LMH_OP_ATTENTION, .dst = out, .src = {q, kv->k, kv->v, q_pos}};
-    op.p.i[0] = rows_held(kv);
+    op.p.i[0] = kv_rows_held(kv);
     op.p.i[1] = 0;
     op.p.i[2] = p->window;
     op.p.i[3] = c->layers[l].window > 0 ? kv->cap : 0;
@@ -273,7 +200,7 @@ static int attend(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *q, lmh_tenso
     op.p.f[0] = p->scale;
     op.p.f[1] = p->softcap;
     int rc = c->be->enqueue(c->b, &op);
-    if (rc == LMH_OK) c->read += layer_bytes(c, l, rows_seen(kv, (int32_t)q->ne[0], p->window));
+    if (rc == LMH_OK) c->read += layer_bytes(c, l, kv_rows_seen(kv, (int32_t)q->ne[0], p->window));
     return rc;
 }
 
@@ -282,7 +209,7 @@ static uint64_t bytes(lmh_cache *c) {
 }
 
 static uint64_t seq_bytes(lmh_cache *c, uint64_t id) {
-    seq *s = find(c, id);
+    seq *s = kv_find(&c->t, id);
     uint64_t n = 0;
     if (s)
         for (int32_t l = 0; l < c->n_layers; l++)
@@ -295,9 +222,9 @@ static uint64_t bytes_read(lmh_cache *c) {
 }
 
 static int32_t layer_rows(lmh_cache *c, uint64_t id, int32_t l) {
-    seq *s = find(c, id);
+    seq *s = kv_find(&c->t, id);
     if (!s || l < 0 || l >= c->n_layers) return -1;
-    return rows_held(&s->layers[l]);
+    return kv_rows_held(&s->layers[l]);
 }
 
 static const lmh_cache_api api = {

@@ -4,7 +4,8 @@
 // reply must equal the reference's greedy text exactly.
 //
 // usage: node e2e.mjs LMHOST SCENARIO   (http | https | auth | errors | concurrency | shutdown |
-//                                        swap | swap-quant | serve-vulkan | vulkan-oom)
+//                                        swap | swap-quant | swap-kvquant | serve-vulkan |
+//                                        vulkan-oom)
 // Needs LMHOST_TOKENIZERS (the fetched tokenizers) and tests/data/e2e. LMHOST_SWAP_BACKEND
 // names the backend swap and swap-quant move to and back from (default cpu).
 import { spawn, execFileSync } from 'node:child_process';
@@ -418,6 +419,40 @@ async function scenarioSwapQuant() {
 }
 
 // Started on the Vulkan backend: every greedy case, then a move to the CPU and back.
+// The server with the quantized cache (--cache q8, the cache-quant plugin, whose kernels
+// each backend runs through plugin ABI 1.6): /health names it, several requests at once
+// get their text, the model moves to LMHOST_SWAP_BACKEND and back (on the CPU again the
+// greedy text is the one it gave there before), and a move to a backend that runs no
+// plugin kernels (noquant, ABI 1.5's table) is refused while the old chain serves.
+async function scenarioSwapKvQuant() {
+  const other = process.env.LMHOST_SWAP_BACKEND || 'cpu';
+  const p = await startServer(['--admin-key', 'adm', '--cache', 'q8']);
+  try {
+    check(/cache=quant\(q8\)/.test(health(p).chain), '/health names the quantized cache', JSON.stringify(health(p)));
+    const gen = greedy(p);
+    const want = await gen();
+    check(want.length > 0, 'the quantized cache generates', JSON.stringify(want));
+    const together = await Promise.all(cases.slice(0, 3).map((c) => streamText(client(p.url), chatBody(c))));
+    together.forEach((t, i) => check(t.text.length > 0, `case ${i} streamed with two others`, JSON.stringify(t)));
+    eq(await gen(), want, 'the same greedy text again');
+    const r = await adminMove(p, other);
+    check(r.code === 200 && onBackend(health(p), other) && /cache=quant\(q8\)/.test(health(p).chain),
+      `moved to ${other} with the quantized cache`, JSON.stringify(r));
+    check((await gen()).length > 0, `generates on ${other}`);
+    const back = await adminMove(p, 'cpu');
+    check(back.code === 200 && onBackend(health(p), 'cpu'), 'moved back to cpu', JSON.stringify(back));
+    eq(await gen(), want, 'the same greedy text back on the cpu');
+    if (process.env.LMHOST_TEST_INNER_BACKEND) {
+      const n = await adminMove(p, 'noquant');
+      check(n.code === 409 && /keeps serving/.test(n.body?.error?.message) && /plugin kernels/.test(n.body?.error?.message),
+        'a move to a backend without plugin kernels is refused, saying why', JSON.stringify(n));
+      eq(await gen(), want, 'still serving on the cpu');
+    }
+  } finally {
+    eq(await stop(p), 0, 'server exits 0');
+  }
+}
+
 async function scenarioServeVulkan() {
   const p = await startServer(['--backend', 'vulkan', '--admin-key', 'adm']);
   try {
@@ -484,7 +519,7 @@ async function scenarioHttpsClient() {
   await greedyCases(client(process.argv[4], { key: 'sekrit' }), 'https');
 }
 
-const scenarios = { swap: scenarioSwap, 'swap-quant': scenarioSwapQuant, 'serve-vulkan': scenarioServeVulkan, 'vulkan-oom': scenarioVulkanOom, 'https-client': scenarioHttpsClient, http: scenarioHttp, https: scenarioHttps, auth: scenarioAuth, errors: scenarioErrors, concurrency: scenarioConcurrency, shutdown: scenarioShutdown };
+const scenarios = { swap: scenarioSwap, 'swap-quant': scenarioSwapQuant, 'swap-kvquant': scenarioSwapKvQuant, 'serve-vulkan': scenarioServeVulkan, 'vulkan-oom': scenarioVulkanOom, 'https-client': scenarioHttpsClient, http: scenarioHttp, https: scenarioHttps, auth: scenarioAuth, errors: scenarioErrors, concurrency: scenarioConcurrency, shutdown: scenarioShutdown };
 if (!scenarios[scenario]) { console.error('unknown scenario ' + scenario); process.exit(2); }
 try {
   await scenarios[scenario]();
