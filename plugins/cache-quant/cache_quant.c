@@ -6,12 +6,13 @@
  * rows in one stream.
  *
  * The format is the plugin's own, so it brings its kernels (plugin ABI 1.6): quantize the
- * appended rows into their slots, dequantize the stored rows into f32 for the backend's
- * attention op, and move words when a store grows. Each has a C function for the CPU
- * backend and a SPIR-V module for Vulkan (shaders/, built with glslangValidator); no
- * backend knows the format. Rows are kept as the plain cache keeps them: every position in
- * order for full attention (grown by doubling), a ring of window - 1 + (rows of the
- * largest step) for sliding-window layers. */
+ * appended rows into their slots; decode's attention straight from the codes (attend,
+ * then attend_merge over its chunks); the stored rows dequantized into f32 for the
+ * backend's attention op in prefill steps and for shapes attend does not take; words
+ * moved when a store grows. Each has a C function for the CPU backend and a SPIR-V module
+ * for Vulkan (shaders/, built with glslangValidator); no backend knows the format. Rows go
+ * where kv_seqs.h puts them (every position, or a ring for a sliding window), as in the
+ * plain cache. */
 #include "lmhost/lmhost.h"
 #include "kv_seqs.h"
 
@@ -34,7 +35,9 @@
 #include "spv_quantize.h"
 #endif
 
-#define WG 64 /* items a workgroup, in every kernel (the shaders' local size) */
+#define WG                                                                                         \
+    64 /* items a workgroup of dequantize and move (their shaders' local size); rows a             \
+          block of attend's C function */
 
 /* ---- kernels: C for the CPU; shaders/ must compute the same ---------------------------- */
 
@@ -341,6 +344,7 @@ struct lmh_cache {
     size_t fk_floats, fv_floats;
     lmh_tensor *part; /* decode attention's partials, shared the same way */
     size_t part_floats;
+    int copy_only; /* LMHOST_CQ_DEQUANT=1: decode takes the f32 copy too (for comparison) */
 };
 
 static const char *const formats[] = {"q8", "q4", NULL};
@@ -405,6 +409,7 @@ static int create(const lmh_host_api *host, const lmh_backend_api *be, lmh_backe
     c->bits = bits;
     c->n_layers = cfg->n_layers;
     c->max_len = cfg->max_seq_len;
+    c->copy_only = getenv("LMHOST_CQ_DEQUANT") && atoi(getenv("LMHOST_CQ_DEQUANT")) != 0;
     kv_seqs_init(&c->t, c->layers, c->n_layers);
     for (int32_t l = 0; l < c->n_layers; l++) {
         if (c->layers[l].kind != LMH_STATE_KV) continue;
@@ -671,8 +676,8 @@ static int attend(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *q, lmh_tenso
     int kern = -1;
     uint32_t chunk = 0;
     if (q->ndim == 3 && q->ne[0] == 1 && q->dtype == LMH_F32 && q_pos->dtype == LMH_I32 &&
-        q->ne[1] == group * heads && q->ne[2] == c->layers[l].head_dim_k &&
-        !getenv("LMHOST_CQ_DEQUANT") && (kern = attend_fits(c, l, group)) >= 0 &&
+        q->ne[1] == group * heads && q->ne[2] == c->layers[l].head_dim_k && !c->copy_only &&
+        (kern = attend_fits(c, l, group)) >= 0 &&
         (chunk = attend_chunk_rows((uint32_t)kv_rows_held(kv), (uint32_t)heads, (uint32_t)group))) {
         int rc = attend_codes(c, l, kern, chunk, kv, q, q_pos, out, p);
         if (rc == LMH_OK) c->read += layer_bytes(c, l, kv_rows_seen(kv, 1, p->window));

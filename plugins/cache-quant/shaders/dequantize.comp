@@ -1,6 +1,6 @@
 #version 450
 // Rows of the quantized store back to f32 for the backend's attention: one invocation a
-// value. Must give what dequantize in cache_quant.c gives.
+// value. Must give what dequantize_cpu in cache_quant.c gives.
 layout(local_size_x = 64) in;
 layout(binding = 0) readonly buffer Src { uint src[]; };
 layout(binding = 1) writeonly buffer Dst { float dst[]; };
