@@ -183,11 +183,16 @@ row_values(const uint32_t *row, uint32_t n, uint32_t bits, uint32_t group, float
     const float *sb = (const float *)(row + n * bits / 32);
     for (uint32_t g0 = 0; g0 < n; g0 += group) {
         float sc = sb[g0 / group], bi = sb[n / group + g0 / group];
-        if (bits == 8)
-            for (uint32_t i = g0; i < g0 + group; i++) out[i] = (float)cb[i] * sc + bi;
-        else
-            for (uint32_t i = g0; i < g0 + group; i++)
-                out[i] = (float)((cb[i / 2] >> ((i & 1) * 4)) & 15u) * sc + bi;
+        const uint8_t *c8 = cb + g0;
+        uint8_t c4[64]; /* a 4-bit group's codes a byte each (groups are at most 64) */
+        if (bits == 4) {
+            for (uint32_t k = 0; k < group / 2; k++) {
+                c4[2 * k] = cb[g0 / 2 + k] & 15u;
+                c4[2 * k + 1] = cb[g0 / 2 + k] >> 4;
+            }
+            c8 = c4;
+        }
+        for (uint32_t i = 0; i < group; i++) out[g0 + i] = (float)c8[i] * sc + bi;
     }
 }
 
