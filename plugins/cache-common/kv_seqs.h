@@ -124,20 +124,36 @@ static inline int32_t kv_capacity_for(const lmh_layer_state *st, const kv_layer 
     return cap;
 }
 
-/* Moves the positions still needed from a layer's tensors (old) to new ones of ncap rows
- * (with the same pos), through copy(ctx, new row, old row, rows): all of a full layer; a
- * ring's last window - 1, each to its row in the new ring. */
-static inline int kv_keep(const lmh_layer_state *st, const kv_layer *old, int32_t ncap,
-                          int (*copy)(void *ctx, int32_t at, int32_t from, int32_t n), void *ctx) {
-    if (st->window == 0) return old->pos ? copy(ctx, 0, 0, old->pos) : LMH_OK;
+/* A plugin's copy of rows [from, from + n) of src into rows [at, at + n) of dst. */
+typedef int (*kv_copy_fn)(lmh_cache *c, lmh_tensor *dst, int32_t at, lmh_tensor *src, int32_t from,
+                          int32_t n);
+
+/* Moves the positions still needed from a layer's tensors (old) to new ones k, v of ncap
+ * rows (with the same pos), through the plugin's copy: all of a full layer; a ring's last
+ * window - 1, each to its row in the new ring. */
+static inline int kv_keep(lmh_cache *c, kv_copy_fn copy, const lmh_layer_state *st,
+                          const kv_layer *old, lmh_tensor *k, lmh_tensor *v, int32_t ncap) {
+    if (st->window == 0) {
+        int rc = copy(c, k, 0, old->k, 0, old->pos);
+        return rc == LMH_OK ? copy(c, v, 0, old->v, 0, old->pos) : rc;
+    }
     kv_layer nk = {.cap = ncap, .pos = old->pos};
     int32_t first = old->pos - (st->window - 1);
     if (first < old->pos - kv_rows_held(old)) first = old->pos - kv_rows_held(old);
     if (first < 0) first = 0;
     int rc = LMH_OK;
-    for (int32_t p = first; p < old->pos && rc == LMH_OK; p++)
-        rc = copy(ctx, kv_slot(st, &nk, p), kv_slot(st, old, p), 1);
+    for (int32_t p = first; p < old->pos && rc == LMH_OK; p++) {
+        rc = copy(c, k, kv_slot(st, &nk, p), old->k, kv_slot(st, old, p), 1);
+        if (rc == LMH_OK) rc = copy(c, v, kv_slot(st, &nk, p), old->v, kv_slot(st, old, p), 1);
+    }
     return rc;
+}
+
+/* lmh_cache_api.layer_rows: the rows (seq, layer) holds, -1 for an unknown one. */
+static inline int32_t kv_layer_rows(kv_seqs *t, uint64_t id, int32_t l) {
+    kv_seq *s = kv_find(t, id);
+    if (!s || l < 0 || l >= t->n_layers) return -1;
+    return kv_rows_held(&s->layers[l]);
 }
 
 #endif

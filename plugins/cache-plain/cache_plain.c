@@ -120,19 +120,6 @@ static int copy_rows(lmh_cache *c, lmh_tensor *dst, int32_t at, lmh_tensor *src,
     return rc;
 }
 
-/* kv_keep's copy: rows of both tensors of a layer, from its old pair to its new one */
-typedef struct keep_ctx {
-    lmh_cache *c;
-    const layer_kv *old;
-    lmh_tensor *k, *v;
-} keep_ctx;
-
-static int keep_rows(void *ctx, int32_t at, int32_t from, int32_t n) {
-    keep_ctx *x = ctx;
-    int rc = copy_rows(x->c, x->k, at, x->old->k, from, n);
-    return rc == LMH_OK ? copy_rows(x->c, x->v, at, x->old->v, from, n) : rc;
-}
-
 /* Reallocates (seq, layer) to `cap` rows and moves the positions still needed there. */
 static int grow(lmh_cache *c, int32_t l, layer_kv *kv, int32_t cap) {
     const lmh_layer_state *st = &c->layers[l];
@@ -147,8 +134,7 @@ static int grow(lmh_cache *c, int32_t l, layer_kv *kv, int32_t cap) {
     }
     int rc = LMH_OK;
     if (kv->k) {
-        keep_ctx x = {c, kv, k, v};
-        rc = kv_keep(st, kv, cap, keep_rows, &x);
+        rc = kv_keep(c, copy_rows, st, kv, k, v, cap);
         c->be->tensor_free(c->b, kv->k);
         c->be->tensor_free(c->b, kv->v);
         c->bytes -= layer_bytes(c, l, kv->cap);
@@ -222,9 +208,7 @@ static uint64_t bytes_read(lmh_cache *c) {
 }
 
 static int32_t layer_rows(lmh_cache *c, uint64_t id, int32_t l) {
-    seq *s = kv_find(&c->t, id);
-    if (!s || l < 0 || l >= c->n_layers) return -1;
-    return kv_rows_held(&s->layers[l]);
+    return kv_layer_rows(&c->t, id, l);
 }
 
 static const lmh_cache_api api = {
