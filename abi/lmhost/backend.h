@@ -157,8 +157,10 @@ typedef struct lmh_backend_api {
 
     /* (ABI 1.6) Makes a plugin's kernel ready to run here (a pipeline built, say). The
      * same desc (by address) gives the same kernel, which lives as long as the backend.
-     * LMH_EUNSUPPORTED when desc has no implementation for this backend; err says why.
-     * Both may be NULL (or absent by size): the backend runs no plugin kernels. */
+     * LMH_EUNSUPPORTED when desc has no implementation for this backend, or one this
+     * device cannot run (a Vulkan kernel's shared memory or workgroup size past the
+     * device's limits, read from its SPIR-V); err says why, and the plugin should take
+     * another way where it has one. Both may be NULL (or absent by size): the backend runs no plugin kernels. */
     int (*kernel_add)(lmh_backend *b, const lmh_kernel_desc *desc, lmh_kernel **out, char *err,
                       size_t err_len);
     /* Enqueues a run of k, ordered with the ops enqueued before and after it. */

@@ -43,6 +43,7 @@
  * never in matmul_big.comp's tiles, or for every product of more than 4 rows (4, 8: tiles of
  * 64 or 128 rows whatever the shape; default: from 65 rows on GPUs, never on CPU devices). */
 #include "vk_backend.h"
+#include "vk_spirv.h"
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -560,6 +561,10 @@ static void read_profile(lmh_backend *b, vk_batch *bt) {
                 (double)(ts[2 * i + 1] - ts[2 * i]) * b->props.limits.timestampPeriod * 1e-3;
             b->prof_us[sh] += us;
             b->prof_n[sh]++;
+            if (bt->query_kernel[i]) {
+                bt->query_kernel[i]->prof_us += us;
+                bt->query_kernel[i]->prof_n++;
+            }
             if (b->profile < 2) continue;
             int k = 0;
             while (k < b->nprof_shape && (b->prof_shape[k].shader != sh ||
@@ -986,6 +991,7 @@ static int record(lmh_backend *b, const vk_dispatch *d) {
         vkCmdWriteTimestamp(bt->cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, bt->queries, 2 * q);
         bt->query_shader[q] = (uint8_t)d->shader;
         bt->query_groups[q] = groups;
+        bt->query_kernel[q] = d->kernel;
     }
     if (d->indirect)
         vkCmdDispatchIndirect(bt->cb, d->indirect->a->blk->buf, d->indirect->off);
@@ -1471,15 +1477,8 @@ static int vk_read_bandwidth(lmh_backend *b, double *bytes_per_s) {
 
 /* ---- plugin kernels (ABI 1.6) ------------------------------------------------------ */
 
-/* A plugin's SPIR-V kernel, built against the backend's own pipeline layout (its storage
- * bindings and push constants are a prefix of the layout's). */
-struct lmh_kernel {
-    const lmh_kernel_desc *desc;
-    VkShaderModule module;
-    VkPipeline pipe;
-    struct lmh_kernel *next;
-};
-
+/* A plugin's SPIR-V kernel is built against the backend's own pipeline layout (its storage
+ * bindings and push constants are a prefix of the layout's): struct lmh_kernel. */
 static int vk_kernel_add(lmh_backend *b, const lmh_kernel_desc *desc, lmh_kernel **out, char *err,
                          size_t err_len) {
     *out = NULL;
@@ -1492,6 +1491,38 @@ static int vk_kernel_add(lmh_backend *b, const lmh_kernel_desc *desc, lmh_kernel
         !desc->spirv || desc->spirv_bytes < 20 || desc->spirv_bytes % 4) {
         snprintf(err, err_len, "kernel '%s' has no SPIR-V for Vulkan",
                  desc && desc->name ? desc->name : "?");
+        rc = LMH_EUNSUPPORTED;
+        goto done;
+    }
+    /* what it asks of the device, from the module: more than the device gives is refused
+     * here, as the kernel's own shortcoming, not passed to the driver */
+    vk_spirv_needs need;
+    char why[160];
+    if (vk_spirv_read(desc->spirv, desc->spirv_bytes, &need, why, sizeof why)) {
+        snprintf(err, err_len, "kernel '%s': %s", desc->name ? desc->name : "?", why);
+        rc = LMH_EINVAL;
+        goto done;
+    }
+    const VkPhysicalDeviceLimits *lim = &b->props.limits;
+    uint64_t inv = (uint64_t)need.local[0] * need.local[1] * need.local[2];
+    if (need.shared_bytes > b->kernel_shared) {
+        snprintf(err, err_len,
+                 "kernel '%s' needs %llu bytes of shared memory a workgroup; the device gives %u",
+                 desc->name ? desc->name : "?", (unsigned long long)need.shared_bytes,
+                 b->kernel_shared);
+        rc = LMH_EUNSUPPORTED;
+        goto done;
+    }
+    if (need.local[0] > lim->maxComputeWorkGroupSize[0] ||
+        need.local[1] > lim->maxComputeWorkGroupSize[1] ||
+        need.local[2] > lim->maxComputeWorkGroupSize[2] ||
+        inv > lim->maxComputeWorkGroupInvocations) {
+        snprintf(err, err_len,
+                 "kernel '%s' has workgroups of %ux%ux%u; the device takes at most %ux%ux%u and "
+                 "%u threads",
+                 desc->name ? desc->name : "?", need.local[0], need.local[1], need.local[2],
+                 lim->maxComputeWorkGroupSize[0], lim->maxComputeWorkGroupSize[1],
+                 lim->maxComputeWorkGroupSize[2], lim->maxComputeWorkGroupInvocations);
         rc = LMH_EUNSUPPORTED;
         goto done;
     }
@@ -1524,6 +1555,7 @@ static int vk_kernel_add(lmh_backend *b, const lmh_kernel_desc *desc, lmh_kernel
         goto done;
     }
     k->desc = desc;
+    snprintf(k->name, sizeof k->name, "%s", desc->name ? desc->name : "?");
     k->next = b->kernels;
     b->kernels = k;
     *out = k;
@@ -1537,7 +1569,7 @@ _Static_assert(LMH_KERNEL_MAX_TENSORS <= VK_NBIND && 8 + LMH_KERNEL_MAX_PARAMS <
 
 static int vk_kernel_run(lmh_backend *b, lmh_kernel *k, const lmh_kernel_call *call) {
     if (!k || !call || call->n_tensors > LMH_KERNEL_MAX_TENSORS) return LMH_EINVAL;
-    vk_dispatch d = {.shader = VK_SH_PLUGIN, .pipe = k->pipe, .writes = call->writes};
+    vk_dispatch d = {.shader = VK_SH_PLUGIN, .pipe = k->pipe, .kernel = k, .writes = call->writes};
     for (uint32_t i = 0; i < call->n_tensors; i++) {
         if (!call->t[i] || !vk_bindable(b, call->t[i])) return LMH_EINVAL;
         d.bind[i] = VT(call->t[i]);
@@ -1899,6 +1931,10 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
         lim->minStorageBufferOffsetAlignment > 16 ? lim->minStorageBufferOffsetAlignment : 16;
     b->max_range = lim->maxStorageBufferRange;
     b->max_shared = lim->maxComputeSharedMemorySize;
+    /* LMHOST_VK_KERNEL_SHARED=N: plugin kernels get at most N bytes of it, as on a smaller
+     * device (tests of a plugin's way around a refused kernel) */
+    b->kernel_shared =
+        env_uint("LMHOST_VK_KERNEL_SHARED", (int)(b->max_shared & 0x7fffffff), b->max_shared);
     /* LMHOST_VK_ATTN_WGS=N (1..512, the counters' room): a GPU's split counts on lavapipe */
     b->attn_target_wgs = env_uint("LMHOST_VK_ATTN_WGS", 512,
                                   b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 8 : 512);
@@ -2033,8 +2069,10 @@ static int setup_objects(lmh_backend *b, char *err, size_t err_len) {
         if (r == VK_SUCCESS && b->profile) {
             b->batch[i].query_shader = calloc(MAX_DISPATCH, 1);
             b->batch[i].query_groups = calloc(MAX_DISPATCH, sizeof(uint32_t));
+            b->batch[i].query_kernel = calloc(MAX_DISPATCH, sizeof(struct lmh_kernel *));
             b->batch[i].steps = calloc(2 * MAX_DISPATCH, sizeof(vk_step));
-            r = b->batch[i].query_shader && b->batch[i].query_groups && b->batch[i].steps
+            r = b->batch[i].query_shader && b->batch[i].query_groups && b->batch[i].query_kernel &&
+                        b->batch[i].steps
                     ? vkCreateQueryPool(b->dev, &qi, NULL, &b->batch[i].queries)
                     : VK_ERROR_OUT_OF_HOST_MEMORY;
         }
@@ -2169,6 +2207,12 @@ static void vk_destroy(lmh_backend *b) {
                            "profile: %-13s %8llu dispatches %10.3f ms %8.2f us each",
                            vk_shaders[i].name, (unsigned long long)b->prof_n[i],
                            b->prof_us[i] * 1e-3, b->prof_us[i] / (double)b->prof_n[i]);
+            for (const struct lmh_kernel *k = b->kernels; k; k = k->next)
+                if (k->prof_n)
+                    vk_log(b, LMH_LOG_INFO,
+                           "profile: plugin kernel '%s' %llu dispatches %.3f ms %.2f us each",
+                           k->name, (unsigned long long)k->prof_n, k->prof_us * 1e-3,
+                           k->prof_us / (double)k->prof_n);
             for (int k = 0; k < b->nprof_shape; k++)
                 vk_log(b, LMH_LOG_INFO,
                        "profile: %-13s %8u workgroups %8llu dispatches %10.3f ms %8.2f us each",
@@ -2197,6 +2241,7 @@ static void vk_destroy(lmh_backend *b) {
             free(bt->query_shader);
             free(bt->steps);
             free(bt->query_groups);
+            free(bt->query_kernel);
             hostbuf_free(b, &bt->staging);
             if (bt->stats_t) free(bt->stats_t->a);
             free(bt->stats_t);

@@ -93,6 +93,17 @@ enum vk_shader {
 
 /* One dispatch to record. pc[0..4] are filled in by vk_record with the element offsets
  * of bindings 0..4 within their bound (aligned) range. */
+/* A plugin's kernel made ready here (kernel_add): its pipeline on the backend's layout */
+struct lmh_kernel {
+    const lmh_kernel_desc *desc;
+    VkShaderModule module;
+    VkPipeline pipe;
+    char name[64];  /* the desc's, copied: the plugin that owns it may go first */
+    double prof_us; /* LMHOST_VK_PROFILE=1|2: its dispatches' GPU time */
+    uint64_t prof_n;
+    struct lmh_kernel *next;
+};
+
 typedef struct vk_dispatch {
     enum vk_shader shader;
     uint32_t spec[VK_NSPEC]; /* specialization constants 0..VK_NSPEC-1 */
@@ -105,7 +116,8 @@ typedef struct vk_dispatch {
     /* tensors the shader reaches by device address, read and written (hazards, lifetime) */
     const vk_tensor *const *xrd, *const *xwr;
     int nxrd, nxwr;
-    VkPipeline pipe; /* VK_SH_PLUGIN: the plugin kernel's pipeline */
+    VkPipeline pipe;           /* VK_SH_PLUGIN: the plugin kernel's pipeline */
+    struct lmh_kernel *kernel; /* and the kernel, for its profile */
 } vk_dispatch;
 
 typedef struct vk_hostbuf {
@@ -145,8 +157,9 @@ typedef struct vk_batch {
     VkQueryPool queries; /* LMHOST_VK_PROFILE: a timestamp pair per dispatch */
     uint32_t nqueries;
     uint8_t *query_shader;
-    uint32_t *query_groups; /* the dispatch's workgroups (LMHOST_VK_PROFILE=2) */
-    vk_step *steps;         /* LMHOST_VK_PROFILE=3: the step each timestamp ends */
+    uint32_t *query_groups;           /* the dispatch's workgroups (LMHOST_VK_PROFILE=2) */
+    struct lmh_kernel **query_kernel; /* a plugin kernel's dispatch: the kernel */
+    vk_step *steps;                   /* LMHOST_VK_PROFILE=3: the step each timestamp ends */
     VkDescriptorPool *pools;
     int npools, pool_sets; /* sets taken from pools[npools - 1] */
     vk_hostbuf staging;
@@ -207,6 +220,7 @@ struct lmh_backend {
     VkDeviceSize max_range;    /* maxStorageBufferRange */
     VkDeviceSize max_alloc;    /* maxMemoryAllocationSize */
     uint32_t max_shared;       /* maxComputeSharedMemorySize */
+    uint32_t kernel_shared;    /* of which plugin kernels may use (LMHOST_VK_KERNEL_SHARED) */
     uint32_t attn_target_wgs;  /* workgroups to aim for when splitting attention keys */
     uint32_t attn_ku, attn_vu; /* attention.comp's KU (at most) and VU */
     /* attn_decode.comp: lanes per key at most (0: not used; it needs subgroup shuffles)

@@ -336,6 +336,7 @@ struct lmh_cache {
     const lmh_backend_api *be;
     lmh_backend *b;
     lmh_kernel *kern[K_COUNT];
+    uint8_t refused[K_COUNT]; /* attend builds the backend refused (attend_ready) */
     int32_t bits;
     int32_t n_layers;
     lmh_layer_state *layers;
@@ -421,7 +422,7 @@ static int create(const lmh_host_api *host, const lmh_backend_api *be, lmh_backe
         c->ks[l] = make_side(c->layers[l].head_dim_k, bits);
         c->vs[l] = make_side(c->layers[l].head_dim_v, bits);
     }
-    for (int i = 0; i < K_ATTEND; i++) { /* attend's builds when first used (attend_codes) */
+    for (int i = 0; i < K_ATTEND; i++) { /* attend's builds when first used (attend_ready) */
         int rc = be->kernel_add(b, &kernel_descs[i], &c->kern[i], err, err_len);
         if (rc != LMH_OK) {
             free(c->layers);
@@ -615,6 +616,21 @@ static int attend_fits(const lmh_cache *c, int32_t l, int64_t G) {
     return K_ATTEND + (c->bits == 8 ? 0 : 3) + (ld == 8 ? 0 : ld == 16 ? 1 : 2);
 }
 
+/* Whether attend's build kern runs here, made ready on first use. A backend may refuse one
+ * (a device with less shared memory than it takes): decode then reads the f32 copy, as
+ * other shapes do, and the refusal is logged once. */
+static int attend_ready(lmh_cache *c, int kern) {
+    if (c->kern[kern]) return 1;
+    if (c->refused[kern]) return 0;
+    char err[256] = "";
+    int rc = c->be->kernel_add(c->b, &kernel_descs[kern], &c->kern[kern], err, sizeof err);
+    if (rc == LMH_OK && c->kern[kern]) return 1;
+    c->refused[kern] = 1;
+    if (c->host && c->host->log)
+        c->host->log(LMH_LOG_WARN, "cache quant: %s; decode reads a dequantized copy instead", err);
+    return 0;
+}
+
 /* One query row (decode): attention straight from the codes, a workgroup a K/V head and
  * chunk of rows, then the chunks merged; no f32 copy of the store. */
 static int attend_codes(lmh_cache *c, int32_t l, int kern, uint32_t chunk, const layer_kv *kv,
@@ -644,13 +660,7 @@ static int attend_codes(lmh_cache *c, int32_t l, int kern, uint32_t chunk, const
     v[15] = chunk;
     memcpy(call.params, v, sizeof v);
     call.groups = v[0];
-    char err[256];
-    int rc = c->kern[kern]
-                 ? LMH_OK
-                 : c->be->kernel_add(c->b, &kernel_descs[kern], &c->kern[kern], err, sizeof err);
-    if (rc != LMH_OK && c->host && c->host->log)
-        c->host->log(LMH_LOG_ERROR, "cache quant: %s", err);
-    if (rc == LMH_OK) rc = c->be->kernel_run(c->b, c->kern[kern], &call);
+    int rc = c->be->kernel_run(c->b, c->kern[kern], &call);
     uint32_t m[2] = {nch, dv};
     if (rc == LMH_OK) rc = run(c, K_ATTEND_MERGE, part, out, heads, 1, m, 2); /* a head each */
     c->be->tensor_free(c->b, part);
@@ -668,7 +678,7 @@ static int attend(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *q, lmh_tenso
     uint32_t chunk = 0;
     if (q->ndim == 3 && q->ne[0] == 1 && q->dtype == LMH_F32 && q_pos->dtype == LMH_I32 &&
         q->ne[1] == group * heads && q->ne[2] == c->layers[l].head_dim_k && !c->copy_only &&
-        (kern = attend_fits(c, l, group)) >= 0 &&
+        (kern = attend_fits(c, l, group)) >= 0 && attend_ready(c, kern) &&
         (chunk = attend_chunk_rows((uint32_t)kv_rows_held(kv), (uint32_t)heads, (uint32_t)group))) {
         int rc = attend_codes(c, l, kern, chunk, kv, q, q_pos, out, p);
         if (rc == LMH_OK) c->read += layer_bytes(c, l, kv_rows_seen(kv, 1, p->window));

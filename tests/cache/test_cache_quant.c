@@ -37,14 +37,43 @@
 static int g_fail, g_checks;
 static uint64_t g_rng = 0x2545f4914f6cdd1dull;
 
+static int g_copy_logs; /* "decode reads a dequantized copy" warnings: refused attend builds */
+
 static void host_log(int level, const char *fmt, ...) {
     if (level > LMH_LOG_WARN) return;
+    char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "log: ");
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "log: %s\n", msg);
+    if (strstr(msg, "decode reads a dequantized copy")) g_copy_logs++;
+}
+
+static void check(int ok, const char *fmt, ...) {
+    g_checks++;
+    if (ok) return;
+    g_fail++;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "FAIL: ");
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
+}
+
+/* A backend whose kernel_add refuses the decode attention builds, as one whose device has
+ * too little shared memory for them: the cache must decode through its f32 copy instead. */
+static int (*g_inner_kernel_add)(lmh_backend *, const lmh_kernel_desc *, lmh_kernel **, char *,
+                                 size_t);
+static int refuse_attend(lmh_backend *b, const lmh_kernel_desc *d, lmh_kernel **out, char *err,
+                         size_t err_len) {
+    if (d && d->name && strstr(d->name, "attend ")) {
+        *out = NULL;
+        snprintf(err, err_len, "kernel '%s' refused by the test", d->name);
+        return LMH_EUNSUPPORTED;
+    }
+    return g_inner_kernel_add(b, d, out, err, err_len);
 }
 
 static const lmh_host_api g_host = {
@@ -367,8 +396,25 @@ int main(int argc, char **argv) {
             continue;
         }
         const char *name = i == 2 ? "cpu" : "vulkan";
+        /* LMHOST_VK_KERNEL_SHARED below attend's needs: the Vulkan backend refuses it */
+        const char *ks = i == 2 ? NULL : getenv("LMHOST_VK_KERNEL_SHARED");
+        int logs = g_copy_logs;
         run_backend(name, be, b, 8);
         run_backend(name, be, b, 4);
+        if (ks && atoi(ks) > 0 && atoi(ks) < 16384 + 1024)
+            check(g_copy_logs > logs, "%s with LMHOST_VK_KERNEL_SHARED=%s: attend refused", name,
+                  ks);
+        else /* the backend's reading of the kernel's needs lets it run where it fits */
+            check(g_copy_logs == logs, "%s: attend's builds run", name);
+        lmh_backend_api refusing = *be;
+        g_inner_kernel_add = be->kernel_add;
+        refusing.kernel_add = refuse_attend;
+        logs = g_copy_logs;
+        char label[64];
+        snprintf(label, sizeof label, "%s, attend refused", name);
+        run_backend(label, &refusing, b, 8);
+        run_backend(label, &refusing, b, 4);
+        check(g_copy_logs > logs, "%s: the refusal is logged", label);
         be->destroy(b);
     }
     printf("%d checks, %d failed\n", g_checks, g_fail);

@@ -16,6 +16,7 @@ TARGETS=(
     "config|tests/fuzz/fuzz_config.c core/model_dir.c core/safetensors.c core/util.c core/jsonfix/json_fix.c|json-c|-Icore/jsonfix"
     "request|tests/fuzz/fuzz_request.c core/server/api.c core/sampler.c core/log.c core/jsonfix/json_fix.c|json-c|-Icore/server -Icore/jsonfix"
     "tokenizer|tests/fuzz/fuzz_tokenizer.c core/tokenizer/tok_util.c core/tokenizer/tok_unidata.c core/tokenizer/tok_load.c core/tokenizer/tok_encode.c core/tokenizer/tok_decode.c core/jsonfix/json_fix.c|json-c libpcre2-8 libutf8proc|-Icore/tokenizer -Icore/jsonfix"
+    "spirv|tests/fuzz/fuzz_spirv.c backends/vulkan/vk_spirv.c||-Ibackends/vulkan"
     "template|tests/fuzz/fuzz_template.c core/template/chat_template.c core/template/tpl_builtins.c core/template/tpl_eval.c core/template/tpl_format.c core/template/tpl_json.c core/template/tpl_parse.c core/template/tpl_unicode.c core/template/tpl_value.c|json-c libutf8proc|-Icore/template -lm"
 )
 
@@ -72,7 +73,7 @@ for row in "${TARGETS[@]}"; do
     wanted "$name" || continue
     bin=$out/fuzz_$name
     # shellcheck disable=SC2086,SC2046 # the table's lists are meant to split
-    if ! $CC "${CFLAGS_FUZZ[@]}" $extra $srcs $(pkg-config --cflags --libs $pkgs) -o "$bin" \
+    if ! $CC "${CFLAGS_FUZZ[@]}" $extra $srcs $([ -z "$pkgs" ] || pkg-config --cflags --libs $pkgs) -o "$bin" \
         >"$out/build-$name.log" 2>&1; then
         cat "$out/build-$name.log"
         echo "fuzz-$name: FAILED to build"
