@@ -52,56 +52,60 @@ typedef struct id_info {
 } id_info;
 
 /* The value of OpSpecConstantOp's operation on known operands; 0 where it is not one this
- * reader evaluates (the module is still valid: its size is then only a floor). */
+ * reader evaluates (the module is still valid: its size is then only a floor). Sizes are
+ * not negative, so the signed forms read as the unsigned ones. */
 static int spec_op(uint32_t op, const uint64_t *a, int n, uint64_t *out) {
-    uint64_t x = n > 0 ? a[0] : 0, y = n > 1 ? a[1] : 0;
+    int unary = op == 113 || op == 114; /* UConvert, SConvert */
+    if (op == 169) {                    /* Select */
+        if (n != 3) return 0;
+        *out = a[0] ? a[1] : a[2];
+        return 1;
+    }
+    if (n != (unary ? 1 : 2)) return 0;
+    uint64_t x = a[0], y = unary ? 0 : a[1];
+    if ((op == 134 || op == 135 || op == 137) && !y) return 0; /* a division by zero */
     switch (op) {
-    case 128:
+    case 113: /* UConvert */
+    case 114: /* SConvert */
+        *out = x;
+        return 1;
+    case 128: /* IAdd */
         *out = x + y;
-        return n == 2; /* IAdd */
-    case 130:
+        return 1;
+    case 130: /* ISub */
         *out = x - y;
-        return n == 2; /* ISub */
-    case 132:
+        return 1;
+    case 132: /* IMul */
         *out = x * y;
-        return n == 2; /* IMul */
-    case 134:          /* UDiv */
-    case 135:          /* SDiv (sizes are not negative) */
-        if (n != 2 || !y) return 0;
+        return 1;
+    case 134: /* UDiv */
+    case 135: /* SDiv */
         *out = x / y;
         return 1;
     case 137: /* UMod */
-        if (n != 2 || !y) return 0;
         *out = x % y;
         return 1;
-    case 194:
+    case 194: /* ShiftRightLogical */
         *out = y < 64 ? x >> y : 0;
-        return n == 2; /* ShiftRightLogical */
-    case 196:
+        return 1;
+    case 196: /* ShiftLeftLogical */
         *out = y < 64 ? x << y : 0;
-        return n == 2; /* ShiftLeftLogical */
-    case 197:
+        return 1;
+    case 197: /* BitwiseOr */
         *out = x | y;
-        return n == 2; /* BitwiseOr */
-    case 199:
+        return 1;
+    case 199: /* BitwiseAnd */
         *out = x & y;
-        return n == 2; /* BitwiseAnd */
-    case 113:          /* UConvert */
-    case 114:
-        *out = x;
-        return n == 1; /* SConvert */
-    case 169:
-        *out = x ? y : a[2];
-        return n == 3; /* Select */
-    case 170:
+        return 1;
+    case 170: /* IEqual */
         *out = x == y;
-        return n == 2; /* IEqual */
-    case 172:
+        return 1;
+    case 172: /* UGreaterThan */
         *out = x > y;
-        return n == 2; /* UGreaterThan */
-    case 176:
+        return 1;
+    case 176: /* ULessThan */
         *out = x < y;
-        return n == 2; /* ULessThan */
+        return 1;
     default:
         return 0;
     }
