@@ -45,6 +45,7 @@
 #include "vk_backend.h"
 #include "vk_spirv.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -1496,10 +1497,11 @@ static int vk_kernel_add(lmh_backend *b, const lmh_kernel_desc *desc, lmh_kernel
     }
     /* what it asks of the device, from the module: more than the device gives is refused
      * here, as the kernel's own shortcoming, not passed to the driver */
+    const char *name = desc->name ? desc->name : "?";
     vk_spirv_needs need;
     char why[160];
     if (vk_spirv_read(desc->spirv, desc->spirv_bytes, &need, why, sizeof why)) {
-        snprintf(err, err_len, "kernel '%s': %s", desc->name ? desc->name : "?", why);
+        snprintf(err, err_len, "kernel '%s': %s", name, why);
         rc = LMH_EINVAL;
         goto done;
     }
@@ -1508,8 +1510,7 @@ static int vk_kernel_add(lmh_backend *b, const lmh_kernel_desc *desc, lmh_kernel
     if (need.shared_bytes > b->kernel_shared) {
         snprintf(err, err_len,
                  "kernel '%s' needs %llu bytes of shared memory a workgroup; the device gives %u",
-                 desc->name ? desc->name : "?", (unsigned long long)need.shared_bytes,
-                 b->kernel_shared);
+                 name, (unsigned long long)need.shared_bytes, b->kernel_shared);
         rc = LMH_EUNSUPPORTED;
         goto done;
     }
@@ -1520,9 +1521,9 @@ static int vk_kernel_add(lmh_backend *b, const lmh_kernel_desc *desc, lmh_kernel
         snprintf(err, err_len,
                  "kernel '%s' has workgroups of %ux%ux%u; the device takes at most %ux%ux%u and "
                  "%u threads",
-                 desc->name ? desc->name : "?", need.local[0], need.local[1], need.local[2],
-                 lim->maxComputeWorkGroupSize[0], lim->maxComputeWorkGroupSize[1],
-                 lim->maxComputeWorkGroupSize[2], lim->maxComputeWorkGroupInvocations);
+                 name, need.local[0], need.local[1], need.local[2], lim->maxComputeWorkGroupSize[0],
+                 lim->maxComputeWorkGroupSize[1], lim->maxComputeWorkGroupSize[2],
+                 lim->maxComputeWorkGroupInvocations);
         rc = LMH_EUNSUPPORTED;
         goto done;
     }
@@ -1548,14 +1549,14 @@ static int vk_kernel_add(lmh_backend *b, const lmh_kernel_desc *desc, lmh_kernel
         if (r != VK_SUCCESS) vkDestroyShaderModule(b->dev, k->module, NULL);
     }
     if (r != VK_SUCCESS) {
-        snprintf(err, err_len, "kernel '%s': the device refused its SPIR-V (%s)",
-                 desc->name ? desc->name : "?", vk_result_name(r));
+        snprintf(err, err_len, "kernel '%s': the device refused its SPIR-V (%s)", name,
+                 vk_result_name(r));
         free(k);
         rc = LMH_EINVAL;
         goto done;
     }
     k->desc = desc;
-    snprintf(k->name, sizeof k->name, "%s", desc->name ? desc->name : "?");
+    snprintf(k->name, sizeof k->name, "%s", name);
     k->next = b->kernels;
     b->kernels = k;
     *out = k;
@@ -1934,7 +1935,8 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
     /* LMHOST_VK_KERNEL_SHARED=N: plugin kernels get at most N bytes of it, as on a smaller
      * device (tests of a plugin's way around a refused kernel) */
     b->kernel_shared =
-        env_uint("LMHOST_VK_KERNEL_SHARED", (int)(b->max_shared & 0x7fffffff), b->max_shared);
+        env_uint("LMHOST_VK_KERNEL_SHARED", b->max_shared > INT_MAX ? INT_MAX : (int)b->max_shared,
+                 b->max_shared);
     /* LMHOST_VK_ATTN_WGS=N (1..512, the counters' room): a GPU's split counts on lavapipe */
     b->attn_target_wgs = env_uint("LMHOST_VK_ATTN_WGS", 512,
                                   b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 8 : 512);
