@@ -32,6 +32,7 @@ typedef struct seg {
 
 struct lmh_fwd {
     engine *e;
+    int32_t n_rows; /* the pass's rows */
     htensor **tmp; /* scratch tensors and views, freed after the pass (views first) */
     int n_tmp, cap_tmp;
     seg *segs;
@@ -65,7 +66,10 @@ struct engine {
     lmh_backend_opts bopts;
     lmh_model *model;
     int32_t n_layers, vocab, first_kv;
+    int32_t first_state; /* the first layer that keeps anything: its cache says the length */
     lmh_layer_state *layers;
+    lmh_recurrent_state *rec; /* per layer (ABI 1.7), n_bufs 0 where none */
+    int n_rec;                /* layers with recurrent state */
     htensor **weights; /* tensors handed to the architecture plugin */
     int n_weights, cap_weights;
     uint64_t weight_bytes;
@@ -230,7 +234,8 @@ static int host_declare_model(lmh_load_ctx *ld, int32_t n_layers, int32_t vocab)
     if (vocab <= 0) return host_fail(ld, "config.json: bad vocab_size %d", vocab);
     if (e->layers) return host_fail(ld, "declare_model called twice");
     e->layers = calloc((size_t)n_layers, sizeof *e->layers);
-    if (!e->layers) return host_fail(ld, "out of memory");
+    e->rec = calloc((size_t)n_layers, sizeof *e->rec);
+    if (!e->layers || !e->rec) return host_fail(ld, "out of memory");
     e->n_layers = n_layers;
     e->vocab = vocab;
     e->layer_slot = calloc((size_t)n_layers, sizeof *e->layer_slot);
@@ -258,6 +263,32 @@ static int host_declare_layer(lmh_load_ctx *ld, int32_t layer, const lmh_layer_s
         return host_fail(ld, "layer %d: bad attention state (kv heads %d, head dims %d/%d)", layer,
                          st->n_kv_heads, st->head_dim_k, st->head_dim_v);
     e->layers[layer] = *st;
+    return LMH_OK;
+}
+
+static int host_declare_recurrent(lmh_load_ctx *ld, int32_t layer, const lmh_recurrent_state *st) {
+    engine *e = ld->e;
+    if (!e->layers) return host_fail(ld, "declare_recurrent before declare_model");
+    if (layer < 0 || layer >= e->n_layers)
+        return host_fail(ld, "declare_recurrent: layer %d out of range", layer);
+    if (!st || st->size < sizeof *st || st->n_bufs < 1 || st->n_bufs > LMH_MAX_STATE_BUFS)
+        return host_fail(ld, "layer %d: recurrent state needs 1 to %d buffers", layer,
+                         LMH_MAX_STATE_BUFS);
+    uint64_t bytes = 0;
+    for (int32_t b = 0; b < st->n_bufs; b++) {
+        const lmh_state_buf *sb = &st->buf[b];
+        int ok = sb->dtype == LMH_F32 && sb->ndim >= 1 && sb->ndim <= LMH_MAX_DIMS;
+        for (int i = 0; ok && i < sb->ndim; i++) ok = sb->ne[i] > 0 && sb->ne[i] < (1 << 30);
+        if (!ok)
+            return host_fail(ld, "layer %d: recurrent state buffer %d must be f32 with 1 to %d "
+                                 "positive dimensions", layer, b, LMH_MAX_DIMS);
+        bytes += (uint64_t)lmh_state_buf_elems(sb) * sizeof(float);
+    }
+    if (bytes > ((uint64_t)1 << 33))
+        return host_fail(ld, "layer %d: %llu bytes of recurrent state a sequence", layer,
+                         (unsigned long long)bytes);
+    if (!e->rec[layer].n_bufs) e->n_rec++;
+    e->rec[layer] = *st;
     return LMH_OK;
 }
 
@@ -687,6 +718,13 @@ static lmh_tensor *host_fwd_view(lmh_fwd *f, lmh_tensor *t, int64_t offset, int3
     return v ? &v->pub : NULL;
 }
 
+/* *op as the architecture plugin built it: one built before ABI 1.7 passes a struct that
+ * ends before src_more, which is then read as empty. */
+static void op_copy(const engine *e, const lmh_op *op, lmh_op *p) {
+    memset(p, 0, sizeof *p);
+    memcpy(p, op, e->arch_p->info->abi_minor >= 7 ? sizeof *p : offsetof(lmh_op, src_more));
+}
+
 static int host_fwd_op(lmh_fwd *f, int32_t layer, const lmh_op *op) {
     engine *e = f->e;
     if (f->failed) return LMH_EINVAL;
@@ -695,13 +733,18 @@ static int host_fwd_op(lmh_fwd *f, int32_t layer, const lmh_op *op) {
         return LMH_EINVAL;
     }
     int s = slot_of(e, layer);
-    lmh_op p = *op;
+    lmh_op p;
+    op_copy(e, op, &p);
     char why[256] = "out of memory";
-    for (int i = 0; i < LMH_OP_MAX_SRC; i++)
-        if (op->src[i] && !(p.src[i] = pl_on_why(e->slots, HT(op->src[i]), s, 0, why, sizeof why)))
-            goto oom;
+    const int nsrc = lmh_op_n_src(p.code);
     int in_place = 0;
-    for (int i = 0; i < LMH_OP_MAX_SRC; i++) in_place |= op->src[i] == op->dst;
+    for (int i = 0; i < nsrc; i++) {
+        lmh_tensor *t = lmh_op_src(&p, i), *on;
+        if (!t) continue;
+        if (!(on = pl_on_why(e->slots, HT(t), s, 0, why, sizeof why))) goto oom;
+        lmh_op_set_src(&p, i, on);
+        in_place |= t == op->dst;
+    }
     if (!(p.dst = pl_on_why(e->slots, HT(op->dst), s, !in_place, why, sizeof why))) goto oom;
     int rc = e->slots[s].api->enqueue(e->slots[s].b, &p);
     if (rc != 0) {
@@ -793,6 +836,81 @@ static int host_fwd_attention(lmh_fwd *f, int32_t layer, lmh_tensor *q, lmh_tens
     return LMH_OK;
 }
 
+static int has_recur(const lmh_cache_api *c) {
+    return c->size >= offsetof(lmh_cache_api, state_load) + sizeof c->state_load && c->recur &&
+           c->state_size && c->state_save && c->state_load;
+}
+
+static int host_fwd_recurrent(lmh_fwd *f, int32_t layer, int32_t buf, const lmh_op *op) {
+    engine *e = f->e;
+    if (f->failed) return LMH_EINVAL;
+    if (!op || !op->dst) return LMH_EINVAL;
+    const int st = lmh_op_state_src(op->code);
+    if (st < 0) {
+        fwd_failf(f, "fwd_recurrent: op %s keeps no state", lmh_op_name(op->code));
+        return LMH_EINVAL;
+    }
+    if (layer < 0 || layer >= e->n_layers || buf < 0 || buf >= e->rec[layer].n_bufs) {
+        fwd_failf(f, "recurrent op %s on layer %d buffer %d, which the layer did not declare",
+                  lmh_op_name(op->code), layer, buf);
+        return LMH_EINVAL;
+    }
+    if (lmh_op_src(op, st)) {
+        fwd_failf(f, "recurrent op %s on layer %d: its state operand must be left NULL",
+                  lmh_op_name(op->code), layer);
+        return LMH_EINVAL;
+    }
+    int s = slot_of(e, layer);
+    const pl_slot *sl = &e->slots[s];
+    lmh_op p;
+    op_copy(e, op, &p);
+    const unsigned rows = lmh_op_row_srcs(p.code);
+    char why[256] = "out of memory";
+    lmh_tensor *phys[LMH_OP_MAX_OPERANDS] = {0};
+    for (int i = 0; i < LMH_OP_MAX_OPERANDS; i++) {
+        lmh_tensor *t = lmh_op_src(&p, i);
+        if (!t) continue;
+        if ((rows >> i & 1u) && t->ne[0] != op->dst->ne[0]) {
+            fwd_failf(f, "recurrent op %s: operand %d has %lld rows, dst %lld",
+                      lmh_op_name(op->code), i, (long long)t->ne[0], (long long)op->dst->ne[0]);
+            return LMH_ESHAPE;
+        }
+        if (!(phys[i] = pl_on_why(e->slots, HT(t), s, 0, why, sizeof why))) goto oom;
+    }
+    lmh_tensor *pd = pl_on_why(e->slots, HT(op->dst), s, 1, why, sizeof why);
+    if (!pd) goto oom;
+    if (op->dst->ne[0] != f->n_rows) {
+        fwd_failf(f, "recurrent op %s: dst has %lld rows; the pass has %d",
+                  lmh_op_name(op->code), (long long)op->dst->ne[0], f->n_rows);
+        return LMH_ESHAPE;
+    }
+    lmh_cache *c = e->cache[s];
+    int32_t ll = e->local[s][layer];
+    /* each sequence's rows with its own state, in the order of the pass */
+    for (int i = 0; i < f->n_segs; i++) {
+        const seg *g = &f->segs[i];
+        lmh_op o = p;
+        lmh_tensor *views[LMH_OP_MAX_OPERANDS + 1] = {0};
+        int ok = (views[0] = row_view(sl, pd, g->r0, g->n)) != NULL;
+        o.dst = views[0];
+        for (int j = 0; j < LMH_OP_MAX_OPERANDS; j++) {
+            lmh_tensor *t = phys[j];
+            if (t && (rows >> j & 1u)) ok &= (t = views[j + 1] = row_view(sl, t, g->r0, g->n)) != NULL;
+            lmh_op_set_src(&o, j, t);
+        }
+        int rc = ok ? e->cache_api->recur(c, g->seq, ll, buf, &o) : LMH_ENOMEM;
+        for (int j = 0; j <= LMH_OP_MAX_OPERANDS; j++)
+            if (views[j]) sl->api->tensor_free(sl->b, views[j]);
+        if (rc) return cache_failed(f, layer, s, rc);
+    }
+    pl_written(HT(op->dst), s);
+    return LMH_OK;
+oom:
+    fwd_failf(f, "cannot place the operands of %s on %s: %s", lmh_op_name(op->code),
+              sl->plugin->info->name, why);
+    return LMH_ENOMEM;
+}
+
 const lmh_host_api host_api = {
     .size = sizeof(lmh_host_api),
     .abi_minor = LMH_ABI_MINOR,
@@ -816,6 +934,8 @@ const lmh_host_api host_api = {
     .fwd_view = host_fwd_view,
     .fwd_op = host_fwd_op,
     .fwd_attention = host_fwd_attention,
+    .declare_recurrent = host_declare_recurrent,
+    .fwd_recurrent = host_fwd_recurrent,
 };
 
 /* ---- engine ------------------------------------------------------------------------ */
@@ -848,6 +968,7 @@ void engine_close(engine *e) {
     free(e->weights);
     for (int s = 0; s < PL_MAX_SLOTS; s++) stop_backend(e, s);
     free(e->layers);
+    free(e->rec);
     free(e->layer_slot);
     md_close(e->md);
     free(e);
@@ -855,27 +976,39 @@ void engine_close(engine *e) {
 
 /* A cache on slot s for the layers placed there (target slot t of the layer map). */
 static int make_cache(engine *e, int s, int map_slot, char *err, size_t err_len) {
+    if (e->n_rec && !has_recur(e->cache_api))
+        return errf(err, err_len,
+                    "cache plugin %s keeps no recurrent state (built for plugin ABI 1.%u; 1.7 "
+                    "added it), which this model's layers need",
+                    e->cache_p->info->name, e->cache_p->info->abi_minor);
     lmh_layer_state *ls = calloc((size_t)e->n_layers, sizeof *ls);
+    lmh_recurrent_state *rs = calloc((size_t)e->n_layers, sizeof *rs);
     int32_t *local = malloc((size_t)e->n_layers * sizeof *local);
-    if (!ls || !local) {
+    if (!ls || !rs || !local) {
         free(ls);
+        free(rs);
         free(local);
         return errf(err, err_len, "out of memory");
     }
     int32_t n = 0;
     for (int32_t l = 0; l < e->n_layers; l++) {
         local[l] = e->layer_slot[l] == map_slot ? n : -1;
-        if (local[l] >= 0) ls[n++] = e->layers[l];
+        if (local[l] >= 0) {
+            rs[n] = e->rec[l];
+            ls[n++] = e->layers[l];
+        }
     }
     lmh_cache_config cc = {.size = sizeof cc,
                            .format = e->cache_format,
                            .n_layers = n,
                            .layers = ls,
-                           .max_seq_len = e->max_seq_len};
+                           .max_seq_len = e->max_seq_len,
+                           .recurrent = e->n_rec ? rs : NULL};
     char cerr[512] = "";
     int rc = e->cache_api->create(&host_api, e->slots[s].api, e->slots[s].b, &cc, &e->cache[s],
                                   cerr, sizeof cerr);
     free(ls);
+    free(rs);
     if (rc != 0 || !e->cache[s]) {
         free(local);
         e->cache[s] = NULL;
@@ -1002,6 +1135,9 @@ engine *engine_open(const registry *reg, const engine_opts *o, char *err, size_t
     e->first_kv = -1;
     for (int32_t l = 0; l < e->n_layers && e->first_kv < 0; l++)
         if (e->layers[l].kind == LMH_STATE_KV) e->first_kv = l;
+    e->first_state = e->first_kv;
+    for (int32_t l = 0; l < e->n_layers && e->first_state < 0; l++)
+        if (e->rec[l].n_bufs) e->first_state = l;
 
     e->max_seq_len = o->max_seq_len;
     if (!e->max_seq_len) {
@@ -1038,6 +1174,7 @@ void engine_get_stats(engine *e, engine_stats *s) {
     s->cache_read_counted =
         ca->size >= offsetof(lmh_cache_api, bytes_read) + sizeof ca->bytes_read && ca->bytes_read;
     for (int i = 0; i < e->n_slots; i++) {
+        if (e->n_rec && e->cache[i]) s->state_seq_bytes += ca->state_size(e->cache[i]);
         if (ca->bytes && e->cache[i]) s->cache_bytes += ca->bytes(e->cache[i]);
         if (s->cache_read_counted && e->cache[i])
             s->cache_read_bytes += ca->bytes_read(e->cache[i]);
@@ -1094,17 +1231,107 @@ void engine_seq_remove(engine *e, uint64_t seq) {
 }
 
 int32_t engine_seq_len(engine *e, uint64_t seq) {
-    int s = e->first_kv >= 0 ? e->layer_slot[e->first_kv] : 0;
+    int s = e->first_state >= 0 ? e->layer_slot[e->first_state] : 0;
     return e->cache_api->seq_len(e->cache[s], seq);
 }
 
 int engine_seq_trim(engine *e, uint64_t seq, int32_t len) {
-    int rc = 0;
+    /* recurrent state cannot go back but to 0: the caches leave it unusable until a
+     * snapshot is restored, and the caller hears of it */
+    int rc = e->n_rec && len > 0 && len < engine_seq_len(e, seq) ? LMH_EUNSUPPORTED : 0;
     for (int s = 0; s < e->n_slots; s++) {
         int r = e->cache_api->seq_trim(e->cache[s], seq, len);
         if (r && !rc) rc = r;
     }
     return rc;
+}
+
+struct engine_snapshot {
+    int32_t len;
+    int n_slots;
+    uint64_t bytes[PL_MAX_SLOTS];
+    void *state[PL_MAX_SLOTS]; /* each slot's cache's state_save, NULL where it keeps none */
+};
+
+void engine_snapshot_free(engine_snapshot *sn) {
+    if (!sn) return;
+    for (int s = 0; s < PL_MAX_SLOTS; s++) free(sn->state[s]);
+    free(sn);
+}
+
+int32_t engine_snapshot_len(const engine_snapshot *sn) {
+    return sn->len;
+}
+
+uint64_t engine_snapshot_bytes(const engine_snapshot *sn) {
+    uint64_t n = 0;
+    for (int s = 0; s < sn->n_slots; s++) n += sn->bytes[s];
+    return n;
+}
+
+engine_snapshot *engine_seq_snapshot(engine *e, uint64_t seq, char *err, size_t err_len) {
+    if (e->n_pend) {
+        errf(err, err_len, "%d started steps are not finished", e->n_pend);
+        return NULL;
+    }
+    int32_t len = engine_seq_len(e, seq);
+    if (len < 0) {
+        errf(err, err_len, "unknown sequence %llu", (unsigned long long)seq);
+        return NULL;
+    }
+    engine_snapshot *sn = calloc(1, sizeof *sn);
+    if (!sn) {
+        errf(err, err_len, "out of memory");
+        return NULL;
+    }
+    sn->len = len;
+    sn->n_slots = e->n_slots;
+    for (int s = 0; e->n_rec && s < e->n_slots; s++) {
+        uint64_t n = e->cache_api->state_size(e->cache[s]);
+        if (!n) continue;
+        int rc = (sn->state[s] = malloc((size_t)n))
+                     ? e->cache_api->state_save(e->cache[s], seq, sn->state[s], n)
+                     : LMH_ENOMEM;
+        if (rc != LMH_OK) {
+            errf(err, err_len, "saving the recurrent state of sequence %llu failed (error %d)",
+                 (unsigned long long)seq, rc);
+            engine_snapshot_free(sn);
+            return NULL;
+        }
+        sn->bytes[s] = n;
+    }
+    return sn;
+}
+
+int engine_seq_restore(engine *e, uint64_t seq, const engine_snapshot *sn, char *err,
+                       size_t err_len) {
+    if (e->n_pend) return errf(err, err_len, "%d started steps are not finished", e->n_pend);
+    int32_t len = engine_seq_len(e, seq);
+    if (len < 0) return errf(err, err_len, "unknown sequence %llu", (unsigned long long)seq);
+    if (sn->n_slots != e->n_slots)
+        return errf(err, err_len, "the snapshot was taken over %d backends; the model runs on %d",
+                    sn->n_slots, e->n_slots);
+    if (sn->len > len)
+        return errf(err, err_len,
+                    "the snapshot is at position %d; sequence %llu holds %d positions", sn->len,
+                    (unsigned long long)seq, len);
+    for (int s = 0; s < e->n_slots; s++) {
+        uint64_t n = e->n_rec ? e->cache_api->state_size(e->cache[s]) : 0;
+        if (n != sn->bytes[s])
+            return errf(err, err_len, "the snapshot holds %llu bytes of state for backend %d; "
+                        "its cache keeps %llu", (unsigned long long)sn->bytes[s], s,
+                        (unsigned long long)n);
+    }
+    for (int s = 0; s < e->n_slots; s++) {
+        int rc = sn->state[s] ? e->cache_api->state_load(e->cache[s], seq, sn->len, sn->state[s],
+                                                         sn->bytes[s])
+                              : e->cache_api->seq_trim(e->cache[s], seq, sn->len);
+        if (rc != LMH_OK)
+            return errf(err, err_len, "restoring sequence %llu to position %d failed (error %d%s)",
+                        (unsigned long long)seq, sn->len, rc,
+                        rc == LMH_EUNSUPPORTED ? ": a sliding window has moved past it" : "");
+    }
+    return 0;
 }
 
 int32_t engine_layer_rows(engine *e, uint64_t seq, int32_t layer) {
@@ -1115,6 +1342,10 @@ int32_t engine_layer_rows(engine *e, uint64_t seq, int32_t layer) {
 
 const lmh_layer_state *engine_layer_state(const engine *e, int32_t layer) {
     return layer >= 0 && layer < e->n_layers ? &e->layers[layer] : NULL;
+}
+
+const lmh_recurrent_state *engine_layer_recurrent(const engine *e, int32_t layer) {
+    return layer >= 0 && layer < e->n_layers ? &e->rec[layer] : NULL;
 }
 
 static lmh_tensor *input_tensor(engine *e, lmh_fwd *f, lmh_dtype dt, int64_t n, const void *data) {
@@ -1169,7 +1400,7 @@ static int run_step(engine *e, const engine_row *rows, int32_t n_rows, const int
     if (chain && chain->n != n_rows)
         return errf(err, err_len, "a chained step of %d rows after a step of %d picks", n_rows,
                     chain->n);
-    lmh_fwd f = {.e = e};
+    lmh_fwd f = {.e = e, .n_rows = n_rows};
     float *host_logits = NULL;
     htensor *picks = NULL;
     int32_t *tok = malloc((size_t)n_rows * sizeof *tok);

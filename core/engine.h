@@ -33,7 +33,9 @@ typedef struct engine_stats {
     uint64_t weight_read_bytes; /* weight bytes read by ops so far (all backends) */
     uint64_t mm_flops;          /* 2 x the multiply-adds of matrix products enqueued so far */
     uint64_t cache_bytes;
-    uint64_t cache_read_bytes; /* stored keys and values read by attention so far */
+    uint64_t cache_read_bytes; /* stored keys, values and recurrent state read so far */
+    uint64_t state_seq_bytes;  /* recurrent state a sequence keeps (snapshot size, with the
+                                  caches' headers); 0 for models without */
     int cache_read_counted;    /* whether the cache plugin counts them (ABI 1.5) */
     uint64_t backend_bytes;    /* backend memory beyond mapped weights */
     int n_backends;
@@ -62,11 +64,29 @@ int engine_backend_compute_peak(engine *e, int i, double *flop_per_s, char *what
 int engine_seq_add(engine *e, uint64_t seq);
 void engine_seq_remove(engine *e, uint64_t seq);
 int32_t engine_seq_len(engine *e, uint64_t seq);
+/* Forgets positions >= len. A model with recurrent state can only go back to 0 this way:
+ * to another length it answers LMH_EUNSUPPORTED and the sequence's state is unusable until
+ * engine_seq_restore. */
 int engine_seq_trim(engine *e, uint64_t seq, int32_t len);
 /* Positions layer `layer` of the sequence holds in the cache now. */
 int32_t engine_layer_rows(engine *e, uint64_t seq, int32_t layer);
-/* The state layer `layer` declared. */
+/* The state layer `layer` declared: keys and values, and recurrent state (n_bufs 0 for
+ * none). */
 const lmh_layer_state *engine_layer_state(const engine *e, int32_t layer);
+const lmh_recurrent_state *engine_layer_recurrent(const engine *e, int32_t layer);
+
+/* A sequence's state at its current length, kept in host memory: its layers' recurrent
+ * state (which, unlike keys and values, cannot be trimmed back) and the length. Restoring
+ * it takes the sequence back there: attention rows past the length are forgotten (they
+ * must still be held: a sliding window that moved past it refuses) and the recurrent state
+ * is the copy's. A snapshot survives engine_swap_backend. Not while steps are started. */
+typedef struct engine_snapshot engine_snapshot;
+engine_snapshot *engine_seq_snapshot(engine *e, uint64_t seq, char *err, size_t err_len);
+int engine_seq_restore(engine *e, uint64_t seq, const engine_snapshot *sn, char *err,
+                       size_t err_len);
+int32_t engine_snapshot_len(const engine_snapshot *sn);
+uint64_t engine_snapshot_bytes(const engine_snapshot *sn);
+void engine_snapshot_free(engine_snapshot *sn);
 
 /* Sequences alive now. */
 int engine_seq_count(const engine *e);

@@ -16,9 +16,13 @@ extern "C" {
 
 #define LMH_ABI_MAJOR 1
 #define LMH_ABI_MINOR                                                                              \
-    6 /* 1: lmh_backend_api.read_bandwidth; 2: LMH_OP_ARGMAX;                                      \
+    7 /* 1: lmh_backend_api.read_bandwidth; 2: LMH_OP_ARGMAX;                                      \
        * 3: lmh_backend_api.download_start, download_wait; 4: lmh_backend_api.compute_peak;        \
-       * 5: lmh_cache_api.bytes_read; 6: lmh_backend_api.kernel_add, kernel_run */
+       * 5: lmh_cache_api.bytes_read; 6: lmh_backend_api.kernel_add, kernel_run;                   \
+       * 7: recurrent state (lmh_recurrent_state, lmh_host_api.declare_recurrent and            \
+       *    fwd_recurrent, lmh_cache_config.recurrent, lmh_cache_api.recur and state_*),          \
+       *    ops COLS, UNARY, CONV1D, SSM_SCAN, SSD_SCAN, DELTA_RULE and lmh_op.src_more,         \
+       *    elementwise SIGMOID_GATE */
 
 /* Every plugin exports this symbol (C linkage, default visibility). */
 #define LMH_PLUGIN_ENTRY_NAME "lmhost_plugin_entry"
@@ -156,6 +160,7 @@ typedef struct lmh_host_api lmh_host_api;
 struct lmh_op;
 struct lmh_attn_params;
 struct lmh_layer_state;
+struct lmh_recurrent_state;
 
 /* What lmhost_plugin_entry() returns. The first three members never move, so the host
  * can check the version of any plugin before reading anything else. */
@@ -295,6 +300,19 @@ struct lmh_host_api {
      * ([rows, heads, head_dim_v]). The cache plugin chosen for the request does both. */
     int (*fwd_attention)(lmh_fwd *f, int32_t layer, lmh_tensor *q, lmh_tensor *k, lmh_tensor *v,
                          lmh_tensor *out, const struct lmh_attn_params *p);
+
+    /* ---- (ABI 1.7) recurrent state: check abi_minor >= 7 (or size) before calling ---- */
+
+    /* Declares the recurrent state layer `layer` keeps per sequence (arch.h), beside or
+     * instead of what declare_layer said: a layer may have both (attention and a state
+     * space mixer side by side). */
+    int (*declare_recurrent)(lmh_load_ctx *ld, int32_t layer,
+                             const struct lmh_recurrent_state *st);
+    /* Enqueues a recurrent op (ops.h: CONV1D, SSM_SCAN, SSD_SCAN, DELTA_RULE) over the
+     * pass's rows, its state operand left NULL: each sequence's rows run with that
+     * sequence's state buffer `buf` of `layer` (the cache plugin's), in order, and leave
+     * it updated. Rows of the op's row operands and dst are the pass's rows. */
+    int (*fwd_recurrent)(lmh_fwd *f, int32_t layer, int32_t buf, const struct lmh_op *op);
 };
 
 /* Pseudo layer indices for placement of tensors outside the layer stack. */

@@ -15,7 +15,7 @@ extern "C" {
 #endif
 
 typedef enum lmh_state_kind {
-    LMH_STATE_NONE = 0, /* the layer keeps nothing between steps */
+    LMH_STATE_NONE = 0, /* no keys and values (recurrent state, if any, is declared apart) */
     LMH_STATE_KV = 1,   /* attention keys and values, kept by the cache plugin */
 } lmh_state_kind;
 
@@ -27,6 +27,32 @@ typedef struct lmh_layer_state {
     int32_t head_dim_v;
     int32_t window; /* sliding window in positions; 0: the layer sees the whole sequence */
 } lmh_layer_state;
+
+/* (ABI 1.7) Recurrent state a layer keeps per sequence, declared with
+ * host->declare_recurrent: up to LMH_MAX_STATE_BUFS buffers of fixed shape (a
+ * convolution's window, a state space model's or linear attention's state), each f32,
+ * zero for a new sequence, read and overwritten in place by the recurrent ops
+ * (host->fwd_recurrent). Unlike keys and values it cannot be cut back to an earlier
+ * position: the host snapshots it to go back. */
+#define LMH_MAX_STATE_BUFS 4
+
+typedef struct lmh_state_buf {
+    lmh_dtype dtype; /* LMH_F32 */
+    int32_t ndim;
+    int64_t ne[LMH_MAX_DIMS]; /* one sequence's shape, e.g. [K - 1, C] or [H, P, N] */
+} lmh_state_buf;
+
+typedef struct lmh_recurrent_state {
+    uint32_t size; /* sizeof(lmh_recurrent_state) as the plugin knows it */
+    int32_t n_bufs; /* 0: none */
+    lmh_state_buf buf[LMH_MAX_STATE_BUFS];
+} lmh_recurrent_state;
+
+static inline int64_t lmh_state_buf_elems(const lmh_state_buf *b) {
+    int64_t n = 1;
+    for (int i = 0; i < b->ndim; i++) n *= b->ne[i];
+    return n;
+}
 
 /* One step: rows of (token, position), grouped by sequence (the host knows which). */
 typedef struct lmh_batch {

@@ -24,6 +24,9 @@ typedef struct lmh_cache_config {
     int32_t n_layers;              /* layers this cache holds (indices 0..n_layers-1) */
     const lmh_layer_state *layers; /* their declared state */
     int32_t max_seq_len;           /* positions a sequence may reach; 0: unbounded */
+    /* (ABI 1.7) The layers' recurrent state (n_bufs 0 where none), n_layers entries; NULL
+     * or absent by size: no layer has any. A cache plugin that keeps none refuses it. */
+    const lmh_recurrent_state *recurrent;
 } lmh_cache_config;
 
 typedef struct lmh_cache_api {
@@ -65,6 +68,26 @@ typedef struct lmh_cache_api {
      * long contexts they are a large share of what a step reads. May be NULL (or absent by
      * size): not counted. */
     uint64_t (*bytes_read)(lmh_cache *c);
+
+    /* ---- (ABI 1.7) recurrent state (arch.h): may be NULL (or absent by size) in a
+     * plugin that keeps none; the host then refuses models that declare any ---- */
+
+    /* Enqueues `op` (a recurrent op, ops.h, over n = dst->ne[0] rows of one sequence) with
+     * the state buffer `buf` of (seq, layer) as its state operand, however the plugin
+     * stores it; the buffer has then taken n more positions. A sequence's length is its
+     * layers' common position: seq_trim to fewer positions than a recurrent layer has
+     * taken starts its state over at 0, else leaves it unusable (recur fails) until
+     * state_load sets it. bytes_read counts the state read. */
+    int (*recur)(lmh_cache *c, uint64_t seq, int32_t layer, int32_t buf, const lmh_op *op);
+    /* Bytes state_save writes for a sequence: all its layers' recurrent state, in a layout
+     * of the plugin's that any instance of it (on any backend, same format) reads back. */
+    uint64_t (*state_size)(lmh_cache *c);
+    /* Copies the sequence's recurrent state to host memory (a sync point). */
+    int (*state_save)(lmh_cache *c, uint64_t seq, void *dst, uint64_t n);
+    /* Sets the sequence's recurrent state from what state_save wrote at length len, and
+     * its length to len: attention layers keep their rows below len, which they must hold
+     * (LMH_EINVAL otherwise, nothing changed). */
+    int (*state_load)(lmh_cache *c, uint64_t seq, int32_t len, const void *src, uint64_t n);
 } lmh_cache_api;
 
 #ifdef __cplusplus

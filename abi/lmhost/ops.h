@@ -78,18 +78,85 @@ typedef enum lmh_op_code {
      * each part's rows become one contiguous view. */
     LMH_OP_TRANSPOSE = 16,
     /* dst[r, :] = src0[r, :] * sigmoid(src1[r]): a gate of one value per row; src1 f32
-     * with one element per row of src0 (a shared expert's gate). */
+     * with one element per row of src0 (a shared expert's gate). (ABI 1.7) src1 of src0's
+     * shape: dst = src0 * sigmoid(src1) elementwise (a gated attention's output). */
     LMH_OP_SIGMOID_GATE = 17,
     /* dst i32 [rows] = the lowest index of the largest value of each row of src0 f32
      * [rows, n] (a greedy pick: the host then needs one id a row, not the row). NaNs never
      * win, but a row whose first value is NaN gives 0, as the host's greedy sampler. */
     LMH_OP_ARGMAX = 18,
+
+    /* ---- ABI 1.7: column splits, activations and the recurrent (state space) ops ----
+     * The recurrent ops read and write one sequence's state: an architecture plugin
+     * enqueues them through host->fwd_recurrent (abi.h) with the state operand NULL, and
+     * the cache plugin holding the sequence puts its state there (cache.h, recur). Their
+     * "rows" are that sequence's next n positions, in order. Weight operands (conv
+     * weights, biases, A_log, D, dt_bias) may be any float dtype; the state is f32. */
+
+    /* Columns of each row: dst f32 [.., w] from src0 f32 [.., W], both with the same
+     * number of rows (all dimensions but the innermost, counted together). src1 NULL: the
+     * w columns from p.i[0] on; src1 i32 [w]: dst[r, j] = src0[r, src1[j]] (a gather).
+     * Splits and reorders the parts of a fused projection. */
+    LMH_OP_COLS = 19,
+    /* dst f32 = f(src0 f32), elementwise, f named by p.i[0] (LMH_UNARY_*). */
+    LMH_OP_UNARY = 20,
+    /* Causal depthwise convolution along one sequence's rows, with its window kept.
+     * src0 x f32 [n, C]; src1 weight [C, K] or [C, 1, K] (Hugging Face Conv1d); src2 bias
+     * [C] or NULL; src3 state f32 [K - 1, C]: the K - 1 inputs before x's first row
+     * (zeros for a new sequence), overwritten with the last K - 1 rows of (state, x).
+     * dst f32 [n, C] (not x): with xx = the state's rows then x's,
+     *   dst[t, c] = act(bias[c] + sum_{j < K} w[c, j] * xx[t + j, c]),
+     * act named by p.i[0] (LMH_UNARY_*, LMH_UNARY_NONE for none). */
+    LMH_OP_CONV1D = 21,
+    /* Mamba-1 selective scan over one sequence's rows. src0 x f32 [n, D]; src1 dt f32 [n, D]
+     * (before the bias and softplus); src2 A_log [D, N]; src3 B f32 [n, N]; src4 C f32
+     * [n, N]; src5 D [D] or NULL; src6 dt_bias [D] or NULL; src7 state f32 [D, N]
+     * (overwritten with the state after the last row). dst y f32 [n, D]. For each row t:
+     *   d = softplus(dt[t] + dt_bias), A = -exp(A_log),
+     *   h[c, s] = exp(d[c] A[c, s]) h[c, s] + d[c] B[t, s] x[t, c],
+     *   y[t, c] = sum_s h[c, s] C[t, s] + D[c] x[t, c]. */
+    LMH_OP_SSM_SCAN = 22,
+    /* Mamba-2 state space duality scan over one sequence's rows: H heads of P channels,
+     * G groups of B/C (head h reads group h / (H / G)), N states. src0 x f32 [n, H * P];
+     * src1 dt f32 [n, H] (before bias and softplus); src2 A_log [H]; src3 B f32 [n, G * N];
+     * src4 C f32 [n, G * N]; src5 D [H] or NULL; src6 dt_bias [H] or NULL; src7 state f32
+     * [H, P, N]. dst y f32 [n, H * P]. p.i[0] = H, p.i[1] = G; p.f[0], p.f[1]: the bounds d
+     * is clamped to (time_step_limit), p.f[1] <= 0 for no upper one. For each row t, head h:
+     *   d = clamp(softplus(dt[t, h] + dt_bias[h])), a = exp(-exp(A_log[h]) d),
+     *   h[p, s] = a h[p, s] + d x[t, h, p] B[t, g, s],
+     *   y[t, h, p] = sum_s h[p, s] C[t, g, s] + D[h] x[t, h, p].
+     * A backend may run a chunked (matrix) form for many rows: same result within f32
+     * rounding. */
+    LMH_OP_SSD_SCAN = 23,
+    /* Gated delta rule (Gated DeltaNet) over one sequence's rows: Hk key heads of dk,
+     * Hv value heads of dv (value head h reads key head h / (Hv / Hk)). src0 q f32
+     * [n, Hk, dk]; src1 k f32 [n, Hk, dk]; src2 v f32 [n, Hv, dv]; src3 a f32 [n, Hv];
+     * src4 b f32 [n, Hv]; src5 A_log [Hv]; src6 dt_bias [Hv] or NULL; src7 state f32
+     * [Hv, dk, dv]. dst o f32 [n, Hv, dv]. p.i[0] = 1: q and k are L2-normalised first
+     * (x / sqrt(sum x^2 + p.f[1])); p.f[0] scales q (1 / sqrt(dk)). For each row and head:
+     *   g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b),
+     *   S = exp(g) S,  S += k (beta (v - S^T k))^T,  o = S^T q.
+     * A backend may run a chunked form for many rows: same result within f32 rounding. */
+    LMH_OP_DELTA_RULE = 24,
     LMH_OP_COUNT
 } lmh_op_code;
 
 enum { LMH_ROPE_HALF = 0, LMH_ROPE_INTERLEAVED = 1 };
 
+/* LMH_OP_UNARY's functions (p.i[0]), also the activation of LMH_OP_CONV1D. */
+enum {
+    LMH_UNARY_NONE = 0,      /* x */
+    LMH_UNARY_SILU = 1,      /* x sigmoid(x) */
+    LMH_UNARY_RELU = 2,      /* max(x, 0) */
+    LMH_UNARY_RELU2 = 3,     /* max(x, 0)^2 */
+    LMH_UNARY_SIGMOID = 4,   /* 1 / (1 + exp(-x)) */
+    LMH_UNARY_SOFTPLUS = 5,  /* log(1 + exp(x)), x past 20 as is (torch's threshold) */
+    LMH_UNARY_GELU_TANH = 6, /* as LMH_OP_GEGLU's gate */
+    LMH_UNARY_COUNT
+};
+
 #define LMH_OP_MAX_SRC 4
+#define LMH_OP_MAX_OPERANDS 8 /* src[] and, for the ops of ABI 1.7 on, src_more[] */
 
 typedef struct lmh_op {
     lmh_op_code code;
@@ -99,14 +166,66 @@ typedef struct lmh_op {
         float f[8];
         int32_t i[8];
     } p; /* op parameters as documented above: floats in f[], integers in i[] */
+    /* (ABI 1.7) Operands 4..7 ("src4".."src7" above). Read only for op codes from
+     * LMH_OP_COLS on: a plugin built before 1.7 passes a shorter struct. */
+    lmh_tensor *src_more[LMH_OP_MAX_OPERANDS - LMH_OP_MAX_SRC];
 } lmh_op;
+
+/* How many operands an op code may have: 8 from ABI 1.7's codes on, else 4. */
+static inline int lmh_op_n_src(lmh_op_code c) {
+    return c >= LMH_OP_COLS ? LMH_OP_MAX_OPERANDS : LMH_OP_MAX_SRC;
+}
+
+/* Operand i (0 .. lmh_op_n_src - 1) of op. */
+static inline lmh_tensor *lmh_op_src(const lmh_op *op, int i) {
+    if (i < 0 || i >= lmh_op_n_src(op->code)) return NULL;
+    return i < LMH_OP_MAX_SRC ? op->src[i] : op->src_more[i - LMH_OP_MAX_SRC];
+}
+
+static inline void lmh_op_set_src(lmh_op *op, int i, lmh_tensor *t) {
+    if (i >= 0 && i < LMH_OP_MAX_SRC)
+        op->src[i] = t;
+    else if (i >= LMH_OP_MAX_SRC && i < LMH_OP_MAX_OPERANDS)
+        op->src_more[i - LMH_OP_MAX_SRC] = t;
+}
+
+/* The recurrent ops' state operand: its index, or -1 for ops that keep no state. */
+static inline int lmh_op_state_src(lmh_op_code c) {
+    switch (c) {
+    case LMH_OP_CONV1D:
+        return 3;
+    case LMH_OP_SSM_SCAN:
+    case LMH_OP_SSD_SCAN:
+    case LMH_OP_DELTA_RULE:
+        return 7;
+    default:
+        return -1;
+    }
+}
+
+/* The recurrent ops' operands with a row per position (bit i: operand i), which the host
+ * cuts into each sequence's rows; dst always has them. 0 for other ops. */
+static inline unsigned lmh_op_row_srcs(lmh_op_code c) {
+    switch (c) {
+    case LMH_OP_CONV1D:
+        return 1u;
+    case LMH_OP_SSM_SCAN:
+    case LMH_OP_SSD_SCAN:
+        return 1u | 2u | 8u | 16u;
+    case LMH_OP_DELTA_RULE:
+        return 1u | 2u | 4u | 8u | 16u;
+    default:
+        return 0;
+    }
+}
 
 static inline const char *lmh_op_name(lmh_op_code c) {
     static const char *const names[LMH_OP_COUNT] = {
-        "?",           "get_rows",  "matmul",       "rms_norm",  "add",
-        "mul",         "scale",     "swiglu",       "geglu",     "rope",
-        "copy",        "attention", "softcap",      "moe_route", "moe_matmul",
-        "moe_combine", "transpose", "sigmoid_gate", "argmax"};
+        "?",           "get_rows",  "matmul",       "rms_norm",  "add",      "mul",
+        "scale",       "swiglu",    "geglu",        "rope",      "copy",     "attention",
+        "softcap",     "moe_route", "moe_matmul",   "moe_combine", "transpose",
+        "sigmoid_gate", "argmax",   "cols",         "unary",     "conv1d",   "ssm_scan",
+        "ssd_scan",    "delta_rule"};
     return (unsigned)c < LMH_OP_COUNT ? names[c] : "?";
 }
 

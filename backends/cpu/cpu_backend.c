@@ -4,6 +4,7 @@
 #include "lmhost/lmhost.h"
 #include "kernels.h"
 #include "qkernels.h"
+#include "recurrent.h"
 #include "threadpool.h"
 
 #include <math.h>
@@ -719,9 +720,236 @@ static void do_sigmoid_gate(void *arg, int64_t r0, int64_t r1, int w) {
     int64_t d = lmh_inner(op->src[0]);
     const float *x = (const float *)DATA(op->src[0]), *g = (const float *)DATA(op->src[1]);
     float *y = (float *)DATA(op->dst);
+    if (lmh_nelem(op->src[1]) == lmh_nelem(op->src[0])) { /* elementwise */
+        for (int64_t i = r0 * d; i < r1 * d; i++) y[i] = x[i] / (1.0f + expf(-g[i]));
+        return;
+    }
     for (int64_t r = r0; r < r1; r++) {
         float s = 1.0f / (1.0f + expf(-g[r]));
         for (int64_t i = 0; i < d; i++) y[r * d + i] = x[r * d + i] * s;
+    }
+}
+
+/* ---- ABI 1.7: columns, activations, recurrent ops (recurrent.c) ---- */
+
+static int64_t grain_for(int64_t n, int threads, int64_t min) {
+    int64_t g = n / ((int64_t)threads * 4);
+    return g < min ? min : g;
+}
+
+
+static void do_cols(void *arg, int64_t r0, int64_t r1, int w) {
+    (void)w;
+    const job *j = arg;
+    const lmh_op *op = j->op;
+    const int64_t W = lmh_inner(op->src[0]), n = lmh_inner(op->dst);
+    const float *x = (const float *)DATA(op->src[0]);
+    float *y = (float *)DATA(op->dst);
+    if (op->src[1]) {
+        const int32_t *idx = (const int32_t *)DATA(op->src[1]);
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t i = 0; i < n; i++) y[r * n + i] = x[r * W + idx[i]];
+    } else {
+        for (int64_t r = r0; r < r1; r++)
+            memcpy(y + r * n, x + r * W + op->p.i[0], (size_t)n * sizeof(float));
+    }
+}
+
+static void do_unary(void *arg, int64_t i0, int64_t i1, int w) {
+    (void)w;
+    const job *j = arg;
+    const float *x = (const float *)DATA(j->op->src[0]);
+    float *y = (float *)DATA(j->op->dst);
+    const int fn = j->op->p.i[0];
+    for (int64_t i = i0; i < i1; i++) y[i] = cpu_unary(fn, x[i]);
+}
+
+/* A recurrent op's operands: the small weight vectors in f32 (A_log already -exp'd). */
+typedef struct rjob {
+    const cpu_kernels *k;
+    const lmh_op *op;
+    float *w, *bias, *A, *D, *dtb; /* NULL where absent */
+} rjob;
+
+#define F32(t) ((t) ? (float *)DATA(t) : NULL)
+
+static void do_conv1d(void *arg, int64_t c0, int64_t c1, int wk) {
+    (void)wk;
+    const rjob *r = arg;
+    const lmh_op *op = r->op;
+    const int64_t n = op->dst->ne[0], C = lmh_inner(op->dst), K = lmh_inner(op->src[1]);
+    cpu_conv1d(F32(op->src[0]), n, C, K, r->w, r->bias, F32(op->src[3]), F32(op->dst),
+               op->p.i[0], c0, c1);
+}
+
+static void do_ssm_scan(void *arg, int64_t c0, int64_t c1, int wk) {
+    (void)wk;
+    const rjob *r = arg;
+    const lmh_op *op = r->op;
+    const int64_t n = op->dst->ne[0], D = lmh_inner(op->dst), N = lmh_inner(op->src[3]);
+    cpu_ssm_scan(r->k, F32(op->src[0]), F32(op->src[1]), n, D, N, r->A, F32(op->src[3]),
+                 F32(op->src_more[0]), r->D, r->dtb, F32(op->src_more[3]), F32(op->dst), c0, c1);
+}
+
+static void do_ssd_scan(void *arg, int64_t r0, int64_t r1, int wk) {
+    (void)wk;
+    const rjob *r = arg;
+    const lmh_op *op = r->op;
+    const int64_t n = op->dst->ne[0], H = op->p.i[0], G = op->p.i[1];
+    const int64_t P = lmh_inner(op->dst) / H, N = lmh_inner(op->src[3]) / G;
+    const float hi = op->p.f[1] > 0 ? op->p.f[1] : INFINITY;
+    cpu_ssd_scan(r->k, F32(op->src[0]), F32(op->src[1]), n, H, P, G, N, r->A, F32(op->src[3]),
+                 F32(op->src_more[0]), r->D, r->dtb, op->p.f[0], hi, F32(op->src_more[3]),
+                 F32(op->dst), r0, r1);
+}
+
+static void do_delta_rule(void *arg, int64_t i0, int64_t i1, int wk) {
+    (void)wk;
+    const rjob *r = arg;
+    const lmh_op *op = r->op;
+    const lmh_tensor *q = op->src[0], *v = op->src[2];
+    cpu_delta_rule(r->k, F32(q), F32(op->src[1]), F32(v), F32(op->src[3]), F32(op->src_more[0]),
+                   q->ne[0], q->ne[1], v->ne[1], q->ne[2], v->ne[2], r->A, r->dtb, op->p.i[0],
+                   op->p.f[1], op->p.f[0], F32(op->src_more[3]), F32(op->dst), i0, i1);
+}
+
+/* t's values as f32 (NULL for t NULL; *fail set when out of memory); neg_exp: -exp(v). */
+static float *vec_f32(const lmh_tensor *t, int neg_exp, int *fail) {
+    if (!t) return NULL;
+    int64_t n = lmh_nelem(t);
+    float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    if (!v) {
+        *fail = 1;
+        return NULL;
+    }
+    for (int64_t i = 0; i < n; i++) v[i] = neg_exp ? -expf(getf(t, i)) : getf(t, i);
+    return v;
+}
+
+static int recurrent_op(lmh_backend *b, const lmh_op *op) {
+    int fail = 0, th = cpu_pool_threads(b->pool);
+    rjob r = {.k = b->k, .op = op};
+    switch (op->code) {
+    case LMH_OP_CONV1D:
+        r.w = vec_f32(op->src[1], 0, &fail);
+        r.bias = vec_f32(op->src[2], 0, &fail);
+        if (!fail) {
+            int64_t C = lmh_inner(op->dst);
+            cpu_pool_run(b->pool, C, grain_for(C, th, 64), do_conv1d, &r);
+        }
+        break;
+    case LMH_OP_SSM_SCAN:
+    case LMH_OP_SSD_SCAN:
+        r.A = vec_f32(op->src[2], 1, &fail);
+        r.D = vec_f32(op->src_more[1], 0, &fail);
+        r.dtb = vec_f32(op->src_more[2], 0, &fail);
+        if (!fail && op->code == LMH_OP_SSM_SCAN) {
+            int64_t D = lmh_inner(op->dst);
+            cpu_pool_run(b->pool, D, grain_for(D, th, 16), do_ssm_scan, &r);
+        } else if (!fail) { /* rows of the state: (head, channel) */
+            int64_t rows = lmh_inner(op->dst);
+            cpu_pool_run(b->pool, rows, grain_for(rows, th, 16), do_ssd_scan, &r);
+        }
+        break;
+    case LMH_OP_DELTA_RULE: {
+        r.A = vec_f32(op->src_more[1], 1, &fail);
+        r.dtb = vec_f32(op->src_more[2], 0, &fail);
+        const int64_t Hv = op->src[2]->ne[1], dv = op->src[2]->ne[2];
+        if (!fail) cpu_pool_run(b->pool, Hv * ((dv + DELTA_COLS - 1) / DELTA_COLS), 1,
+                                do_delta_rule, &r);
+        break;
+    }
+    default:
+        fail = 1;
+    }
+    free(r.w);
+    free(r.bias);
+    free(r.A);
+    free(r.D);
+    free(r.dtb);
+    return fail ? LMH_ENOMEM : LMH_OK;
+}
+
+static int is_f32(const lmh_tensor *t) {
+    return t && t->dtype == LMH_F32;
+}
+
+/* An optional weight vector of n values in a float dtype. */
+static int opt_vec(const lmh_tensor *t, int64_t n) {
+    return !t || (lmh_dtype_is_float(t->dtype) && lmh_nelem(t) == n);
+}
+
+/* check_op for the ops of ABI 1.7. */
+static int check_recurrent(const lmh_op *op) {
+    const lmh_tensor *d = op->dst, *a = op->src[0], *b = op->src[1], *c = op->src[2],
+                     *s3 = op->src[3];
+    const lmh_tensor *s4 = op->src_more[0], *s5 = op->src_more[1], *s6 = op->src_more[2],
+                     *st = op->src_more[3];
+    if (!is_f32(d) || !is_f32(a)) return LMH_EUNSUPPORTED;
+    switch (op->code) {
+    case LMH_OP_COLS: {
+        const int64_t W = lmh_inner(a), w = lmh_inner(d);
+        if (w < 1 || lmh_nelem(a) / W != lmh_nelem(d) / w) return LMH_ESHAPE;
+        if (b) {
+            if (b->dtype != LMH_I32 || lmh_nelem(b) != w) return LMH_ESHAPE;
+            const int32_t *idx = (const int32_t *)DATA(b);
+            for (int64_t i = 0; i < w; i++)
+                if (idx[i] < 0 || idx[i] >= W) return LMH_EINVAL;
+            return LMH_OK;
+        }
+        return op->p.i[0] >= 0 && op->p.i[0] + w <= W ? LMH_OK : LMH_EINVAL;
+    }
+    case LMH_OP_UNARY:
+        if (lmh_nelem(a) != lmh_nelem(d)) return LMH_ESHAPE;
+        return op->p.i[0] >= 0 && op->p.i[0] < LMH_UNARY_COUNT ? LMH_OK : LMH_EINVAL;
+    case LMH_OP_CONV1D: {
+        if (!b || !is_f32(s3) || !lmh_dtype_is_float(b->dtype) || a == d) return LMH_EINVAL;
+        const int64_t C = lmh_inner(a), n = lmh_nelem(a) / C, K = lmh_inner(b);
+        if (a->ndim != 2 || d->ndim != 2 || d->ne[0] != n || d->ne[1] != C || K < 2 || K > 64 ||
+            lmh_nelem(b) != C * K || !opt_vec(c, C) || lmh_nelem(s3) != (K - 1) * C)
+            return LMH_ESHAPE;
+        return op->p.i[0] >= 0 && op->p.i[0] < LMH_UNARY_COUNT ? LMH_OK : LMH_EINVAL;
+    }
+    case LMH_OP_SSM_SCAN: {
+        if (!is_f32(b) || !c || !lmh_dtype_is_float(c->dtype) || !is_f32(s3) || !is_f32(s4) ||
+            !is_f32(st) || d == a)
+            return LMH_EINVAL;
+        const int64_t n = d->ne[0], D = lmh_inner(d), N = lmh_inner(s3);
+        if (d->ndim != 2 || lmh_nelem(a) != n * D || lmh_nelem(b) != n * D ||
+            lmh_nelem(s3) != n * N || lmh_nelem(s4) != n * N || lmh_nelem(c) != D * N ||
+            !opt_vec(s5, D) || !opt_vec(s6, D) || lmh_nelem(st) != D * N)
+            return LMH_ESHAPE;
+        return LMH_OK;
+    }
+    case LMH_OP_SSD_SCAN: {
+        if (!is_f32(b) || !c || !lmh_dtype_is_float(c->dtype) || !is_f32(s3) || !is_f32(s4) ||
+            !is_f32(st) || d == a)
+            return LMH_EINVAL;
+        const int64_t H = op->p.i[0], G = op->p.i[1];
+        if (H < 1 || G < 1 || H % G || !(op->p.f[0] >= 0)) return LMH_EINVAL;
+        const int64_t n = d->ne[0], HP = lmh_inner(d), GN = lmh_inner(s3);
+        if (d->ndim != 2 || HP % H || GN % G || lmh_nelem(a) != n * HP ||
+            lmh_nelem(b) != n * H || s3->ne[0] != n || lmh_nelem(s3) != n * GN ||
+            lmh_nelem(s4) != n * GN || lmh_nelem(c) != H || !opt_vec(s5, H) ||
+            !opt_vec(s6, H) || lmh_nelem(st) != HP * (GN / G))
+            return LMH_ESHAPE;
+        return LMH_OK;
+    }
+    case LMH_OP_DELTA_RULE: {
+        if (!is_f32(b) || !is_f32(c) || !is_f32(s3) || !is_f32(s4) || !s5 ||
+            !lmh_dtype_is_float(s5->dtype) || !is_f32(st) || d == a || d == c)
+            return LMH_EINVAL;
+        if (a->ndim != 3 || b->ndim != 3 || c->ndim != 3) return LMH_ESHAPE;
+        const int64_t n = a->ne[0], Hk = a->ne[1], dk = a->ne[2], Hv = c->ne[1], dv = c->ne[2];
+        if (b->ne[0] != n || b->ne[1] != Hk || b->ne[2] != dk || c->ne[0] != n || Hv % Hk ||
+            dk > 1024 || lmh_nelem(s3) != n * Hv || lmh_nelem(s4) != n * Hv ||
+            lmh_nelem(s5) != Hv || !opt_vec(s6, Hv) || lmh_nelem(st) != Hv * dk * dv ||
+            lmh_nelem(d) != n * Hv * dv || d->ne[0] != n)
+            return LMH_ESHAPE;
+        return LMH_OK;
+    }
+    default:
+        return LMH_EUNSUPPORTED;
     }
 }
 
@@ -869,9 +1097,17 @@ static int check_op(const lmh_op *op) {
         return LMH_OK;
     case LMH_OP_SIGMOID_GATE:
         if (!b || a->dtype != LMH_F32 || b->dtype != LMH_F32 || d->dtype != LMH_F32) break;
-        if (lmh_nelem(a) != lmh_nelem(d) || lmh_nelem(b) * lmh_inner(a) != lmh_nelem(a))
+        if (lmh_nelem(a) != lmh_nelem(d) || (lmh_nelem(b) * lmh_inner(a) != lmh_nelem(a) &&
+                                             lmh_nelem(b) != lmh_nelem(a)))
             return LMH_ESHAPE;
         return LMH_OK;
+    case LMH_OP_COLS:
+    case LMH_OP_UNARY:
+    case LMH_OP_CONV1D:
+    case LMH_OP_SSM_SCAN:
+    case LMH_OP_SSD_SCAN:
+    case LMH_OP_DELTA_RULE:
+        return check_recurrent(op);
     case LMH_OP_ARGMAX:
         if (a->dtype != LMH_F32 || d->dtype != LMH_I32) break;
         if (lmh_inner(a) < 1 || lmh_inner(a) > INT32_MAX ||
@@ -893,11 +1129,6 @@ static int check_op(const lmh_op *op) {
 static int cpu_supports(lmh_backend *b, const lmh_op *op) {
     (void)b;
     return check_op(op) == LMH_OK;
-}
-
-static int64_t grain_for(int64_t n, int threads, int64_t min) {
-    int64_t g = n / ((int64_t)threads * 4);
-    return g < min ? min : g;
 }
 
 static int cpu_enqueue(lmh_backend *b, const lmh_op *op) {
@@ -982,6 +1213,21 @@ static int cpu_enqueue(lmh_backend *b, const lmh_op *op) {
     case LMH_OP_ARGMAX:
         cpu_pool_run(b->pool, lmh_nelem(op->dst), 1, do_argmax, &j);
         break;
+    case LMH_OP_COLS: {
+        int64_t rows = lmh_nelem(op->dst) / lmh_inner(op->dst);
+        cpu_pool_run(b->pool, rows, grain_for(rows, th, 16), do_cols, &j);
+        break;
+    }
+    case LMH_OP_UNARY: {
+        int64_t n = lmh_nelem(op->dst);
+        cpu_pool_run(b->pool, n, grain_for(n, th, 4096), do_unary, &j);
+        break;
+    }
+    case LMH_OP_CONV1D:
+    case LMH_OP_SSM_SCAN:
+    case LMH_OP_SSD_SCAN:
+    case LMH_OP_DELTA_RULE:
+        return recurrent_op(b, op);
     default:
         return LMH_EUNSUPPORTED;
     }
@@ -1146,7 +1392,8 @@ static const char *const weight_dtypes[] = {"f32", "f16", "bf16", "q2", "q3",
 static const char *const ops[] = {
     "get_rows",    "matmul",       "rms_norm",  "add",       "mul",     "scale",     "swiglu",
     "geglu",       "rope",         "copy",      "attention", "softcap", "moe_route", "moe_matmul",
-    "moe_combine", "sigmoid_gate", "transpose", "argmax",    NULL};
+    "moe_combine", "sigmoid_gate", "transpose", "argmax",    "cols",    "unary",     "conv1d",
+    "ssm_scan",    "ssd_scan",     "delta_rule", NULL};
 
 static const lmh_backend_api api = {
     .size = sizeof(lmh_backend_api),

@@ -16,6 +16,12 @@ typedef struct kv_layer {
     lmh_tensor *k, *v;
     int32_t cap; /* rows allocated */
     int32_t pos; /* positions appended so far (the sequence length for this layer) */
+    /* Recurrent state (rec_state.h): a tensor a buffer, made at its first use, and the
+     * positions each buffer has taken. */
+    lmh_tensor *st[LMH_MAX_STATE_BUFS];
+    int32_t st_pos[LMH_MAX_STATE_BUFS];
+    int st_stale; /* trimmed below what the state holds: unusable until state_load */
+    int st_zero;  /* trimmed to 0: the tensors are zeroed before their next use */
 } kv_layer;
 
 typedef struct kv_seq {
@@ -24,17 +30,24 @@ typedef struct kv_seq {
 } kv_seq;
 
 typedef struct kv_seqs {
-    const lmh_layer_state *layers; /* the cache's copy */
+    const lmh_layer_state *layers;  /* the cache's copy */
+    const lmh_recurrent_state *rec; /* the cache's copy of each layer's recurrent state, or NULL */
     int32_t n_layers;
-    int32_t first_kv; /* the layer whose length is the sequence's length; -1: none */
+    int32_t first_kv;  /* the layer whose length is the sequence's length; -1: none */
+    int32_t first_rec; /* the first layer with recurrent state, which says it where no layer
+                          keeps keys and values; -1: none */
     kv_seq *seqs;
     int32_t n, cap;
 } kv_seqs;
 
-static inline void kv_seqs_init(kv_seqs *t, const lmh_layer_state *layers, int32_t n_layers) {
-    *t = (kv_seqs){.layers = layers, .n_layers = n_layers, .first_kv = -1};
+static inline void kv_seqs_init(kv_seqs *t, const lmh_layer_state *layers,
+                                const lmh_recurrent_state *rec, int32_t n_layers) {
+    *t = (kv_seqs){
+        .layers = layers, .rec = rec, .n_layers = n_layers, .first_kv = -1, .first_rec = -1};
     for (int32_t l = 0; l < n_layers && t->first_kv < 0; l++)
         if (layers[l].kind == LMH_STATE_KV) t->first_kv = l;
+    for (int32_t l = 0; rec && l < n_layers && t->first_rec < 0; l++)
+        if (rec[l].n_bufs > 0) t->first_rec = l;
 }
 
 /* Rows held: every position, or the ring's capacity once it has wrapped. */
@@ -88,7 +101,8 @@ static inline void kv_seq_drop(kv_seqs *t, kv_seq *s) {
 static inline int32_t kv_seq_len(kv_seqs *t, uint64_t id) {
     kv_seq *s = kv_find(t, id);
     if (!s) return -1;
-    return t->first_kv < 0 ? 0 : s->layers[t->first_kv].pos;
+    if (t->first_kv >= 0) return s->layers[t->first_kv].pos;
+    return t->first_rec < 0 ? 0 : s->layers[t->first_rec].st_pos[0];
 }
 
 static inline int kv_seq_trim(kv_seqs *t, uint64_t id, int32_t len) {
@@ -101,8 +115,21 @@ static inline int kv_seq_trim(kv_seqs *t, uint64_t id, int32_t len) {
         if (t->layers[l].window > 0 && len > 0 && len < kv->pos && kv->pos > kv->cap)
             return LMH_EUNSUPPORTED;
     }
-    for (int32_t l = 0; l < t->n_layers; l++)
-        if (s->layers[l].pos > len) s->layers[l].pos = len;
+    for (int32_t l = 0; l < t->n_layers; l++) {
+        kv_layer *kv = &s->layers[l];
+        if (kv->pos > len) kv->pos = len;
+        /* recurrent state cannot go back: to 0 it starts over, elsewhere it waits for a
+         * state_load */
+        for (int32_t b = 0; t->rec && b < t->rec[l].n_bufs; b++)
+            if (kv->st_pos[b] > len) {
+                kv->st_pos[b] = len;
+                if (len == 0)
+                    kv->st_zero = 1;
+                else
+                    kv->st_stale = 1;
+            }
+        if (len == 0) kv->st_stale = 0;
+    }
     return LMH_OK;
 }
 

@@ -1,9 +1,11 @@
 /* The plain cache plugin: keys and values stored as they are computed, in f32 or f16,
  * one [capacity, kv_heads, head_dim] tensor per sequence and layer on the backend, in the
  * rows kv_seqs.h places them (every position, or a ring for a sliding window). Attention
- * runs as the backend's own attention op, which knows both layouts. */
+ * runs as the backend's own attention op, which knows both layouts. Recurrent state is
+ * kept as rec_state.h keeps it. */
 #include "lmhost/lmhost.h"
 #include "kv_seqs.h"
+#include "rec_state.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +20,7 @@ struct lmh_cache {
     lmh_dtype dtype;
     int32_t n_layers;
     lmh_layer_state *layers;
+    lmh_recurrent_state *rec; /* NULL: no layer keeps recurrent state */
     int32_t max_len;
     kv_seqs t;
     uint64_t bytes;
@@ -44,10 +47,13 @@ static int create(const lmh_host_api *host, const lmh_backend_api *be, lmh_backe
     }
     lmh_cache *c = calloc(1, sizeof *c);
     if (!c) return LMH_ENOMEM;
+    int rc = rec_config(cfg, &c->rec, err, err_len);
     c->layers = calloc((size_t)cfg->n_layers, sizeof *c->layers);
-    if (!c->layers) {
+    if (rc != LMH_OK || !c->layers) {
+        free(c->rec);
+        free(c->layers);
         free(c);
-        return LMH_ENOMEM;
+        return rc != LMH_OK ? rc : LMH_ENOMEM;
     }
     memcpy(c->layers, cfg->layers, (size_t)cfg->n_layers * sizeof *c->layers);
     c->be = be;
@@ -55,7 +61,7 @@ static int create(const lmh_host_api *host, const lmh_backend_api *be, lmh_backe
     c->dtype = dt;
     c->n_layers = cfg->n_layers;
     c->max_len = cfg->max_seq_len;
-    kv_seqs_init(&c->t, c->layers, c->n_layers);
+    kv_seqs_init(&c->t, c->layers, c->rec, c->n_layers);
     *out = c;
     return LMH_OK;
 }
@@ -66,6 +72,7 @@ static void free_seq(lmh_cache *c, seq *s) {
         if (kv->k) c->be->tensor_free(c->b, kv->k);
         if (kv->v) c->be->tensor_free(c->b, kv->v);
         c->bytes -= kv->k ? layer_bytes(c, l, kv->cap) : 0;
+        c->bytes -= rec_free_layer(c->be, c->b, &c->t, kv, l);
     }
 }
 
@@ -77,6 +84,7 @@ static void destroy(lmh_cache *c) {
     }
     free(c->t.seqs);
     free(c->layers);
+    free(c->rec);
     free(c);
 }
 
@@ -198,8 +206,10 @@ static uint64_t seq_bytes(lmh_cache *c, uint64_t id) {
     seq *s = kv_find(&c->t, id);
     uint64_t n = 0;
     if (s)
-        for (int32_t l = 0; l < c->n_layers; l++)
+        for (int32_t l = 0; l < c->n_layers; l++) {
             if (s->layers[l].k) n += layer_bytes(c, l, s->layers[l].cap);
+            n += rec_layer_held(&c->t, &s->layers[l], l);
+        }
     return n;
 }
 
@@ -209,6 +219,22 @@ static uint64_t bytes_read(lmh_cache *c) {
 
 static int32_t layer_rows(lmh_cache *c, uint64_t id, int32_t l) {
     return kv_layer_rows(&c->t, id, l);
+}
+
+static int recur(lmh_cache *c, uint64_t id, int32_t l, int32_t buf, const lmh_op *op) {
+    return rec_recur(c->be, c->b, &c->t, id, l, buf, op, &c->bytes, &c->read);
+}
+
+static uint64_t state_size(lmh_cache *c) {
+    return rec_state_size(&c->t);
+}
+
+static int state_save(lmh_cache *c, uint64_t id, void *dst, uint64_t n) {
+    return rec_save(c->be, c->b, &c->t, id, dst, n, &c->bytes);
+}
+
+static int state_load(lmh_cache *c, uint64_t id, int32_t len, const void *src, uint64_t n) {
+    return rec_load(c->be, c->b, &c->t, id, len, src, n, &c->bytes);
 }
 
 static const lmh_cache_api api = {
@@ -226,6 +252,10 @@ static const lmh_cache_api api = {
     .seq_bytes = seq_bytes,
     .layer_rows = layer_rows,
     .bytes_read = bytes_read,
+    .recur = recur,
+    .state_size = state_size,
+    .state_save = state_save,
+    .state_load = state_load,
 };
 
 static const lmh_plugin_info info = {

@@ -15,6 +15,7 @@
  * plain cache. */
 #include "lmhost/lmhost.h"
 #include "kv_seqs.h"
+#include "rec_state.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -340,6 +341,7 @@ struct lmh_cache {
     int32_t bits;
     int32_t n_layers;
     lmh_layer_state *layers;
+    lmh_recurrent_state *rec; /* f32, as rec_state.h keeps it; NULL: none */
     side *ks, *vs; /* per layer */
     int32_t max_len;
     kv_seqs t;
@@ -398,15 +400,17 @@ static int create(const lmh_host_api *host, const lmh_backend_api *be, lmh_backe
     }
     lmh_cache *c = calloc(1, sizeof *c);
     if (!c) return LMH_ENOMEM;
+    int rrc = rec_config(cfg, &c->rec, err, err_len);
     c->layers = calloc((size_t)cfg->n_layers + 1, sizeof *c->layers);
     c->ks = calloc((size_t)cfg->n_layers + 1, sizeof *c->ks);
     c->vs = calloc((size_t)cfg->n_layers + 1, sizeof *c->vs);
-    if (!c->layers || !c->ks || !c->vs) {
+    if (rrc != LMH_OK || !c->layers || !c->ks || !c->vs) {
+        free(c->rec);
         free(c->layers);
         free(c->ks);
         free(c->vs);
         free(c);
-        return LMH_ENOMEM;
+        return rrc != LMH_OK ? rrc : LMH_ENOMEM;
     }
     memcpy(c->layers, cfg->layers, (size_t)cfg->n_layers * sizeof *c->layers);
     c->host = host;
@@ -416,7 +420,7 @@ static int create(const lmh_host_api *host, const lmh_backend_api *be, lmh_backe
     c->n_layers = cfg->n_layers;
     c->max_len = cfg->max_seq_len;
     c->copy_only = getenv("LMHOST_CQ_DEQUANT") && atoi(getenv("LMHOST_CQ_DEQUANT")) != 0;
-    kv_seqs_init(&c->t, c->layers, c->n_layers);
+    kv_seqs_init(&c->t, c->layers, c->rec, c->n_layers);
     for (int32_t l = 0; l < c->n_layers; l++) {
         if (c->layers[l].kind != LMH_STATE_KV) continue;
         c->ks[l] = make_side(c->layers[l].head_dim_k, bits);
@@ -425,6 +429,7 @@ static int create(const lmh_host_api *host, const lmh_backend_api *be, lmh_backe
     for (int i = 0; i < K_ATTEND; i++) { /* attend's builds when first used (attend_ready) */
         int rc = be->kernel_add(b, &kernel_descs[i], &c->kern[i], err, err_len);
         if (rc != LMH_OK) {
+            free(c->rec);
             free(c->layers);
             free(c->ks);
             free(c->vs);
@@ -442,6 +447,7 @@ static void free_seq(lmh_cache *c, seq *s) {
         if (kv->k) c->be->tensor_free(c->b, kv->k);
         if (kv->v) c->be->tensor_free(c->b, kv->v);
         c->bytes -= kv->k ? layer_bytes(c, l, kv->cap) : 0;
+        c->bytes -= rec_free_layer(c->be, c->b, &c->t, kv, l);
     }
 }
 
@@ -456,6 +462,7 @@ static void destroy(lmh_cache *c) {
     if (c->part) c->be->tensor_free(c->b, c->part);
     free(c->t.seqs);
     free(c->layers);
+    free(c->rec);
     free(c->ks);
     free(c->vs);
     free(c);
@@ -713,8 +720,10 @@ static uint64_t seq_bytes(lmh_cache *c, uint64_t id) {
     seq *s = kv_find(&c->t, id);
     uint64_t n = 0;
     if (s)
-        for (int32_t l = 0; l < c->n_layers; l++)
+        for (int32_t l = 0; l < c->n_layers; l++) {
             if (s->layers[l].k) n += layer_bytes(c, l, s->layers[l].cap);
+            n += rec_layer_held(&c->t, &s->layers[l], l);
+        }
     return n;
 }
 
@@ -724,6 +733,22 @@ static uint64_t bytes_read(lmh_cache *c) {
 
 static int32_t layer_rows(lmh_cache *c, uint64_t id, int32_t l) {
     return kv_layer_rows(&c->t, id, l);
+}
+
+static int recur(lmh_cache *c, uint64_t id, int32_t l, int32_t buf, const lmh_op *op) {
+    return rec_recur(c->be, c->b, &c->t, id, l, buf, op, &c->bytes, &c->read);
+}
+
+static uint64_t state_size(lmh_cache *c) {
+    return rec_state_size(&c->t);
+}
+
+static int state_save(lmh_cache *c, uint64_t id, void *dst, uint64_t n) {
+    return rec_save(c->be, c->b, &c->t, id, dst, n, &c->bytes);
+}
+
+static int state_load(lmh_cache *c, uint64_t id, int32_t len, const void *src, uint64_t n) {
+    return rec_load(c->be, c->b, &c->t, id, len, src, n, &c->bytes);
 }
 
 static const lmh_cache_api api = {
@@ -741,6 +766,10 @@ static const lmh_cache_api api = {
     .seq_bytes = seq_bytes,
     .layer_rows = layer_rows,
     .bytes_read = bytes_read,
+    .recur = recur,
+    .state_size = state_size,
+    .state_save = state_save,
+    .state_load = state_load,
 };
 
 static const lmh_plugin_info info = {
