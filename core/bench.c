@@ -333,11 +333,22 @@ int cli_bench(int argc, char **argv) {
                         : -1;
     if (kv_tok >= 0) {
         printf("cache bytes read per decoded token: %.1f MiB (%.0f bytes: the stored keys and "
-               "values its queries see)\n",
-               kv_tok / 1048576.0, kv_tok);
+               "values its queries see%s)\n",
+               kv_tok / 1048576.0, kv_tok, s2.state_seq_bytes ? ", and the recurrent state" : "");
     }
     printf("cache: %.1f MiB after %lld positions\n", (double)s2.cache_bytes / 1048576.0,
            (long long)(n_prompt + n_gen));
+    if (s2.state_seq_bytes) { /* recurrent layers: a fixed size, read and rewritten a step */
+        int32_t n_rec = 0;
+        for (int32_t l = 0; l < engine_n_layers(e); l++)
+            n_rec += engine_layer_recurrent(e, l)->n_bufs > 0;
+        printf("recurrent state per sequence: %.3f MiB in %d layers (the same at any length; "
+               "read and rewritten by every step)\n",
+               (double)s2.state_seq_bytes / 1048576.0, n_rec);
+    }
+    /* what chunked prefill saves: a prompt token against a decode step */
+    printf("prefill against decode: a prompt token takes %.3g%% of a decode step's time\n",
+           100.0 * (t_prefill / (double)n_prompt) / (t_decode / (double)n_gen));
     /* cache rows by layer kind: full-attention layers hold the whole sequence, sliding
      * ones about their window */
     for (int pass = 0; pass < 2; pass++) {

@@ -1169,12 +1169,15 @@ const char *engine_chain(const engine *e) {
 void engine_get_stats(engine *e, engine_stats *s) {
     memset(s, 0, sizeof *s);
     s->weight_bytes = e->weight_bytes;
+    for (int32_t l = 0; l < e->n_layers; l++)
+        for (int32_t b = 0; b < e->rec[l].n_bufs; b++)
+            s->state_seq_bytes +=
+                (uint64_t)lmh_state_buf_elems(&e->rec[l].buf[b]) * sizeof(float);
     s->mm_flops = e->mm_flops;
     const lmh_cache_api *ca = e->cache_api;
     s->cache_read_counted =
         ca->size >= offsetof(lmh_cache_api, bytes_read) + sizeof ca->bytes_read && ca->bytes_read;
     for (int i = 0; i < e->n_slots; i++) {
-        if (e->n_rec && e->cache[i]) s->state_seq_bytes += ca->state_size(e->cache[i]);
         if (ca->bytes && e->cache[i]) s->cache_bytes += ca->bytes(e->cache[i]);
         if (s->cache_read_counted && e->cache[i])
             s->cache_read_bytes += ca->bytes_read(e->cache[i]);
@@ -1248,9 +1251,10 @@ int engine_seq_trim(engine *e, uint64_t seq, int32_t len) {
 
 struct engine_snapshot {
     int32_t len;
+    int with_kv;
     int n_slots;
     uint64_t bytes[PL_MAX_SLOTS];
-    void *state[PL_MAX_SLOTS]; /* each slot's cache's state_save, NULL where it keeps none */
+    void *state[PL_MAX_SLOTS]; /* each slot's cache's state_save; NULL: the length alone */
 };
 
 void engine_snapshot_free(engine_snapshot *sn) {
@@ -1269,7 +1273,8 @@ uint64_t engine_snapshot_bytes(const engine_snapshot *sn) {
     return n;
 }
 
-engine_snapshot *engine_seq_snapshot(engine *e, uint64_t seq, char *err, size_t err_len) {
+engine_snapshot *engine_seq_snapshot(engine *e, uint64_t seq, int with_kv, char *err,
+                                     size_t err_len) {
     if (e->n_pend) {
         errf(err, err_len, "%d started steps are not finished", e->n_pend);
         return NULL;
@@ -1279,21 +1284,25 @@ engine_snapshot *engine_seq_snapshot(engine *e, uint64_t seq, char *err, size_t 
         errf(err, err_len, "unknown sequence %llu", (unsigned long long)seq);
         return NULL;
     }
+    const int saves = has_recur(e->cache_api);
+    if (!saves && with_kv) {
+        errf(err, err_len, "cache plugin %s takes no snapshots (plugin ABI 1.7)",
+             e->cache_p->info->name);
+        return NULL;
+    }
     engine_snapshot *sn = calloc(1, sizeof *sn);
     if (!sn) {
         errf(err, err_len, "out of memory");
         return NULL;
     }
-    sn->len = len;
-    sn->n_slots = e->n_slots;
-    for (int s = 0; e->n_rec && s < e->n_slots; s++) {
-        uint64_t n = e->cache_api->state_size(e->cache[s]);
-        if (!n) continue;
-        int rc = (sn->state[s] = malloc((size_t)n))
-                     ? e->cache_api->state_save(e->cache[s], seq, sn->state[s], n)
+    *sn = (engine_snapshot){.len = len, .with_kv = with_kv, .n_slots = e->n_slots};
+    for (int s = 0; saves && s < e->n_slots; s++) {
+        uint64_t n = e->cache_api->state_size(e->cache[s], seq, with_kv);
+        int rc = n && (sn->state[s] = malloc((size_t)n))
+                     ? e->cache_api->state_save(e->cache[s], seq, with_kv, sn->state[s], n)
                      : LMH_ENOMEM;
         if (rc != LMH_OK) {
-            errf(err, err_len, "saving the recurrent state of sequence %llu failed (error %d)",
+            errf(err, err_len, "saving the state of sequence %llu failed (error %d)",
                  (unsigned long long)seq, rc);
             engine_snapshot_free(sn);
             return NULL;
@@ -1311,21 +1320,15 @@ int engine_seq_restore(engine *e, uint64_t seq, const engine_snapshot *sn, char 
     if (sn->n_slots != e->n_slots)
         return errf(err, err_len, "the snapshot was taken over %d backends; the model runs on %d",
                     sn->n_slots, e->n_slots);
-    if (sn->len > len)
+    if (!sn->with_kv && e->first_kv >= 0 && sn->len > len)
         return errf(err, err_len,
-                    "the snapshot is at position %d; sequence %llu holds %d positions", sn->len,
-                    (unsigned long long)seq, len);
+                    "the snapshot is at position %d without its keys and values; sequence %llu "
+                    "holds %d positions",
+                    sn->len, (unsigned long long)seq, len);
     for (int s = 0; s < e->n_slots; s++) {
-        uint64_t n = e->n_rec ? e->cache_api->state_size(e->cache[s]) : 0;
-        if (n != sn->bytes[s])
-            return errf(err, err_len, "the snapshot holds %llu bytes of state for backend %d; "
-                        "its cache keeps %llu", (unsigned long long)sn->bytes[s], s,
-                        (unsigned long long)n);
-    }
-    for (int s = 0; s < e->n_slots; s++) {
-        int rc = sn->state[s] ? e->cache_api->state_load(e->cache[s], seq, sn->len, sn->state[s],
-                                                         sn->bytes[s])
-                              : e->cache_api->seq_trim(e->cache[s], seq, sn->len);
+        int rc = sn->state[s]
+                     ? e->cache_api->state_load(e->cache[s], seq, sn->state[s], sn->bytes[s])
+                     : e->cache_api->seq_trim(e->cache[s], seq, sn->len);
         if (rc != LMH_OK)
             return errf(err, err_len, "restoring sequence %llu to position %d failed (error %d%s)",
                         (unsigned long long)seq, sn->len, rc,

@@ -34,8 +34,7 @@ typedef struct engine_stats {
     uint64_t mm_flops;          /* 2 x the multiply-adds of matrix products enqueued so far */
     uint64_t cache_bytes;
     uint64_t cache_read_bytes; /* stored keys, values and recurrent state read so far */
-    uint64_t state_seq_bytes;  /* recurrent state a sequence keeps (snapshot size, with the
-                                  caches' headers); 0 for models without */
+    uint64_t state_seq_bytes;  /* recurrent state a sequence keeps; 0 for models without */
     int cache_read_counted;    /* whether the cache plugin counts them (ABI 1.5) */
     uint64_t backend_bytes;    /* backend memory beyond mapped weights */
     int n_backends;
@@ -75,13 +74,16 @@ int32_t engine_layer_rows(engine *e, uint64_t seq, int32_t layer);
 const lmh_layer_state *engine_layer_state(const engine *e, int32_t layer);
 const lmh_recurrent_state *engine_layer_recurrent(const engine *e, int32_t layer);
 
-/* A sequence's state at its current length, kept in host memory: its layers' recurrent
- * state (which, unlike keys and values, cannot be trimmed back) and the length. Restoring
- * it takes the sequence back there: attention rows past the length are forgotten (they
- * must still be held: a sliding window that moved past it refuses) and the recurrent state
- * is the copy's. A snapshot survives engine_swap_backend. Not while steps are started. */
+/* A sequence's state at its current length, kept in host memory: its length, its layers'
+ * recurrent state (which, unlike keys and values, cannot be trimmed back) and, with with_kv,
+ * the keys and values it holds. Restoring one takes a sequence there: without keys and
+ * values, the same sequence, which must still hold its rows below the length (rows past it
+ * are forgotten; a sliding window that moved past them refuses); with them, any sequence,
+ * also after engine_swap_backend (same cache plugin and format). Not while steps are
+ * started. */
 typedef struct engine_snapshot engine_snapshot;
-engine_snapshot *engine_seq_snapshot(engine *e, uint64_t seq, char *err, size_t err_len);
+engine_snapshot *engine_seq_snapshot(engine *e, uint64_t seq, int with_kv, char *err,
+                                     size_t err_len);
 int engine_seq_restore(engine *e, uint64_t seq, const engine_snapshot *sn, char *err,
                        size_t err_len);
 int32_t engine_snapshot_len(const engine_snapshot *sn);

@@ -79,15 +79,19 @@ typedef struct lmh_cache_api {
      * taken starts its state over at 0, else leaves it unusable (recur fails) until
      * state_load sets it. bytes_read counts the state read. */
     int (*recur)(lmh_cache *c, uint64_t seq, int32_t layer, int32_t buf, const lmh_op *op);
-    /* Bytes state_save writes for a sequence: all its layers' recurrent state, in a layout
-     * of the plugin's that any instance of it (on any backend, same format) reads back. */
-    uint64_t (*state_size)(lmh_cache *c);
-    /* Copies the sequence's recurrent state to host memory (a sync point). */
-    int (*state_save)(lmh_cache *c, uint64_t seq, void *dst, uint64_t n);
-    /* Sets the sequence's recurrent state from what state_save wrote at length len, and
-     * its length to len: attention layers keep their rows below len, which they must hold
-     * (LMH_EINVAL otherwise, nothing changed). */
-    int (*state_load)(lmh_cache *c, uint64_t seq, int32_t len, const void *src, uint64_t n);
+    /* Bytes state_save writes for the sequence now: its recurrent state and, with with_kv,
+     * the key and value rows it holds. */
+    uint64_t (*state_size)(lmh_cache *c, uint64_t seq, int with_kv);
+    /* Copies the sequence's state at its length to host memory (a sync point), in a layout
+     * of the plugin's that any instance of it with the same format reads back, on any
+     * backend: its length, its recurrent state and, with with_kv, its key and value rows. */
+    int (*state_save)(lmh_cache *c, uint64_t seq, int with_kv, void *dst, uint64_t n);
+    /* Takes the sequence to what state_save wrote: its length, its recurrent state and,
+     * where the copy has them, its key and value rows (in place of its own). A copy
+     * without them keeps the sequence's own rows below the length, which it must still hold
+     * (LMH_EINVAL, or LMH_EUNSUPPORTED where a sliding window has moved past them: nothing
+     * changed). */
+    int (*state_load)(lmh_cache *c, uint64_t seq, const void *src, uint64_t n);
 } lmh_cache_api;
 
 #ifdef __cplusplus

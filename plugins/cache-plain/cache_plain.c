@@ -1,11 +1,11 @@
 /* The plain cache plugin: keys and values stored as they are computed, in f32 or f16,
  * one [capacity, kv_heads, head_dim] tensor per sequence and layer on the backend, in the
  * rows kv_seqs.h places them (every position, or a ring for a sliding window). Attention
- * runs as the backend's own attention op, which knows both layouts. Recurrent state is
- * kept as rec_state.h keeps it. */
+ * runs as the backend's own attention op, which knows both layouts. Recurrent state and
+ * snapshots as seq_state.h keeps them. */
 #include "lmhost/lmhost.h"
 #include "kv_seqs.h"
-#include "rec_state.h"
+#include "seq_state.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -225,16 +225,40 @@ static int recur(lmh_cache *c, uint64_t id, int32_t l, int32_t buf, const lmh_op
     return rec_recur(c->be, c->b, &c->t, id, l, buf, op, &c->bytes, &c->read);
 }
 
-static uint64_t state_size(lmh_cache *c) {
-    return rec_state_size(&c->t);
+/* ---- snapshots (seq_state.h): a row is [kv_heads, head_dim] as stored ---- */
+
+static uint64_t k_row(lmh_cache *c, int32_t l) {
+    return (uint64_t)c->layers[l].n_kv_heads * (uint64_t)c->layers[l].head_dim_k *
+           lmh_dtype_size(c->dtype);
 }
 
-static int state_save(lmh_cache *c, uint64_t id, void *dst, uint64_t n) {
-    return rec_save(c->be, c->b, &c->t, id, dst, n, &c->bytes);
+static uint64_t v_row(lmh_cache *c, int32_t l) {
+    return (uint64_t)c->layers[l].n_kv_heads * (uint64_t)c->layers[l].head_dim_v *
+           lmh_dtype_size(c->dtype);
 }
 
-static int state_load(lmh_cache *c, uint64_t id, int32_t len, const void *src, uint64_t n) {
-    return rec_load(c->be, c->b, &c->t, id, len, src, n, &c->bytes);
+static int rows_io(lmh_cache *c, int32_t l, layer_kv *kv, int32_t slot, int32_t n, void *kb,
+                   void *vb, int save) {
+    size_t ko = (size_t)slot * k_row(c, l), vo = (size_t)slot * v_row(c, l);
+    size_t kn = (size_t)n * k_row(c, l), vn = (size_t)n * v_row(c, l);
+    int rc = save ? c->be->download(c->b, kv->k, ko, kb, kn) : c->be->upload(c->b, kv->k, ko, kb, kn);
+    if (rc == LMH_OK)
+        rc = save ? c->be->download(c->b, kv->v, vo, vb, vn) : c->be->upload(c->b, kv->v, vo, vb, vn);
+    return rc;
+}
+
+static const seq_kv_io kv_io = {.k_row = k_row, .v_row = v_row, .alloc = grow, .rows = rows_io};
+
+static uint64_t state_size(lmh_cache *c, uint64_t id, int with_kv) {
+    return snap_size(c, &kv_io, &c->t, id, with_kv);
+}
+
+static int state_save(lmh_cache *c, uint64_t id, int with_kv, void *dst, uint64_t n) {
+    return snap_save(c, &kv_io, c->be, c->b, &c->t, id, with_kv, dst, n, &c->bytes);
+}
+
+static int state_load(lmh_cache *c, uint64_t id, const void *src, uint64_t n) {
+    return snap_load(c, &kv_io, c->be, c->b, &c->t, id, src, n, &c->bytes);
 }
 
 static const lmh_cache_api api = {

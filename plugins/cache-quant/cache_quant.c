@@ -15,7 +15,7 @@
  * plain cache. */
 #include "lmhost/lmhost.h"
 #include "kv_seqs.h"
-#include "rec_state.h"
+#include "seq_state.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -341,7 +341,7 @@ struct lmh_cache {
     int32_t bits;
     int32_t n_layers;
     lmh_layer_state *layers;
-    lmh_recurrent_state *rec; /* f32, as rec_state.h keeps it; NULL: none */
+    lmh_recurrent_state *rec; /* f32, as seq_state.h keeps it; NULL: none */
     side *ks, *vs; /* per layer */
     int32_t max_len;
     kv_seqs t;
@@ -739,16 +739,57 @@ static int recur(lmh_cache *c, uint64_t id, int32_t l, int32_t buf, const lmh_op
     return rec_recur(c->be, c->b, &c->t, id, l, buf, op, &c->bytes, &c->read);
 }
 
-static uint64_t state_size(lmh_cache *c) {
-    return rec_state_size(&c->t);
+/* ---- snapshots (seq_state.h): a row is each K/V head's words, head after head ---- */
+
+static uint64_t k_row(lmh_cache *c, int32_t l) {
+    return (uint64_t)c->layers[l].n_kv_heads * (uint64_t)c->ks[l].words * 4;
 }
 
-static int state_save(lmh_cache *c, uint64_t id, void *dst, uint64_t n) {
-    return rec_save(c->be, c->b, &c->t, id, dst, n, &c->bytes);
+static uint64_t v_row(lmh_cache *c, int32_t l) {
+    return (uint64_t)c->layers[l].n_kv_heads * (uint64_t)c->vs[l].words * 4;
 }
 
-static int state_load(lmh_cache *c, uint64_t id, int32_t len, const void *src, uint64_t n) {
-    return rec_load(c->be, c->b, &c->t, id, len, src, n, &c->bytes);
+/* Rows [slot, slot + n) of a store [heads, cap, words] to or from rows of all heads. */
+static int store_rows(lmh_cache *c, lmh_tensor *t, int32_t slot, int32_t n, uint8_t *buf,
+                      int save) {
+    const int64_t heads = t->ne[0], cap = t->ne[1], words = t->ne[2];
+    const size_t run = (size_t)n * (size_t)words * 4, row = (size_t)words * 4;
+    uint8_t *tmp = malloc(run ? run : 1);
+    if (!tmp) return LMH_ENOMEM;
+    int rc = LMH_OK;
+    for (int64_t h = 0; h < heads && rc == LMH_OK; h++) {
+        size_t off = (size_t)(h * cap + slot) * row;
+        if (!save)
+            for (int32_t r = 0; r < n; r++)
+                memcpy(tmp + (size_t)r * row, buf + ((size_t)r * (size_t)heads + (size_t)h) * row, row);
+        rc = save ? c->be->download(c->b, t, off, tmp, run) : c->be->upload(c->b, t, off, tmp, run);
+        if (save && rc == LMH_OK)
+            for (int32_t r = 0; r < n; r++)
+                memcpy(buf + ((size_t)r * (size_t)heads + (size_t)h) * row, tmp + (size_t)r * row, row);
+    }
+    free(tmp);
+    return rc;
+}
+
+static int rows_io(lmh_cache *c, int32_t l, layer_kv *kv, int32_t slot, int32_t n, void *kb,
+                   void *vb, int save) {
+    (void)l;
+    int rc = store_rows(c, kv->k, slot, n, kb, save);
+    return rc == LMH_OK ? store_rows(c, kv->v, slot, n, vb, save) : rc;
+}
+
+static const seq_kv_io kv_io = {.k_row = k_row, .v_row = v_row, .alloc = grow, .rows = rows_io};
+
+static uint64_t state_size(lmh_cache *c, uint64_t id, int with_kv) {
+    return snap_size(c, &kv_io, &c->t, id, with_kv);
+}
+
+static int state_save(lmh_cache *c, uint64_t id, int with_kv, void *dst, uint64_t n) {
+    return snap_save(c, &kv_io, c->be, c->b, &c->t, id, with_kv, dst, n, &c->bytes);
+}
+
+static int state_load(lmh_cache *c, uint64_t id, const void *src, uint64_t n) {
+    return snap_load(c, &kv_io, c->be, c->b, &c->t, id, src, n, &c->bytes);
 }
 
 static const lmh_cache_api api = {
