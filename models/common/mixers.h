@@ -216,8 +216,10 @@ static inline lmh_tensor *m1_forward(lmh_build *b, const m1_cfg *c, const m1_lay
 /* ---- Mamba-2 ----------------------------------------------------------------------- */
 
 enum {
-    M2_NORM_GATED = 0, /* y * silu(z), then RMSNorm over groups of norm_group (Mamba-2) */
-    M2_NORM_NONE = 1,  /* y * silu(z) only (Falcon-H1 without mamba_rms_norm) */
+    M2_NORM_GATED = 0,       /* y * silu(z), then RMSNorm over groups of norm_group (Mamba-2) */
+    M2_NORM_NONE = 1,        /* y * silu(z) only (Falcon-H1 without mamba_rms_norm) */
+    M2_NORM_BEFORE_GATE = 2, /* RMSNorm over groups first, then * silu(z) (Falcon-H1's
+                              * mamba_norm_before_gate) */
 };
 
 typedef struct m2_cfg {
@@ -284,10 +286,10 @@ static inline int m2_load(const lmh_host_api *h, lmh_load_ctx *ld, int32_t l, co
         w->in_bias = mx_w(h, ld, l, pre, "in_proj.bias", m2_proj_dim(c), 0);
         w->out_bias = mx_w(h, ld, l, pre, "out_proj.bias", H, 0);
     }
-    if (c->norm == M2_NORM_GATED) w->norm = mx_w(h, ld, l, pre, "norm.weight", I, 0);
+    if (c->norm != M2_NORM_NONE) w->norm = mx_w(h, ld, l, pre, "norm.weight", I, 0);
     if (!w->in_proj || !w->conv_w || !w->dt_bias || !w->A_log || !w->D || !w->out_proj ||
         (c->conv_bias && !w->conv_b) || (c->proj_bias && (!w->in_bias || !w->out_bias)) ||
-        (c->norm == M2_NORM_GATED && !w->norm))
+        (c->norm != M2_NORM_NONE && !w->norm))
         return LMH_EINVAL;
     lmh_recurrent_state st = {.size = sizeof st,
                               .n_bufs = 2,
@@ -338,8 +340,9 @@ static inline lmh_tensor *m2_forward(lmh_build *b, const m2_cfg *c, const m2_lay
     op.p.f[0] = c->dt_min;
     op.p.f[1] = c->dt_max;
     if (b->h->fwd_recurrent(b->f, b->layer, 1, &op) != LMH_OK) return NULL;
-    lmh_b_op(b, LMH_OP_SWIGLU, s->y, s->z, s->y, NULL); /* y * silu(z) */
-    if (c->norm == M2_NORM_GATED) {
+    if (c->norm != M2_NORM_BEFORE_GATE)
+        lmh_b_op(b, LMH_OP_SWIGLU, s->y, s->z, s->y, NULL); /* y * silu(z) */
+    if (c->norm != M2_NORM_NONE) {
         if (c->norm_group == c->inner) {
             lmh_b_rms_norm(b, s->y, s->y, w->norm, c->eps, 0);
         } else { /* each group normed alone, then the whole row's weight */
@@ -348,6 +351,7 @@ static inline lmh_tensor *m2_forward(lmh_build *b, const m2_cfg *c, const m2_lay
             lmh_b_op(b, LMH_OP_MUL, s->y, s->y, w->norm, NULL);
         }
     }
+    if (c->norm == M2_NORM_BEFORE_GATE) lmh_b_op(b, LMH_OP_SWIGLU, s->y, s->z, s->y, NULL);
     return lmh_b_matmul(b, out, s->y, w->out_proj, w->out_bias);
 }
 
