@@ -2,8 +2,8 @@
 """Writes a model directory with random bf16 weights in a given Llama-style shape, for
 benchmarks (no download, no numpy: bytes come from os.urandom).
 
-usage: make_random_model.py OUT [--preset qwen3-0.6b|qwen3-1.7b|mixtral-2g] [--layers N] [--vocab N]
-                             [--set KEY=N ...]
+usage: make_random_model.py OUT [--preset qwen3-0.6b|qwen3-1.7b|mixtral-2g|granite-4.0-h-tiny]
+                             [--layers N] [--vocab N] [--set KEY=N ...]
 
 --set overrides any integer of the preset's config (e.g. hidden_size=256 intermediate_size=256
 for a model whose decode time is the dispatch chain's fixed cost, not its weight reads).
@@ -36,10 +36,65 @@ PRESETS = {
                        intermediate_size=5632, vocab_size=32000, num_local_experts=8,
                        num_experts_per_tok=2, max_position_embeddings=32768, rms_norm_eps=1e-5,
                        rope_theta=1000000.0, tie_word_embeddings=False, hidden_act="silu"),
+    # Granite-4.0-H-Tiny's shape (IBM, granitemoehybrid): hidden 1536, 40 layers of which 4
+    # attention (layer i % 10 == 5, no positional encoding), the rest Mamba-2 (48 heads of
+    # 64, state 128, one group); every layer a top-6 of 64 experts of 512 beside a shared
+    # MLP of 1024; vocabulary 100352. About 6.9 B parameters, 13 GiB in bf16.
+    "granite-4.0-h-tiny": dict(model_type="granitemoehybrid",
+                               architectures=["GraniteMoeHybridForCausalLM"], hidden_size=1536,
+                               num_hidden_layers=40, num_attention_heads=12, num_key_value_heads=4,
+                               intermediate_size=512, num_local_experts=64, num_experts_per_tok=6,
+                               shared_intermediate_size=1024, mamba_n_heads=48, mamba_d_head=64,
+                               mamba_d_state=128, mamba_n_groups=1, mamba_d_conv=4, mamba_expand=2,
+                               mamba_chunk_size=256, mamba_conv_bias=True, mamba_proj_bias=False,
+                               vocab_size=100352, max_position_embeddings=131072,
+                               rms_norm_eps=1e-5, position_embedding_type="nope",
+                               embedding_multiplier=12.0, logits_scaling=6.0,
+                               residual_multiplier=0.22, attention_multiplier=0.0078125,
+                               tie_word_embeddings=True, hidden_act="silu"),
 }
 
 
+def granite_tensors(c):
+    H, L, V = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
+    nh, nkv = c["num_attention_heads"], c["num_key_value_heads"]
+    hd = H // nh
+    mh, P, N, G = c["mamba_n_heads"], c["mamba_d_head"], c["mamba_d_state"], c["mamba_n_groups"]
+    I, K = mh * P, c["mamba_d_conv"]
+    CD = I + 2 * G * N
+    E, EI, S = c["num_local_experts"], c["intermediate_size"], c["shared_intermediate_size"]
+    yield "model.embed_tokens.weight", [V, H], False
+    for i, kind in enumerate(c["layer_types"]):
+        p = f"model.layers.{i}."
+        yield p + "input_layernorm.weight", [H], True
+        yield p + "post_attention_layernorm.weight", [H], True
+        if kind == "attention":
+            yield p + "self_attn.q_proj.weight", [nh * hd, H], False
+            yield p + "self_attn.k_proj.weight", [nkv * hd, H], False
+            yield p + "self_attn.v_proj.weight", [nkv * hd, H], False
+            yield p + "self_attn.o_proj.weight", [H, nh * hd], False
+        else:
+            m = p + "mamba."
+            yield m + "in_proj.weight", [I + CD + mh, H], False
+            yield m + "conv1d.weight", [CD, 1, K], False
+            yield m + "conv1d.bias", [CD], False
+            yield m + "dt_bias", [mh], False
+            yield m + "A_log", [mh], False
+            yield m + "D", [mh], False
+            yield m + "norm.weight", [I], True
+            yield m + "out_proj.weight", [H, I], False
+        yield p + "block_sparse_moe.router.layer.weight", [E, H], False
+        yield p + "block_sparse_moe.input_linear.weight", [E, 2 * EI, H], False
+        yield p + "block_sparse_moe.output_linear.weight", [E, H, EI], False
+        yield p + "shared_mlp.input_linear.weight", [2 * S, H], False
+        yield p + "shared_mlp.output_linear.weight", [H, S], False
+    yield "model.norm.weight", [H], True
+
+
 def tensors(c):
+    if c["model_type"] == "granitemoehybrid":
+        yield from granite_tensors(c)
+        return
     H, L = c["hidden_size"], c["num_hidden_layers"]
     hd, nh, nkv, I = c["head_dim"], c["num_attention_heads"], c["num_key_value_heads"], c["intermediate_size"]
     yield "model.embed_tokens.weight", [c["vocab_size"], H], False
@@ -113,6 +168,9 @@ def main():
         if k not in c or not isinstance(c[k], int):
             sys.exit(f"--set: {k} is not an integer of the {preset} config")
         c[k] = v
+    if c["model_type"] == "granitemoehybrid":
+        c["layer_types"] = ["attention" if i % 10 == 5 else "mamba"
+                            for i in range(c["num_hidden_layers"])]
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(c, f, indent=2)
