@@ -1,6 +1,6 @@
 /* Qwen3-Next and Qwen3.5: hybrid decoders of Gated DeltaNet (linear attention) layers and
- * gated full attention layers, model_types qwen3_next, qwen3_5_text and qwen3_5 (the
- * latter's language model: settings under text_config, weights under
+ * gated full attention layers, model_types qwen3_next, qwen3_5_text, qwen3_5_moe_text, and
+ * qwen3_5 and qwen3_5_moe (their language model: settings under text_config, weights under
  * model.language_model. or language_model.model.).
  *
  * x = embed(tokens); per layer: x += mixer(norm(x)); x += mlp(norm(x));
@@ -17,8 +17,9 @@
  *   - qwen3_next: DeltaNet projections fused per key head (in_proj_qkvz, in_proj_ba); MLP
  *     is softmax top-k experts plus a shared expert gated by sigmoid(shared_expert_gate(x))
  *     on the layers decoder_sparse_step and mlp_only_layers pick, a dense MLP elsewhere;
- *   - qwen3_5: separate DeltaNet projections, dense MLP; its rope is mrope, which for
- *     text (all three position components equal) is ordinary rope.
+ *   - qwen3_5: separate DeltaNet projections, dense MLP (qwen3_5_moe: qwen3_next's experts
+ *     on every layer); its rope is mrope, which for text (all three position components
+ *     equal) is ordinary rope.
  * Experts load from per-expert tensors, transformers' fused experts.gate_up_proj or MLX's
  * stacked switch_mlp. */
 #include "lmhost/lmhost.h"
@@ -48,7 +49,8 @@ struct lmh_model {
     layer *layers;
 };
 
-static const char *const model_types[] = {"qwen3_next", "qwen3_5_text", "qwen3_5", NULL};
+static const char *const model_types[] = {"qwen3_next", "qwen3_5_text", "qwen3_5",
+                                          "qwen3_5_moe_text", "qwen3_5_moe", NULL};
 
 static void unload(lmh_model *m) {
     if (!m) return;
@@ -325,9 +327,11 @@ static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
     h->cfg_str(ld, "model_type", &type);
     cfg c = {h, ld, ""};
     int64_t dummy;
-    if (!strcmp(type, "qwen3_5") && h->cfg_len(ld, "text_config", &dummy) != LMH_ENOTFOUND)
+    if ((!strcmp(type, "qwen3_5") || !strcmp(type, "qwen3_5_moe")) &&
+        h->cfg_len(ld, "text_config", &dummy) != LMH_ENOTFOUND)
         c.pre = "text_config.";
     const int next = !strcmp(type, "qwen3_next");
+    const int moe35 = !strncmp(type, "qwen3_5_moe", 11); /* Qwen3.5's experts: every layer */
     lmh_model *m = calloc(1, sizeof *m);
     if (!m) return h->fail(ld, "out of memory");
     *out = m;
@@ -371,7 +375,7 @@ static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
         return h->fail(ld, "config.json: hidden_act '%s' is not supported (this family uses silu)",
                        act);
     int32_t step = 1;
-    if (next) {
+    if (next || moe35) {
         if (c_count(&c, "num_experts", 512, &m->n_experts) ||
             c_count(&c, "shared_expert_intermediate_size", 512, &m->shared_inter) ||
             c_int(&c, "decoder_sparse_step", 1, &step))
@@ -589,7 +593,7 @@ static const lmh_plugin_info info = {
     .name = "qwen3_next",
     .version = "0.1.0",
     .summary = "hybrid Gated DeltaNet / gated attention decoders: qwen3_next (with routed and "
-               "shared experts), qwen3_5 and qwen3_5_text",
+               "shared experts), qwen3_5, qwen3_5_text and their _moe forms",
     .init = NULL,
     .api = &api,
 };

@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Makes the hybrid fixtures that cover what ../shared/fixtures' tiny models leave out
+(tests/data/models/<name>), with the shared generator (gen_fixtures.py: transformers on the
+CPU in float32, the same randomisation, reference files and seeds), where torch and
+transformers are installed:
+
+    python3 tools/gen_variant_fixtures.py PATH/TO/gen_fixtures.py OUT [NAME ...]
+
+  falcon_h1_mup     Falcon-H1 with every muP multiplier away from 1, the gated RMSNorm on
+                    (gate then norm), two groups, a clamping time_step_limit
+  falcon_h1_nbg     the same with the norm before the gate (mamba_norm_before_gate)
+  granite_dense     Granite 4.0-H without experts (shared MLP only), no positional encoding,
+                    two groups
+  nemotron_h_moe    Nemotron-H with MoE layers (sigmoid routing with a score correction bias,
+                    a shared expert, routed_scaling_factor, renormalised top-k)
+  qwen3_5_moe       Qwen3.5 with experts and a shared expert (model_type qwen3_5_moe_text)
+"""
+import sys
+
+GEN, OUT = sys.argv[1], sys.argv[2]
+ONLY = sys.argv[3:]
+
+EXTRA = '''
+    "falcon_h1_mup": ("falcon_h1", common(num_hidden_layers=4, mamba_d_ssm=64, mamba_n_heads=4,
+                      mamba_d_head=16, mamba_n_groups=2, mamba_d_state=16, mamba_d_conv=4,
+                      mamba_expand=1, mamba_chunk_size=16, projectors_bias=False, mamba_use_mlp=True,
+                      mamba_rms_norm=True, mamba_norm_before_gate=False,
+                      time_step_limit=(0.01, 0.5),
+                      embedding_multiplier=1.7, lm_head_multiplier=0.6, attention_in_multiplier=0.8,
+                      attention_out_multiplier=1.25, key_multiplier=0.7, ssm_in_multiplier=1.3,
+                      ssm_out_multiplier=0.9, ssm_multipliers=[1.2, 0.8, 1.1, 0.9, 1.4],
+                      mlp_multipliers=[1.3, 0.75])),
+    "falcon_h1_nbg": ("falcon_h1", common(num_hidden_layers=4, mamba_d_ssm=64, mamba_n_heads=4,
+                      mamba_d_head=16, mamba_n_groups=2, mamba_d_state=16, mamba_d_conv=4,
+                      mamba_expand=1, mamba_chunk_size=16, projectors_bias=False, mamba_use_mlp=True,
+                      mamba_rms_norm=True, mamba_norm_before_gate=True,
+                      embedding_multiplier=0.9, lm_head_multiplier=1.5, attention_in_multiplier=1.2,
+                      attention_out_multiplier=0.8, key_multiplier=1.3, ssm_in_multiplier=0.7,
+                      ssm_out_multiplier=1.2, ssm_multipliers=[0.9, 1.1, 0.8, 1.2, 0.7],
+                      mlp_multipliers=[0.8, 1.2])),
+    "granite_dense": ("granitemoehybrid", common(num_hidden_layers=4,
+                      layer_types=["mamba", "mamba", "attention", "mamba"],
+                      mamba_n_heads=4, mamba_d_head=16, mamba_d_state=16, mamba_n_groups=2,
+                      mamba_expand=1, mamba_d_conv=4, mamba_chunk_size=16, num_local_experts=0,
+                      num_experts_per_tok=0, shared_intermediate_size=96,
+                      embedding_multiplier=3.0, logits_scaling=1.5, residual_multiplier=0.7,
+                      attention_multiplier=0.05, position_embedding_type="nope")),
+    "nemotron_h_moe": ("nemotron_h", common(num_hidden_layers=4, hybrid_override_pattern="ME*E",
+                       mamba_num_heads=4, mamba_head_dim=16, ssm_state_size=16, n_groups=2,
+                       conv_kernel=4, chunk_size=16, expand=1, n_routed_experts=8,
+                       num_experts_per_tok=2, moe_intermediate_size=48,
+                       moe_shared_expert_intermediate_size=40, n_group=1, topk_group=1,
+                       routed_scaling_factor=2.5, norm_topk_prob=True)),
+    "qwen3_5_moe": ("qwen3_5_moe_text", common(num_hidden_layers=4,
+                    layer_types=["linear_attention", "full_attention", "linear_attention",
+                                 "full_attention"],
+                    linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=32,
+                    linear_value_head_dim=16, linear_conv_kernel_dim=4, partial_rotary_factor=0.25,
+                    num_experts=8, num_experts_per_tok=2, moe_intermediate_size=48,
+                    shared_expert_intermediate_size=40, tie_word_embeddings=False)),
+'''
+
+src = open(GEN).read()
+src = src.replace("ARCHS = {", "ARCHS = {" + EXTRA, 1)
+sys.argv = [GEN, OUT, "1"] + (ONLY or ["falcon_h1_mup", "falcon_h1_nbg", "granite_dense",
+                                       "nemotron_h_moe", "qwen3_5_moe"])
+exec(compile(src, GEN, "exec"), {"__name__": "__main__"})
