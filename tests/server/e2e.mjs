@@ -287,8 +287,21 @@ async function scenarioErrors() {
 }
 
 // 16 different prompts at once, streamed: each must equal the same request alone.
-async function scenarioConcurrency() {
-  const p = await startServer(['--parallel', '16']);
+// A random hybrid of Granite 4.0-H's kind (Mamba-2 layers keeping recurrent state, one
+// attention layer, experts beside a shared MLP) with the Qwen3 vocabulary, so that the real
+// tokenizer and template drive it (tools/make_random_model.py; its tokens are gibberish).
+function hybridDir() {
+  const out = path.join(tmpDir('lmhost-e2e-h-'), 'granite');
+  execFileSync('python3', [path.join(root, 'tools/make_random_model.py'), out, '--preset', 'granite-4.0-h-tiny',
+    '--layers', '6', '--vocab', '151936', '--set', 'hidden_size=64', '--set', 'num_attention_heads=4',
+    '--set', 'num_key_value_heads=2', '--set', 'intermediate_size=32', '--set', 'num_local_experts=4',
+    '--set', 'num_experts_per_tok=2', '--set', 'shared_intermediate_size=48', '--set', 'mamba_n_heads=4',
+    '--set', 'mamba_d_head=32', '--set', 'mamba_d_state=16'], { stdio: 'inherit' });
+  return modelDir(out);
+}
+
+async function scenarioConcurrency(model) {
+  const p = await startServer(['--parallel', '16'], { model });
   try {
     const cl = client(p.url);
     const prompts = Array.from({ length: 16 }, (_, i) => ({ messages: [{ role: 'user', content: `Count to ${i + 3} in ${['French', 'Greek', 'Latin', 'Hindi'][i % 4]}, please.` }], template_vars: i % 2 ? { enable_thinking: false } : {} }));
@@ -320,6 +333,8 @@ async function scenarioConcurrency() {
     }
     check(gone(after) === gone(before) + 1, 'the disconnect is counted in /metrics', after.match(/lmhost_client_disconnects_total \d+/)?.[0]);
     check(/lmhost_requests_running 0/.test(after), 'its sequence is freed (nothing left running)', after.match(/lmhost_requests_running \d+/)?.[0]);
+    // every sequence's keys and values, and recurrent state, are given back when it ends
+    check(/lmhost_cache_bytes 0\n/.test(after), 'the cache holds nothing once all have ended', after.match(/lmhost_cache_bytes \d+/)?.[0]);
   } finally {
     eq(await stop(p), 0, 'server exits 0');
   }
@@ -519,7 +534,7 @@ async function scenarioHttpsClient() {
   await greedyCases(client(process.argv[4], { key: 'sekrit' }), 'https');
 }
 
-const scenarios = { swap: scenarioSwap, 'swap-quant': scenarioSwapQuant, 'swap-kvquant': scenarioSwapKvQuant, 'serve-vulkan': scenarioServeVulkan, 'vulkan-oom': scenarioVulkanOom, 'https-client': scenarioHttpsClient, http: scenarioHttp, https: scenarioHttps, auth: scenarioAuth, errors: scenarioErrors, concurrency: scenarioConcurrency, shutdown: scenarioShutdown };
+const scenarios = { swap: scenarioSwap, 'swap-quant': scenarioSwapQuant, 'swap-kvquant': scenarioSwapKvQuant, 'serve-vulkan': scenarioServeVulkan, 'vulkan-oom': scenarioVulkanOom, 'https-client': scenarioHttpsClient, http: scenarioHttp, https: scenarioHttps, auth: scenarioAuth, errors: scenarioErrors, concurrency: () => scenarioConcurrency(), 'concurrency-hybrid': () => scenarioConcurrency(hybridDir()), shutdown: scenarioShutdown };
 if (!scenarios[scenario]) { console.error('unknown scenario ' + scenario); process.exit(2); }
 try {
   await scenarios[scenario]();
