@@ -35,6 +35,8 @@ typedef struct cpu_kernels {
     void (*axpy_f32)(float *y, float a, const float *x, int64_t n);
     void (*axpy_f16)(float *y, float a, const uint16_t *x, int64_t n);
     void (*axpy_bf16)(float *y, float a, const uint16_t *x, int64_t n);
+    /* y[i] = a * y[i] + b * x[i] (a decayed state plus an update: the recurrent ops). */
+    void (*axpby_f32)(float *y, float a, float b, const float *x, int64_t n);
 
     /* Conversions of n elements. f32 -> f16 rounds to nearest even (like numpy/torch);
      * f32 -> bf16 rounds to nearest even and keeps NaN a NaN. */

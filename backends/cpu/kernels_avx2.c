@@ -12,6 +12,7 @@
 #include "reduce_avx2.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <stdalign.h>
 
 #define VW 8   /* floats per vector */
@@ -260,6 +261,15 @@ DEFINE_MATMUL(bf16, uint16_t)
 
 DEFINE_DOT(f32, float)
 DEFINE_DOT(f16, uint16_t)
+
+static void axpby_f32(float *y, float a, float b, const float *x, int64_t n) {
+    const __m256 av = _mm256_set1_ps(a), bv = _mm256_set1_ps(b);
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(bv, _mm256_loadu_ps(x + i),
+                                                _mm256_mul_ps(av, _mm256_loadu_ps(y + i))));
+    for (; i < n; i++) y[i] = fmaf(b, x[i], a * y[i]);
+}
 DEFINE_DOT(bf16, uint16_t)
 
 /* ---- conversions ---- */
@@ -332,6 +342,7 @@ const cpu_kernels cpu_kernels_avx2 = {
     .dot_f16 = dot_f16,
     .dot_bf16 = dot_bf16,
     .axpy_f32 = axpy_f32,
+    .axpby_f32 = axpby_f32,
     .axpy_f16 = axpy_f16,
     .axpy_bf16 = axpy_bf16,
     .f16_to_f32 = cvt_f16_to_f32,

@@ -9,6 +9,7 @@
 #include "reduce_avx512.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <stdalign.h>
 
 #define VW 16  /* floats per vector */
@@ -273,6 +274,18 @@ DEFINE_MATMUL(bf16, uint16_t)
 
 DEFINE_DOT(f32, float)
 DEFINE_DOT(f16, uint16_t)
+
+static void axpby_f32(float *y, float a, float b, const float *x, int64_t n) {
+    const __m512 av = _mm512_set1_ps(a), bv = _mm512_set1_ps(b);
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW)
+        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(bv, _mm512_loadu_ps(x + i),
+                                                _mm512_mul_ps(av, _mm512_loadu_ps(y + i))));
+    if (i < n)
+        _mm512_mask_storeu_ps(y + i, tail_mask(n - i),
+                              _mm512_fmadd_ps(bv, ldm_f32(x + i, n - i),
+                                              _mm512_mul_ps(av, ldm_f32(y + i, n - i))));
+}
 DEFINE_DOT(bf16, uint16_t)
 
 /* ---- conversions ---- */
@@ -341,6 +354,7 @@ const cpu_kernels cpu_kernels_avx512 = {
     .dot_f16 = dot_f16,
     .dot_bf16 = dot_bf16,
     .axpy_f32 = axpy_f32,
+    .axpby_f32 = axpby_f32,
     .axpy_f16 = axpy_f16,
     .axpy_bf16 = axpy_bf16,
     .f16_to_f32 = cvt_f16_to_f32,

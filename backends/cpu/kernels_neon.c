@@ -9,6 +9,7 @@
 #include "reduce_neon.h"
 
 #include <arm_neon.h>
+#include <math.h>
 #include <stdalign.h>
 
 #define VW 4   /* floats per vector */
@@ -254,6 +255,13 @@ DEFINE_DOT(f32, float)
 DEFINE_DOT(f16, uint16_t)
 DEFINE_DOT(bf16, uint16_t)
 
+static void axpby_f32(float *y, float a, float b, const float *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW)
+        vst1q_f32(y + i, vfmaq_n_f32(vmulq_n_f32(vld1q_f32(y + i), a), vld1q_f32(x + i), b));
+    for (; i < n; i++) y[i] = fmaf(b, x[i], a * y[i]);
+}
+
 /* ---- conversions ---- */
 
 static void cvt_f16_to_f32(const uint16_t *x, float *y, int64_t n) {
@@ -315,6 +323,7 @@ const cpu_kernels cpu_kernels_neon = {
     .dot_f16 = dot_f16,
     .dot_bf16 = dot_bf16,
     .axpy_f32 = axpy_f32,
+    .axpby_f32 = axpby_f32,
     .axpy_f16 = axpy_f16,
     .axpy_bf16 = axpy_bf16,
     .f16_to_f32 = cvt_f16_to_f32,

@@ -140,6 +140,10 @@ static void p_axpy_f32(float *y, float a, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+static void p_axpby_f32(float *y, float a, float b, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = a * y[i] + b * x[i];
+}
+
 static void p_axpy_f16(float *y, float a, const uint16_t *x, int64_t n) {
     const uint32_t *t = f16_lut();
     for (int64_t i = 0; i < n; i++) y[i] += a * bits_f32(t[x[i]]);
@@ -220,6 +224,7 @@ const cpu_kernels cpu_kernels_portable = {
     .dot_f16 = p_dot_f16,
     .dot_bf16 = p_dot_bf16,
     .axpy_f32 = p_axpy_f32,
+    .axpby_f32 = p_axpby_f32,
     .axpy_f16 = p_axpy_f16,
     .axpy_bf16 = p_axpy_bf16,
     .f16_to_f32 = p_f16_to_f32,

@@ -92,10 +92,10 @@ void cpu_ssd_scan(const cpu_kernels *k, const float *x, const float *dt, int64_t
                 a = expf(A[h] * d);
                 h_prev = h;
             }
-            const float xv = x[t * HP + r], dx = d * xv;
+            const float xv = x[t * HP + r];
             const float *Bt = B + (t * G + g) * N, *Ct = C + (t * G + g) * N;
             float *s = state + r * N;
-            for (int64_t i = 0; i < N; i++) s[i] = a * s[i] + dx * Bt[i];
+            k->axpby_f32(s, a, d * xv, Bt, N);
             y[t * HP + r] = k->dot_f32(s, Ct, N) + (Dskip ? Dskip[h] * xv : 0.0f);
         }
     }
@@ -133,19 +133,16 @@ void cpu_delta_rule(const cpu_kernels *k, const float *q, const float *kk, const
             }
             const float g = A[h] * softplus(a[t * Hv + h] + (dt_bias ? dt_bias[h] : 0.0f));
             const float eg = expf(g), beta = sigmoid(b[t * Hv + h]);
-            /* decay, and what the decayed state recalls for k: S^T k */
+            /* what the decayed state recalls for k: (eg S)^T k, the decay applied once to
+             * the sum rather than to each row, so that S is read twice a row, not three times */
             memset(mem, 0, sizeof mem);
-            for (int64_t i = 0; i < dk; i++) {
-                float *Si = S + i * dv;
-                for (int64_t j = 0; j < w; j++) Si[j] *= eg;
-                k->axpy_f32(mem, kn[i], Si, w);
-            }
-            for (int64_t j = 0; j < w; j++) mem[j] = beta * (vt[j] - mem[j]);
-            /* write the correction along k, and read the new state with q */
+            for (int64_t i = 0; i < dk; i++) k->axpy_f32(mem, kn[i], S + i * dv, w);
+            for (int64_t j = 0; j < w; j++) mem[j] = beta * (vt[j] - eg * mem[j]);
+            /* decay and write the correction along k, then read the new state with q */
             memset(out, 0, sizeof out);
             for (int64_t i = 0; i < dk; i++) {
                 float *Si = S + i * dv;
-                k->axpy_f32(Si, kn[i], mem, w);
+                k->axpby_f32(Si, eg, kn[i], mem, w);
                 k->axpy_f32(out, qn[i], Si, w);
             }
             memcpy(o + (t * Hv + h) * dv + j0, out, (size_t)w * sizeof(float));

@@ -3,7 +3,7 @@
 # emulation, so the NEON table is checked on x86-64 hosts (CI installs
 # gcc-aarch64-linux-gnu and qemu-user). test_kernels checks every table the target has
 # (neon and portable) against the reference and against each other; test_qkernels does the
-# same for the quantized (MLX affine) tables.
+# same for the quantized (MLX affine) tables, test_recurrent for the recurrent ops' loops.
 # Exit status: 0 when all pass, 1 on a failure, 77 (meson's "skipped") without tools.
 set -eu
 
@@ -34,6 +34,9 @@ $CC $flags -o "$out/test_qkernels" "$here/test_qkernels.c" $kernels \
     "$src/qkernels_portable.c" "$src/qkernels_neon.c" -lm -lpthread
 # shellcheck disable=SC2086
 $CC $flags -o "$out/test_threadpool" "$here/test_threadpool.c" "$src/threadpool.c" -lpthread
+# shellcheck disable=SC2086
+$CC $flags -I"$root/abi" -o "$out/test_recurrent" "$here/test_recurrent.c" "$src/recurrent.c" \
+    $kernels -lm -lpthread
 
 status=0
 log="$out/test_kernels.log"
@@ -52,6 +55,8 @@ if ! grep -q '^neon: checked' "$qlog"; then
     status=1
 fi
 if "$QEMU" "$out/test_threadpool"; then :; else status=1; fi
+# the recurrent ops' loops on the neon table (and the portable one) against their model
+if "$QEMU" "$out/test_recurrent"; then :; else status=1; fi
 
 if [ "$status" -eq 0 ]; then echo "NEON under qemu: pass"; else echo "NEON under qemu: FAIL"; fi
 exit "$status"

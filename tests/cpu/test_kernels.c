@@ -332,7 +332,7 @@ static float *make_x(size_t count, int integers, double *val) {
 
 static const double U = 0x1p-24;
 
-/* ---------- dot and axpy ---------- */
+/* ---------- dot, axpy and axpby ---------- */
 
 static void test_dot_axpy(const cpu_kernels *const *tabs) {
     const int64_t lens[] = {0,  1,  2,  3,  5,  7,  8,  9,   15,   16,
@@ -383,6 +383,22 @@ static void test_dot_axpy(const cpu_kernels *const *tabs) {
                         if (!(fabs(y[i] - want) <= t2))
                             FAIL("%s axpy_%s n=%lld [%lld]: %.9g, want %.9g", k->name, dt_name[dt],
                                  (long long)n, (long long)i, y[i], want);
+                    }
+                    /* axpby (f32 only): y = a y0 + b x, two roundings or three */
+                    if (dt == DT_F32) {
+                        const float beta = integers ? -2.0f : 1.37f;
+                        for (int64_t i = 0; i < n; i++) y[i] = (float)av[i];
+                        k->axpby_f32(y, alpha, beta, b.raw, n);
+                        for (int64_t i = 0; i < n; i++) {
+                            double want = (double)alpha * av[i] + (double)beta * b.val[i];
+                            double t2 = integers ? 0
+                                                 : 3 * U *
+                                                       (fabs(alpha * av[i]) + fabs(beta * b.val[i]));
+                            checks++;
+                            if (!(fabs(y[i] - want) <= t2))
+                                FAIL("%s axpby_f32 n=%lld [%lld]: %.9g, want %.9g", k->name,
+                                     (long long)n, (long long)i, y[i], want);
+                        }
                     }
                     free(y);
                 }
