@@ -33,7 +33,7 @@ typedef struct seg {
 struct lmh_fwd {
     engine *e;
     int32_t n_rows; /* the pass's rows */
-    htensor **tmp; /* scratch tensors and views, freed after the pass (views first) */
+    htensor **tmp;  /* scratch tensors and views, freed after the pass (views first) */
     int n_tmp, cap_tmp;
     seg *segs;
     int n_segs;
@@ -70,7 +70,7 @@ struct engine {
     lmh_layer_state *layers;
     lmh_recurrent_state *rec; /* per layer (ABI 1.7), n_bufs 0 where none */
     int n_rec;                /* layers with recurrent state */
-    htensor **weights; /* tensors handed to the architecture plugin */
+    htensor **weights;        /* tensors handed to the architecture plugin */
     int n_weights, cap_weights;
     uint64_t weight_bytes;
     uint64_t mm_flops; /* 2 x the multiply-adds of the matrix products enqueued so far */
@@ -280,8 +280,10 @@ static int host_declare_recurrent(lmh_load_ctx *ld, int32_t layer, const lmh_rec
         int ok = sb->dtype == LMH_F32 && sb->ndim >= 1 && sb->ndim <= LMH_MAX_DIMS;
         for (int i = 0; ok && i < sb->ndim; i++) ok = sb->ne[i] > 0 && sb->ne[i] < (1 << 30);
         if (!ok)
-            return host_fail(ld, "layer %d: recurrent state buffer %d must be f32 with 1 to %d "
-                                 "positive dimensions", layer, b, LMH_MAX_DIMS);
+            return host_fail(ld,
+                             "layer %d: recurrent state buffer %d must be f32 with 1 to %d "
+                             "positive dimensions",
+                             layer, b, LMH_MAX_DIMS);
         bytes += (uint64_t)lmh_state_buf_elems(sb) * sizeof(float);
     }
     if (bytes > ((uint64_t)1 << 33))
@@ -880,8 +882,8 @@ static int host_fwd_recurrent(lmh_fwd *f, int32_t layer, int32_t buf, const lmh_
     lmh_tensor *pd = pl_on_why(e->slots, HT(op->dst), s, 1, why, sizeof why);
     if (!pd) goto oom;
     if (op->dst->ne[0] != f->n_rows) {
-        fwd_failf(f, "recurrent op %s: dst has %lld rows; the pass has %d",
-                  lmh_op_name(op->code), (long long)op->dst->ne[0], f->n_rows);
+        fwd_failf(f, "recurrent op %s: dst has %lld rows; the pass has %d", lmh_op_name(op->code),
+                  (long long)op->dst->ne[0], f->n_rows);
         return LMH_ESHAPE;
     }
     lmh_cache *c = e->cache[s];
@@ -895,7 +897,8 @@ static int host_fwd_recurrent(lmh_fwd *f, int32_t layer, int32_t buf, const lmh_
         o.dst = views[0];
         for (int j = 0; j < LMH_OP_MAX_OPERANDS; j++) {
             lmh_tensor *t = phys[j];
-            if (t && (rows >> j & 1u)) ok &= (t = views[j + 1] = row_view(sl, t, g->r0, g->n)) != NULL;
+            if (t && (rows >> j & 1u))
+                ok &= (t = views[j + 1] = row_view(sl, t, g->r0, g->n)) != NULL;
             lmh_op_set_src(&o, j, t);
         }
         int rc = ok ? e->cache_api->recur(c, g->seq, ll, buf, &o) : LMH_ENOMEM;
@@ -1171,8 +1174,7 @@ void engine_get_stats(engine *e, engine_stats *s) {
     s->weight_bytes = e->weight_bytes;
     for (int32_t l = 0; l < e->n_layers; l++)
         for (int32_t b = 0; b < e->rec[l].n_bufs; b++)
-            s->state_seq_bytes +=
-                (uint64_t)lmh_state_buf_elems(&e->rec[l].buf[b]) * sizeof(float);
+            s->state_seq_bytes += (uint64_t)lmh_state_buf_elems(&e->rec[l].buf[b]) * sizeof(float);
     s->mm_flops = e->mm_flops;
     const lmh_cache_api *ca = e->cache_api;
     s->cache_read_counted =

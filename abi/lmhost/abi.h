@@ -19,9 +19,9 @@ extern "C" {
     7 /* 1: lmh_backend_api.read_bandwidth; 2: LMH_OP_ARGMAX;                                      \
        * 3: lmh_backend_api.download_start, download_wait; 4: lmh_backend_api.compute_peak;        \
        * 5: lmh_cache_api.bytes_read; 6: lmh_backend_api.kernel_add, kernel_run;                   \
-       * 7: recurrent state (lmh_recurrent_state, lmh_host_api.declare_recurrent and            \
-       *    fwd_recurrent, lmh_cache_config.recurrent, lmh_cache_api.recur and state_*),          \
-       *    ops COLS, UNARY, CONV1D, SSM_SCAN, SSD_SCAN, DELTA_RULE and lmh_op.src_more,         \
+       * 7: recurrent state (lmh_recurrent_state, lmh_host_api.declare_recurrent and               \
+       *    fwd_recurrent, lmh_cache_config.recurrent, lmh_cache_api.recur and state_*),           \
+       *    ops COLS, UNARY, CONV1D, SSM_SCAN, SSD_SCAN, DELTA_RULE and lmh_op.src_more,           \
        *    elementwise SIGMOID_GATE */
 
 /* Every plugin exports this symbol (C linkage, default visibility). */
@@ -306,8 +306,7 @@ struct lmh_host_api {
     /* Declares the recurrent state layer `layer` keeps per sequence (arch.h), beside or
      * instead of what declare_layer said: a layer may have both (attention and a state
      * space mixer side by side). */
-    int (*declare_recurrent)(lmh_load_ctx *ld, int32_t layer,
-                             const struct lmh_recurrent_state *st);
+    int (*declare_recurrent)(lmh_load_ctx *ld, int32_t layer, const struct lmh_recurrent_state *st);
     /* Enqueues a recurrent op (ops.h: CONV1D, SSM_SCAN, SSD_SCAN, DELTA_RULE) over the
      * pass's rows, its state operand left NULL: each sequence's rows run with that
      * sequence's state buffer `buf` of `layer` (the cache plugin's), in order, and leave

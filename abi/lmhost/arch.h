@@ -43,7 +43,7 @@ typedef struct lmh_state_buf {
 } lmh_state_buf;
 
 typedef struct lmh_recurrent_state {
-    uint32_t size; /* sizeof(lmh_recurrent_state) as the plugin knows it */
+    uint32_t size;  /* sizeof(lmh_recurrent_state) as the plugin knows it */
     int32_t n_bufs; /* 0: none */
     lmh_state_buf buf[LMH_MAX_STATE_BUFS];
 } lmh_recurrent_state;

@@ -91,12 +91,14 @@ typedef enum lmh_op_code {
      * enqueues them through host->fwd_recurrent (abi.h) with the state operand NULL, and
      * the cache plugin holding the sequence puts its state there (cache.h, recur). Their
      * "rows" are that sequence's next n positions, in order. Weight operands (conv
-     * weights, biases, A_log, D, dt_bias) may be any float dtype; the state is f32. */
+     * weights, biases, A_log, D, dt_bias) may be any float dtype; the state is f32; dst
+     * shares memory with no operand. */
 
     /* Columns of each row: dst f32 [.., w] from src0 f32 [.., W], both with the same
      * number of rows (all dimensions but the innermost, counted together). src1 NULL: the
-     * w columns from p.i[0] on; src1 i32 [w]: dst[r, j] = src0[r, src1[j]] (a gather).
-     * Splits and reorders the parts of a fused projection. */
+     * w columns from p.i[0] on; src1 i32 [w]: dst[r, j] = src0[r, src1[j]] (a gather; an
+     * index outside [0, W) is an error at enqueue). Splits and reorders the parts of a
+     * fused projection. */
     LMH_OP_COLS = 19,
     /* dst f32 = f(src0 f32), elementwise, f named by p.i[0] (LMH_UNARY_*). */
     LMH_OP_UNARY = 20,
@@ -155,7 +157,7 @@ enum {
     LMH_UNARY_COUNT
 };
 
-#define LMH_OP_MAX_SRC 4
+#define LMH_OP_MAX_SRC      4
 #define LMH_OP_MAX_OPERANDS 8 /* src[] and, for the ops of ABI 1.7 on, src_more[] */
 
 typedef struct lmh_op {
@@ -221,11 +223,11 @@ static inline unsigned lmh_op_row_srcs(lmh_op_code c) {
 
 static inline const char *lmh_op_name(lmh_op_code c) {
     static const char *const names[LMH_OP_COUNT] = {
-        "?",           "get_rows",  "matmul",       "rms_norm",  "add",      "mul",
-        "scale",       "swiglu",    "geglu",        "rope",      "copy",     "attention",
-        "softcap",     "moe_route", "moe_matmul",   "moe_combine", "transpose",
-        "sigmoid_gate", "argmax",   "cols",         "unary",     "conv1d",   "ssm_scan",
-        "ssd_scan",    "delta_rule"};
+        "?",           "get_rows",  "matmul",       "rms_norm",  "add",
+        "mul",         "scale",     "swiglu",       "geglu",     "rope",
+        "copy",        "attention", "softcap",      "moe_route", "moe_matmul",
+        "moe_combine", "transpose", "sigmoid_gate", "argmax",    "cols",
+        "unary",       "conv1d",    "ssm_scan",     "ssd_scan",  "delta_rule"};
     return (unsigned)c < LMH_OP_COUNT ? names[c] : "?";
 }
 

@@ -737,7 +737,6 @@ static int64_t grain_for(int64_t n, int threads, int64_t min) {
     return g < min ? min : g;
 }
 
-
 static void do_cols(void *arg, int64_t r0, int64_t r1, int w) {
     (void)w;
     const job *j = arg;
@@ -778,8 +777,8 @@ static void do_conv1d(void *arg, int64_t c0, int64_t c1, int wk) {
     const rjob *r = arg;
     const lmh_op *op = r->op;
     const int64_t n = op->dst->ne[0], C = lmh_inner(op->dst), K = lmh_inner(op->src[1]);
-    cpu_conv1d(F32(op->src[0]), n, C, K, r->w, r->bias, F32(op->src[3]), F32(op->dst),
-               op->p.i[0], c0, c1);
+    cpu_conv1d(F32(op->src[0]), n, C, K, r->w, r->bias, F32(op->src[3]), F32(op->dst), op->p.i[0],
+               c0, c1);
 }
 
 static void do_ssm_scan(void *arg, int64_t c0, int64_t c1, int wk) {
@@ -855,8 +854,8 @@ static int recurrent_op(lmh_backend *b, const lmh_op *op) {
         r.A = vec_f32(op->src_more[1], 1, &fail);
         r.dtb = vec_f32(op->src_more[2], 0, &fail);
         const int64_t Hv = op->src[2]->ne[1], dv = op->src[2]->ne[2];
-        if (!fail) cpu_pool_run(b->pool, Hv * ((dv + DELTA_COLS - 1) / DELTA_COLS), 1,
-                                do_delta_rule, &r);
+        if (!fail)
+            cpu_pool_run(b->pool, Hv * ((dv + DELTA_COLS - 1) / DELTA_COLS), 1, do_delta_rule, &r);
         break;
     }
     default:
@@ -889,7 +888,7 @@ static int check_recurrent(const lmh_op *op) {
     switch (op->code) {
     case LMH_OP_COLS: {
         const int64_t W = lmh_inner(a), w = lmh_inner(d);
-        if (w < 1 || lmh_nelem(a) / W != lmh_nelem(d) / w) return LMH_ESHAPE;
+        if (w < 1 || W < 1 || lmh_nelem(a) / W != lmh_nelem(d) / w) return LMH_ESHAPE;
         if (b) {
             if (b->dtype != LMH_I32 || lmh_nelem(b) != w) return LMH_ESHAPE;
             const int32_t *idx = (const int32_t *)DATA(b);
@@ -904,7 +903,9 @@ static int check_recurrent(const lmh_op *op) {
         return op->p.i[0] >= 0 && op->p.i[0] < LMH_UNARY_COUNT ? LMH_OK : LMH_EINVAL;
     case LMH_OP_CONV1D: {
         if (!b || !is_f32(s3) || !lmh_dtype_is_float(b->dtype) || a == d) return LMH_EINVAL;
-        const int64_t C = lmh_inner(a), n = lmh_nelem(a) / C, K = lmh_inner(b);
+        const int64_t C = lmh_inner(a), K = lmh_inner(b);
+        if (C < 1) return LMH_ESHAPE;
+        const int64_t n = lmh_nelem(a) / C;
         if (a->ndim != 2 || d->ndim != 2 || d->ne[0] != n || d->ne[1] != C || K < 2 || K > 64 ||
             lmh_nelem(b) != C * K || !opt_vec(c, C) || lmh_nelem(s3) != (K - 1) * C)
             return LMH_ESHAPE;
@@ -928,10 +929,10 @@ static int check_recurrent(const lmh_op *op) {
         const int64_t H = op->p.i[0], G = op->p.i[1];
         if (H < 1 || G < 1 || H % G || !(op->p.f[0] >= 0)) return LMH_EINVAL;
         const int64_t n = d->ne[0], HP = lmh_inner(d), GN = lmh_inner(s3);
-        if (d->ndim != 2 || HP % H || GN % G || lmh_nelem(a) != n * HP ||
-            lmh_nelem(b) != n * H || s3->ne[0] != n || lmh_nelem(s3) != n * GN ||
-            lmh_nelem(s4) != n * GN || lmh_nelem(c) != H || !opt_vec(s5, H) ||
-            !opt_vec(s6, H) || lmh_nelem(st) != HP * (GN / G))
+        if (d->ndim != 2 || HP % H || GN % G || lmh_nelem(a) != n * HP || lmh_nelem(b) != n * H ||
+            s3->ne[0] != n || lmh_nelem(s3) != n * GN || lmh_nelem(s4) != n * GN ||
+            lmh_nelem(c) != H || !opt_vec(s5, H) || !opt_vec(s6, H) ||
+            lmh_nelem(st) != HP * (GN / G))
             return LMH_ESHAPE;
         return LMH_OK;
     }
@@ -941,6 +942,7 @@ static int check_recurrent(const lmh_op *op) {
             return LMH_EINVAL;
         if (a->ndim != 3 || b->ndim != 3 || c->ndim != 3) return LMH_ESHAPE;
         const int64_t n = a->ne[0], Hk = a->ne[1], dk = a->ne[2], Hv = c->ne[1], dv = c->ne[2];
+        if (Hk < 1 || Hv < 1 || dk < 1 || dv < 1) return LMH_ESHAPE;
         if (b->ne[0] != n || b->ne[1] != Hk || b->ne[2] != dk || c->ne[0] != n || Hv % Hk ||
             dk > 1024 || lmh_nelem(s3) != n * Hv || lmh_nelem(s4) != n * Hv ||
             lmh_nelem(s5) != Hv || !opt_vec(s6, Hv) || lmh_nelem(st) != Hv * dk * dv ||
@@ -1097,8 +1099,8 @@ static int check_op(const lmh_op *op) {
         return LMH_OK;
     case LMH_OP_SIGMOID_GATE:
         if (!b || a->dtype != LMH_F32 || b->dtype != LMH_F32 || d->dtype != LMH_F32) break;
-        if (lmh_nelem(a) != lmh_nelem(d) || (lmh_nelem(b) * lmh_inner(a) != lmh_nelem(a) &&
-                                             lmh_nelem(b) != lmh_nelem(a)))
+        if (lmh_nelem(a) != lmh_nelem(d) ||
+            (lmh_nelem(b) * lmh_inner(a) != lmh_nelem(a) && lmh_nelem(b) != lmh_nelem(a)))
             return LMH_ESHAPE;
         return LMH_OK;
     case LMH_OP_COLS:
@@ -1390,9 +1392,9 @@ static int cpu_kernel_run(lmh_backend *b, lmh_kernel *k, const lmh_kernel_call *
 static const char *const weight_dtypes[] = {"f32", "f16", "bf16", "q2", "q3",
                                             "q4",  "q5",  "q6",   "q8", NULL};
 static const char *const ops[] = {
-    "get_rows",    "matmul",       "rms_norm",  "add",       "mul",     "scale",     "swiglu",
-    "geglu",       "rope",         "copy",      "attention", "softcap", "moe_route", "moe_matmul",
-    "moe_combine", "sigmoid_gate", "transpose", "argmax",    "cols",    "unary",     "conv1d",
+    "get_rows",    "matmul",       "rms_norm",   "add",       "mul",     "scale",     "swiglu",
+    "geglu",       "rope",         "copy",       "attention", "softcap", "moe_route", "moe_matmul",
+    "moe_combine", "sigmoid_gate", "transpose",  "argmax",    "cols",    "unary",     "conv1d",
     "ssm_scan",    "ssd_scan",     "delta_rule", NULL};
 
 static const lmh_backend_api api = {

@@ -282,9 +282,9 @@ static void axpby_f32(float *y, float a, float b, const float *x, int64_t n) {
         _mm512_storeu_ps(y + i, _mm512_fmadd_ps(bv, _mm512_loadu_ps(x + i),
                                                 _mm512_mul_ps(av, _mm512_loadu_ps(y + i))));
     if (i < n)
-        _mm512_mask_storeu_ps(y + i, tail_mask(n - i),
-                              _mm512_fmadd_ps(bv, ldm_f32(x + i, n - i),
-                                              _mm512_mul_ps(av, ldm_f32(y + i, n - i))));
+        _mm512_mask_storeu_ps(
+            y + i, tail_mask(n - i),
+            _mm512_fmadd_ps(bv, ldm_f32(x + i, n - i), _mm512_mul_ps(av, ldm_f32(y + i, n - i))));
 }
 DEFINE_DOT(bf16, uint16_t)
 

@@ -36,14 +36,14 @@ float cpu_unary(int fn, float v) {
 
 #define CONV_BLOCK 64 /* channels a pass: a row's block stays in one cache line run */
 
-void cpu_conv1d(const float *x, int64_t n, int64_t C, int64_t K, const float *w,
-                const float *bias, float *state, float *y, int act, int64_t c0, int64_t c1) {
+void cpu_conv1d(const float *x, int64_t n, int64_t C, int64_t K, const float *w, const float *bias,
+                float *state, float *y, int act, int64_t c0, int64_t c1) {
     const int64_t S = K - 1; /* rows of state */
     float keep[CONV_BLOCK * 64];
     for (int64_t cb = c0; cb < c1; cb += CONV_BLOCK) {
         const int64_t ce = cb + CONV_BLOCK < c1 ? cb + CONV_BLOCK : c1;
         /* xx(i, c): the state's rows, then x's */
-#define XX(i, c) ((i) < S ? state[(i) * C + (c)] : x[((i) - S) * C + (c)])
+#define XX(i, c) ((i) < S ? state[(i)*C + (c)] : x[((i)-S) * C + (c)])
         for (int64_t t = 0; t < n; t++)
             for (int64_t c = cb; c < ce; c++) {
                 float acc = bias ? bias[c] : 0.0f;
@@ -77,9 +77,9 @@ void cpu_ssm_scan(const cpu_kernels *k, const float *x, const float *dt, int64_t
 }
 
 void cpu_ssd_scan(const cpu_kernels *k, const float *x, const float *dt, int64_t n, int64_t H,
-                  int64_t P, int64_t G, int64_t N, const float *A, const float *B,
-                  const float *C, const float *Dskip, const float *dt_bias, float lo, float hi,
-                  float *state, float *y, int64_t r0, int64_t r1) {
+                  int64_t P, int64_t G, int64_t N, const float *A, const float *B, const float *C,
+                  const float *Dskip, const float *dt_bias, float lo, float hi, float *state,
+                  float *y, int64_t r0, int64_t r1) {
     const int64_t HP = H * P, per_group = H / G;
     for (int64_t t = 0; t < n; t++) {
         int64_t h_prev = -1;
@@ -110,9 +110,9 @@ static void l2norm(const float *x, int64_t d, float eps, float scale, float *out
 }
 
 void cpu_delta_rule(const cpu_kernels *k, const float *q, const float *kk, const float *v,
-                    const float *a, const float *b, int64_t n, int64_t Hk, int64_t Hv,
-                    int64_t dk, int64_t dv, const float *A, const float *dt_bias, int l2,
-                    float eps, float qscale, float *state, float *o, int64_t i0, int64_t i1) {
+                    const float *a, const float *b, int64_t n, int64_t Hk, int64_t Hv, int64_t dk,
+                    int64_t dv, const float *A, const float *dt_bias, int l2, float eps,
+                    float qscale, float *state, float *o, int64_t i0, int64_t i1) {
     const int64_t blocks = (dv + DELTA_COLS - 1) / DELTA_COLS, rep = Hv / Hk;
     float qn[1024], kn[1024], mem[DELTA_COLS], out[DELTA_COLS];
     for (int64_t it = i0; it < i1; it++) {

@@ -15,8 +15,8 @@
 
 /* y = act(causal depthwise convolution), channels [c0, c1) of C; x, y [n, C]; w [C, K];
  * bias [C] or NULL; state [K - 1, C] in/out. act: LMH_UNARY_* (ops.h). */
-void cpu_conv1d(const float *x, int64_t n, int64_t C, int64_t K, const float *w,
-                const float *bias, float *state, float *y, int act, int64_t c0, int64_t c1);
+void cpu_conv1d(const float *x, int64_t n, int64_t C, int64_t K, const float *w, const float *bias,
+                float *state, float *y, int act, int64_t c0, int64_t c1);
 
 /* Mamba-1 selective scan, channels [c0, c1) of D: x, dt, y [n, D]; A (= -exp(A_log), f32)
  * [D, N]; B, C [n, N]; Dskip, dt_bias [D] or NULL; state [D, N] in/out. */
@@ -28,18 +28,18 @@ void cpu_ssm_scan(const cpu_kernels *k, const float *x, const float *dt, int64_t
  * x, y [n, H * P]; dt [n, H]; A (= -exp(A_log)) [H]; B, C [n, G * N]; Dskip, dt_bias [H]
  * or NULL; d is clamped to [lo, hi]. */
 void cpu_ssd_scan(const cpu_kernels *k, const float *x, const float *dt, int64_t n, int64_t H,
-                  int64_t P, int64_t G, int64_t N, const float *A, const float *B,
-                  const float *C, const float *Dskip, const float *dt_bias, float lo, float hi,
-                  float *state, float *y, int64_t r0, int64_t r1);
+                  int64_t P, int64_t G, int64_t N, const float *A, const float *B, const float *C,
+                  const float *Dskip, const float *dt_bias, float lo, float hi, float *state,
+                  float *y, int64_t r0, int64_t r1);
 
 /* Gated delta rule, parts [i0, i1) of Hv heads x ceil(dv / DELTA_COLS) column blocks:
  * q, k [n, Hk, dk]; v, o [n, Hv, dv]; a, b [n, Hv]; A (= -exp(A_log)), dt_bias [Hv] (bias
  * may be NULL); state [Hv, dk, dv]. l2: normalise q and k (eps); qscale multiplies q. */
 #define DELTA_COLS 64
 void cpu_delta_rule(const cpu_kernels *k, const float *q, const float *kk, const float *v,
-                    const float *a, const float *b, int64_t n, int64_t Hk, int64_t Hv,
-                    int64_t dk, int64_t dv, const float *A, const float *dt_bias, int l2,
-                    float eps, float qscale, float *state, float *o, int64_t i0, int64_t i1);
+                    const float *a, const float *b, int64_t n, int64_t Hk, int64_t Hv, int64_t dk,
+                    int64_t dv, const float *A, const float *dt_bias, int l2, float eps,
+                    float qscale, float *state, float *o, int64_t i0, int64_t i1);
 
 /* f(x) of LMH_OP_UNARY (ops.h). */
 float cpu_unary(int fn, float x);

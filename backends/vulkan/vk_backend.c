@@ -41,7 +41,11 @@
  * caps the device memory it allocates (for tests of running out: an allocation past the cap
  * fails as VK_ERROR_OUT_OF_DEVICE_MEMORY would). LMHOST_VK_MATMUL_BIG=0|1|4|8: prefill products
  * never in matmul_big.comp's tiles, or for every product of more than 4 rows (4, 8: tiles of
- * 64 or 128 rows whatever the shape; default: from 65 rows on GPUs, never on CPU devices). */
+ * 64 or 128 rows whatever the shape; default: from 65 rows on GPUs, never on CPU devices).
+ * LMHOST_VK_SCAN_CHUNK=N[:C] runs SSD_SCAN and DELTA_RULE in their chunked (matrix) form from
+ * N rows on (default 96; 0: always row by row), for tests of either form at any length, C
+ * chunks of 64 rows at most a pass (default: as many as 64 MiB of scratch holds; tests of
+ * a long op cut into passes). */
 #include "vk_backend.h"
 #include "vk_spirv.h"
 
@@ -67,6 +71,7 @@
 #define MATVEC8_NR   4            /* output columns a workgroup of the 8-row matrix-vector kernel */
 #define STAT_SLOTS   1024         /* MoE statistics per batch */
 #define ARGS_BYTES   (256 * 1024) /* tables for dispatches per batch (vk_args) */
+#define SCAN_CHUNK   96           /* chunked scans from this many rows (LMHOST_VK_SCAN_CHUNK) */
 
 struct vk_block {
     VkDeviceMemory mem;
@@ -311,6 +316,7 @@ static vk_alloc *mem_alloc(lmh_backend *b, VkDeviceSize bytes, int weight) {
     if (!a) return NULL;
     a->size = size;
     a->weight = weight;
+    a->gen = ++b->gen_next;
     for (int i = 0; i < b->nblocks; i++) {
         vk_block *k = b->blocks[i];
         if (k->weight != weight || k->dedicated || k->host) continue;
@@ -953,15 +959,20 @@ static int record(lmh_backend *b, const vk_dispatch *d) {
             pc[i] = (uint32_t)((t->off - base) / (es ? es : 1));
         }
         if (d->bind[i]) {
-            if (d->writes & (1u << i))
+            if (d->writes & (1u << i)) {
                 wr[nwr++] = range_of(t);
-            else
+                t->a->gen = ++b->gen_next;
+            } else {
                 rd[nrd++] = range_of(t);
+            }
         }
     }
     if (d->indirect) rd[nrd++] = range_of(d->indirect);
     for (int i = 0; i < d->nxrd; i++) nrd = add_range(rd, nrd, range_of(d->xrd[i]));
-    for (int i = 0; i < d->nxwr; i++) nwr = add_range(wr, nwr, range_of(d->xwr[i]));
+    for (int i = 0; i < d->nxwr; i++) {
+        nwr = add_range(wr, nwr, range_of(d->xwr[i]));
+        d->xwr[i]->a->gen = ++b->gen_next;
+    }
     int rc = track(b, bt, rd, nrd, wr, nwr, d->indirect != NULL);
     if (rd != rd_) {
         free(rd);
@@ -1202,6 +1213,7 @@ static int upload_locked(lmh_backend *b, vk_tensor *t, size_t off, const uint8_t
                        (t->off + off + chunk + 15) & ~(VkDeviceSize)15};
         int rc = track(b, bt, NULL, 0, &wr, 1, 1);
         if (rc) return rc;
+        t->a->gen = ++b->gen_next;
         VkBufferCopy c = {bt->staging_used, t->off + off, chunk};
         vkCmdCopyBuffer(bt->cb, bt->staging.buf, t->a->blk->buf, 1, &c);
         if (b->step_cur.copies < 255) b->step_cur.copies++;
@@ -1262,6 +1274,12 @@ static int download_locked(lmh_backend *b, const vk_tensor *t, size_t off, void 
     if (!rc) rc = wait_all(b);
     if (!rc && n) memcpy(dst, b->readback.map, n);
     return rc;
+}
+
+int vk_read_locked(lmh_backend *b, const vk_tensor *t, size_t off, void *dst, size_t n) {
+    vk_fuse_access(b, t, 0);
+    int rc = b->err ? b->err : vk_fuse_take_err(b);
+    return rc ? rc : download_locked(b, t, off, dst, n);
 }
 
 static int vk_download(lmh_backend *b, const lmh_tensor *x, size_t off, void *dst, size_t n) {
@@ -1923,6 +1941,14 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
     } else {
         b->matmul_big = b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 0 : BIG_MIN_ROWS;
     }
+    /* SSD_SCAN and DELTA_RULE chunked from SCAN_CHUNK rows (H200: at 64 rows the delta
+     * rule's chunked form took 10-25% longer than row by row, SSD's as long; at 128 they
+     * took 20-30% and 12% less; at 4096, 44-49% and 35-43% of the time);
+     * LMHOST_VK_SCAN_CHUNK=N[:C] from N rows, 0 never, C chunks a pass at most (tests) */
+    const char *sc = getenv("LMHOST_VK_SCAN_CHUNK");
+    char *sc_end = NULL;
+    b->scan_chunk = sc && *sc ? (uint32_t)strtoul(sc, &sc_end, 10) : SCAN_CHUNK;
+    b->scan_seg = sc_end && *sc_end == ':' ? (uint32_t)strtoul(sc_end + 1, NULL, 10) : 0;
     b->argmax_wg = 1024;
     while (b->argmax_wg > 256 && (b->argmax_wg > lim->maxComputeWorkGroupInvocations ||
                                   b->argmax_wg > lim->maxComputeWorkGroupSize[0] ||
@@ -2188,6 +2214,7 @@ static void vk_destroy(lmh_backend *b) {
         free_kept(b->dummy);
         for (int i = 0; i < VK_ATTN_CNT_SLOTS; i++) free(b->attn_slot[i]); /* views */
         for (int i = 0; i < VK_SPLIT_SLOTS; i++) free_kept(b->split_room[i]);
+        free_kept(b->scan_room);
         free_kept(b->attn_cnt);
         if (b->profile) {
             double total = 0;
@@ -2288,9 +2315,10 @@ static int vk_init(const lmh_host_api *host, char *err, size_t err_len) {
 static const char *const weight_dtypes[] = {"f32", "f16", "bf16", "q2", "q3",
                                             "q4",  "q5",  "q6",   "q8", NULL};
 static const char *const ops[] = {
-    "get_rows",    "matmul",       "rms_norm",  "add",       "mul",     "scale",     "swiglu",
-    "geglu",       "rope",         "copy",      "attention", "softcap", "moe_route", "moe_matmul",
-    "moe_combine", "sigmoid_gate", "transpose", "argmax",    NULL};
+    "get_rows",    "matmul",       "rms_norm",   "add",       "mul",     "scale",     "swiglu",
+    "geglu",       "rope",         "copy",       "attention", "softcap", "moe_route", "moe_matmul",
+    "moe_combine", "sigmoid_gate", "transpose",  "argmax",    "cols",    "unary",     "conv1d",
+    "ssm_scan",    "ssd_scan",     "delta_rule", NULL};
 
 static const lmh_backend_api api = {
     .size = sizeof(lmh_backend_api),

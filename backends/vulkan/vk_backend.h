@@ -9,8 +9,10 @@
 #include <vulkan/vulkan.h>
 
 /* Descriptor bindings of every pipeline: 0 dst, 1..4 src0..src3, 5 and 6 the backend's
- * own buffers (attention partials, MoE work lists, MoE statistics). */
-#define VK_NBIND          7
+ * own buffers (attention partials, MoE work lists, MoE statistics); 5..8 also src4..src7
+ * of the recurrent ops (ABI 1.7), whose shaders get their element offsets in push constant
+ * words 5..8. */
+#define VK_NBIND          9
 #define VK_PC_WORDS       32 /* 128 bytes, the push constant size every device offers */
 #define VK_NSPEC          9
 #define VK_ATTN_CNT_SLOTS 16 /* sets of attention's split counters (vk_backend.c) */
@@ -29,6 +31,7 @@ typedef struct vk_alloc {
     vk_block *blk;
     VkDeviceSize off, size;
     uint64_t last_use; /* serial of the last batch that recorded work on it */
+    uint64_t gen;      /* changed by every write recorded on it (vk_cols_index_ok's cache) */
     int weight;
 } vk_alloc;
 
@@ -87,7 +90,18 @@ enum vk_shader {
     VK_SH_SPLIT_SUM,   /* the splits of a product split over k added (split_sum.comp) */
     VK_SH_FMA_PEAK,    /* the multiply-add rate probes: f32 FMA, */
     VK_SH_COOP_PEAK,   /* and the matrix cores */
-    VK_SH_PLUGIN,      /* another plugin's kernel (kernel_add): vk_dispatch.pipe */
+    /* ABI 1.7: column splits and the recurrent ops (vk_ops.c: op_cols, op_conv1d, op_scan,
+     * op_ssd_chunked, op_delta, op_delta_chunked) */
+    VK_SH_COLS,
+    VK_SH_CONV1D,
+    VK_SH_SCAN,       /* Mamba-1 and Mamba-2 scans, row by row (scan.comp) */
+    VK_SH_SSD_STATES, /* Mamba-2 chunked: each chunk's own state (ssd_chunk.comp), */
+    VK_SH_SSD_PASS,   /* the states passed from chunk to chunk, */
+    VK_SH_SSD_OUT,    /* and the outputs */
+    VK_SH_DELTA,      /* gated delta rule, row by row (delta.comp) */
+    VK_SH_DELTA_PREP, /* chunked: each chunk's WY/UT form (delta_chunk.comp), */
+    VK_SH_DELTA_SEQ,  /* and the chunks in order */
+    VK_SH_PLUGIN,     /* another plugin's kernel (kernel_add): vk_dispatch.pipe */
     VK_SH_COUNT
 };
 
@@ -274,6 +288,22 @@ struct lmh_backend {
 #define VK_SPLIT_SLOTS 4
     vk_tensor *split_room[VK_SPLIT_SLOTS];
     uint32_t split_next;
+    vk_tensor *scan_room; /* the chunked scans' scratch, grown to the most asked */
+    /* the chunked forms of SSD_SCAN and DELTA_RULE from this many rows (LMHOST_VK_SCAN_CHUNK;
+     * 0: never) */
+    uint32_t scan_chunk;
+    uint32_t scan_seg; /* and their chunks a pass at most (0: as the scratch allows) */
+    uint64_t gen_next; /* vk_alloc.gen's source */
+    /* COLS gathers' index tensors already read back (vk_cols_index_ok): the allocation and
+     * generation they were read at, and their least and largest index */
+#define VK_COLS_CACHE 16
+    struct vk_cols_seen {
+        const vk_alloc *a;
+        uint64_t gen;
+        VkDeviceSize off, bytes;
+        int32_t lo, hi;
+    } cols_seen[VK_COLS_CACHE];
+    uint32_t cols_next;
 
     uint64_t weight_bytes, other_bytes, weight_read;
     int err;                            /* sticky: after a lost device every call fails */
@@ -363,6 +393,9 @@ uint32_t vk_elem_off(const lmh_backend *b, const vk_tensor *t);
 vk_tensor *vk_args(lmh_backend *b, size_t n, void **map);
 /* The device address of t's first byte (0 where its block has none). */
 VkDeviceAddress vk_addr(const vk_tensor *t);
+/* n bytes of t from `off` read back into dst, after every op enqueued so far has run (the
+ * backend's lock held). */
+int vk_read_locked(lmh_backend *b, const vk_tensor *t, size_t off, void *dst, size_t n);
 
 /* vk_ops.c */
 int vk_check_op(lmh_backend *b, const lmh_op *op);

@@ -108,9 +108,9 @@ static int in_place(const vk_virt *v) {
 }
 
 /* What an op reads and writes, as put-off ops see it: its sources are read (and MoE
- * routing's src1 written too), its dst written. */
+ * routing's src1 written too, and a recurrent op's state: ABI 1.7), its dst written. */
 static int writes_src(const lmh_op *op, int k) {
-    return op->code == LMH_OP_MOE_ROUTE && k == 1;
+    return (op->code == LMH_OP_MOE_ROUTE && k == 1) || k == lmh_op_state_src(op->code);
 }
 
 /* Settles the put-off ops (but skip) against an op about to be recorded that reads the
@@ -135,14 +135,16 @@ static void settle(lmh_backend *b, const vk_tensor *const *rd, int nr, const vk_
 }
 
 static void settle_op(lmh_backend *b, const lmh_op *op, int skip) {
-    const vk_tensor *rd[4], *wr[5];
+    const vk_tensor *rd[LMH_OP_MAX_OPERANDS], *wr[1 + LMH_OP_MAX_OPERANDS];
     int nr = 0, nw = 0;
     wr[nw++] = VT(op->dst);
-    for (int k = 0; k < 4; k++)
-        if (op->src[k]) {
-            rd[nr++] = VT(op->src[k]);
-            if (writes_src(op, k)) wr[nw++] = VT(op->src[k]);
+    for (int k = 0; k < lmh_op_n_src(op->code); k++) { /* src_more too (ABI 1.7) */
+        const lmh_tensor *t = lmh_op_src(op, k);
+        if (t) {
+            rd[nr++] = VT(t);
+            if (writes_src(op, k)) wr[nw++] = VT(t);
         }
+    }
     settle(b, rd, nr, wr, nw, 1, skip);
 }
 

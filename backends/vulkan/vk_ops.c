@@ -7,7 +7,16 @@
 #include <string.h>
 
 /* eltwise.comp's OP */
-enum { ELT_ADD, ELT_MUL, ELT_SCALE, ELT_SWIGLU, ELT_GEGLU, ELT_SOFTCAP, ELT_SIGMOID_GATE };
+enum {
+    ELT_ADD,
+    ELT_MUL,
+    ELT_SCALE,
+    ELT_SWIGLU,
+    ELT_GEGLU,
+    ELT_SOFTCAP,
+    ELT_SIGMOID_GATE,
+    ELT_UNARY
+};
 
 #define MATVEC_MAXR     4 /* rows the matrix-vector kernels hold at most (matvec8: 8) */
 #define MATVEC8_MAXR    8
@@ -47,6 +56,20 @@ enum { ELT_ADD, ELT_MUL, ELT_SCALE, ELT_SWIGLU, ELT_GEGLU, ELT_SOFTCAP, ELT_SIGM
 #define ATTN_DEC_MAXQ     16  /* queries per K/V head up to which it is used */
 #define MOE_MAX_EXPERTS   1024
 #define ROUTE_MAXK        32
+/* The recurrent ops (ABI 1.7). CONV1D: a thread a channel for all rows (state rewritten in
+ * the same dispatch) up to CONV_ROWS rows; past them a thread an output, then the state. */
+#define CONV_ROWS    16
+#define SCAN_WG      128 /* scan.comp and delta.comp's workgroups */
+#define SCAN_TB      16  /* scan.comp's rows between sums of the lanes' parts */
+#define SCAN_SPT     8   /* states a lane of scan.comp holds in registers at most */
+#define SCAN_MIN_WGS 512 /* scan.comp's workgroups a GPU gets where the lanes allow */
+#define CHUNK_L      64  /* ssd_chunk.comp's and delta_chunk.comp's chunk (their L) */
+#define CHUNK_WG     256
+#define DELTA_CB     16 /* delta_chunk.comp's SEQ: columns of S a workgroup (its CB) */
+#define DELTA_SPT    16 /* delta.comp: rows of S a lane at most */
+/* the chunked forms' scratch a pass at most: a longer op is cut into passes of whole chunks
+ * (SSD: chunks x H x (2 L + P N) words; delta: chunks x Hv x BLK, delta_chunk.comp) */
+#define SCAN_SCRATCH ((VkDeviceSize)64 << 20)
 
 /* A weight operand: a float dtype, or quantized (made by tensor_quant). */
 static int is_weight(lmh_dtype d) {
@@ -62,6 +85,87 @@ static uint32_t fbits(float f) {
 }
 static uint32_t cdiv(uint64_t a, uint64_t b) {
     return (uint32_t)((a + b - 1) / b);
+}
+
+static int is_f32(const lmh_tensor *t) {
+    return t && t->dtype == LMH_F32;
+}
+
+/* An optional weight vector of n values in a float dtype. */
+static int opt_vec(const lmh_tensor *t, int64_t n) {
+    return !t || (lmh_dtype_is_float(t->dtype) && lmh_nelem(t) == n);
+}
+
+/* The ops of ABI 1.7: the CPU backend's check_recurrent, but COLS's gather indices (device
+ * memory here), which vk_check_op reads back and checks the same way, and shapes the CPU's
+ * divides by zero on (src0's rows of 0 columns for COLS and CONV1D, 0 key heads), refused. */
+static int check_recurrent(const lmh_op *op) {
+    const lmh_tensor *d = op->dst, *a = op->src[0], *b = op->src[1], *c = op->src[2],
+                     *s3 = op->src[3];
+    const lmh_tensor *s4 = op->src_more[0], *s5 = op->src_more[1], *s6 = op->src_more[2],
+                     *st = op->src_more[3];
+    if (!is_f32(d) || !is_f32(a)) return LMH_EUNSUPPORTED;
+    switch (op->code) {
+    case LMH_OP_COLS: {
+        const int64_t W = lmh_inner(a), w = lmh_inner(d);
+        if (w < 1 || W < 1 || lmh_nelem(a) / W != lmh_nelem(d) / w) return LMH_ESHAPE;
+        if (b) return b->dtype != LMH_I32 || lmh_nelem(b) != w ? LMH_ESHAPE : LMH_OK;
+        return op->p.i[0] >= 0 && op->p.i[0] + w <= W ? LMH_OK : LMH_EINVAL;
+    }
+    case LMH_OP_UNARY:
+        if (lmh_nelem(a) != lmh_nelem(d)) return LMH_ESHAPE;
+        return op->p.i[0] >= 0 && op->p.i[0] < LMH_UNARY_COUNT ? LMH_OK : LMH_EINVAL;
+    case LMH_OP_CONV1D: {
+        if (!b || !is_f32(s3) || !lmh_dtype_is_float(b->dtype) || a == d) return LMH_EINVAL;
+        if (lmh_inner(a) < 1) return LMH_ESHAPE;
+        const int64_t C = lmh_inner(a), n = lmh_nelem(a) / C, K = lmh_inner(b);
+        if (a->ndim != 2 || d->ndim != 2 || d->ne[0] != n || d->ne[1] != C || K < 2 || K > 64 ||
+            lmh_nelem(b) != C * K || !opt_vec(c, C) || lmh_nelem(s3) != (K - 1) * C)
+            return LMH_ESHAPE;
+        return op->p.i[0] >= 0 && op->p.i[0] < LMH_UNARY_COUNT ? LMH_OK : LMH_EINVAL;
+    }
+    case LMH_OP_SSM_SCAN: {
+        if (!is_f32(b) || !c || !lmh_dtype_is_float(c->dtype) || !is_f32(s3) || !is_f32(s4) ||
+            !is_f32(st) || d == a)
+            return LMH_EINVAL;
+        const int64_t n = d->ne[0], D = lmh_inner(d), N = lmh_inner(s3);
+        if (d->ndim != 2 || lmh_nelem(a) != n * D || lmh_nelem(b) != n * D ||
+            lmh_nelem(s3) != n * N || lmh_nelem(s4) != n * N || lmh_nelem(c) != D * N ||
+            !opt_vec(s5, D) || !opt_vec(s6, D) || lmh_nelem(st) != D * N)
+            return LMH_ESHAPE;
+        return LMH_OK;
+    }
+    case LMH_OP_SSD_SCAN: {
+        if (!is_f32(b) || !c || !lmh_dtype_is_float(c->dtype) || !is_f32(s3) || !is_f32(s4) ||
+            !is_f32(st) || d == a)
+            return LMH_EINVAL;
+        const int64_t H = op->p.i[0], G = op->p.i[1];
+        if (H < 1 || G < 1 || H % G || !(op->p.f[0] >= 0)) return LMH_EINVAL;
+        const int64_t n = d->ne[0], HP = lmh_inner(d), GN = lmh_inner(s3);
+        if (d->ndim != 2 || HP % H || GN % G || lmh_nelem(a) != n * HP || lmh_nelem(b) != n * H ||
+            s3->ne[0] != n || lmh_nelem(s3) != n * GN || lmh_nelem(s4) != n * GN ||
+            lmh_nelem(c) != H || !opt_vec(s5, H) || !opt_vec(s6, H) ||
+            lmh_nelem(st) != HP * (GN / G))
+            return LMH_ESHAPE;
+        return LMH_OK;
+    }
+    case LMH_OP_DELTA_RULE: {
+        if (!is_f32(b) || !is_f32(c) || !is_f32(s3) || !is_f32(s4) || !s5 ||
+            !lmh_dtype_is_float(s5->dtype) || !is_f32(st) || d == a || d == c)
+            return LMH_EINVAL;
+        if (a->ndim != 3 || b->ndim != 3 || c->ndim != 3) return LMH_ESHAPE;
+        const int64_t n = a->ne[0], Hk = a->ne[1], dk = a->ne[2], Hv = c->ne[1], dv = c->ne[2];
+        if (Hk < 1) return LMH_ESHAPE;
+        if (b->ne[0] != n || b->ne[1] != Hk || b->ne[2] != dk || c->ne[0] != n || Hv % Hk ||
+            dk > 1024 || lmh_nelem(s3) != n * Hv || lmh_nelem(s4) != n * Hv ||
+            lmh_nelem(s5) != Hv || !opt_vec(s6, Hv) || lmh_nelem(st) != Hv * dk * dv ||
+            lmh_nelem(d) != n * Hv * dv || d->ne[0] != n)
+            return LMH_ESHAPE;
+        return LMH_OK;
+    }
+    default:
+        return LMH_EUNSUPPORTED;
+    }
 }
 
 /* The CPU backend's operand checks: everything ops.h promises. */
@@ -160,11 +264,19 @@ static int check_semantics(const lmh_op *op) {
               (a->ndim == 3 && a->ne[0] == c->ne[0] && a->ne[1] == c->ne[1])))
             return LMH_ESHAPE;
         return LMH_OK;
-    case LMH_OP_SIGMOID_GATE:
+    case LMH_OP_SIGMOID_GATE: /* a gate a row, or (ABI 1.7) of src0's shape */
         if (!b || a->dtype != LMH_F32 || b->dtype != LMH_F32 || d->dtype != LMH_F32) break;
-        if (lmh_nelem(a) != lmh_nelem(d) || lmh_nelem(b) * lmh_inner(a) != lmh_nelem(a))
+        if (lmh_nelem(a) != lmh_nelem(d) ||
+            (lmh_nelem(b) * lmh_inner(a) != lmh_nelem(a) && lmh_nelem(b) != lmh_nelem(a)))
             return LMH_ESHAPE;
         return LMH_OK;
+    case LMH_OP_COLS:
+    case LMH_OP_UNARY:
+    case LMH_OP_CONV1D:
+    case LMH_OP_SSM_SCAN:
+    case LMH_OP_SSD_SCAN:
+    case LMH_OP_DELTA_RULE:
+        return check_recurrent(op);
     case LMH_OP_ARGMAX:
         if (a->dtype != LMH_F32 || d->dtype != LMH_I32) break;
         if (lmh_inner(a) < 1 || lmh_nelem(d) * lmh_inner(a) != lmh_nelem(a)) return LMH_ESHAPE;
@@ -196,13 +308,47 @@ static uint32_t attn_bq_max(const lmh_backend *b, int64_t d, int64_t dv) {
     return bq;
 }
 
+/* COLS's gather indices all in [0, W), as the CPU backend checks them: read back from the
+ * device (after what the ops so far write), once for each write of their memory (an index
+ * table is a constant: one read a layer for a model's life). */
+static int cols_index_ok(lmh_backend *b, const lmh_tensor *idx, int64_t W) {
+    const vk_tensor *t = VT(idx);
+    /* ops held back (vk_fuse.c) that write it recorded first: its generation is then current */
+    vk_fuse_access(b, t, 0);
+    struct vk_cols_seen *e = NULL;
+    for (int i = 0; i < VK_COLS_CACHE && !e; i++) {
+        struct vk_cols_seen *c = &b->cols_seen[i];
+        if (c->a == t->a && c->gen == t->a->gen && c->off == t->off && c->bytes == t->bytes) e = c;
+    }
+    if (!e) {
+        int64_t n = lmh_nelem(idx);
+        int32_t *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+        if (!v) return LMH_ENOMEM;
+        int rc = vk_read_locked(b, t, 0, v, (size_t)n * sizeof *v);
+        if (rc) {
+            free(v);
+            return rc;
+        }
+        e = &b->cols_seen[b->cols_next++ % VK_COLS_CACHE];
+        *e = (struct vk_cols_seen){t->a, t->a->gen, t->off, t->bytes, INT32_MAX, INT32_MIN};
+        for (int64_t i = 0; i < n; i++) {
+            if (v[i] < e->lo) e->lo = v[i];
+            if (v[i] > e->hi) e->hi = v[i];
+        }
+        free(v);
+    }
+    return e->lo >= 0 && e->hi < W ? LMH_OK : LMH_EINVAL;
+}
+
 int vk_check_op(lmh_backend *b, const lmh_op *op) {
     int rc = check_semantics(op);
     if (rc != LMH_OK) return rc;
     /* the shaders index in 32 bits and bind every operand whole (a quantized weight is
      * addressed by words; tensor_quant keeps it under 4 GiB) */
-    const lmh_tensor *all[5] = {op->dst, op->src[0], op->src[1], op->src[2], op->src[3]};
-    for (int i = 0; i < 5; i++)
+    const int nsrc = lmh_op_n_src(op->code);
+    const lmh_tensor *all[1 + LMH_OP_MAX_OPERANDS] = {op->dst};
+    for (int i = 0; i < nsrc; i++) all[1 + i] = lmh_op_src(op, i);
+    for (int i = 0; i < 1 + nsrc; i++)
         if (all[i] &&
             ((!lmh_dtype_is_quant(all[i]->dtype) && lmh_nelem(all[i]) >= ((int64_t)1 << 31)) ||
              !vk_bindable(b, all[i])))
@@ -224,6 +370,9 @@ int vk_check_op(lmh_backend *b, const lmh_op *op) {
         break;
     case LMH_OP_MATMUL:
         if (cdiv((uint64_t)(lmh_nelem(a) / lmh_inner(a)), 64) > 65535) return LMH_EUNSUPPORTED;
+        break;
+    case LMH_OP_COLS: /* last: the one check that may wait for the device */
+        if (w) return cols_index_ok(b, w, lmh_inner(a));
         break;
     default:
         break;
@@ -619,6 +768,7 @@ static int op_eltwise(lmh_backend *b, const lmh_op *op) {
                     : op->code == LMH_OP_SWIGLU  ? ELT_SWIGLU
                     : op->code == LMH_OP_GEGLU   ? ELT_GEGLU
                     : op->code == LMH_OP_SOFTCAP ? ELT_SOFTCAP
+                    : op->code == LMH_OP_UNARY   ? ELT_UNARY
                                                  : ELT_SIGMOID_GATE;
     int uses_b = kind == ELT_ADD || kind == ELT_MUL || kind == ELT_SIGMOID_GATE ||
                  ((kind == ELT_SWIGLU || kind == ELT_GEGLU) && s1);
@@ -630,8 +780,11 @@ static int op_eltwise(lmh_backend *b, const lmh_op *op) {
     x.pc[6] = uses_b ? (uint32_t)lmh_nelem(s1) : 1;
     x.pc[7] = uses_b ? dtc(s1->dtype) : 0;
     x.pc[8] = (uint32_t)lmh_inner(op->dst);
+    /* the gate elementwise where it has src0's shape (checked first, as the CPU does) */
+    if (kind == ELT_SIGMOID_GATE && lmh_nelem(s1) == lmh_nelem(a)) x.pc[8] = 1;
     x.pc[9] = (kind == ELT_SWIGLU || kind == ELT_GEGLU) && !s1;
     x.pc[10] = fbits(op->p.f[0]);
+    x.pc[11] = kind == ELT_UNARY ? (uint32_t)op->p.i[0] : 0;
     grid(&x, cdiv((uint64_t)n, 256));
     return vk_record(b, &x);
 }
@@ -1150,6 +1303,324 @@ static int op_moe_combine(lmh_backend *b, const lmh_op *op) {
     return vk_record(b, &x);
 }
 
+/* ---- ABI 1.7: columns and the recurrent ops ----------------------------------------- */
+
+static int op_cols(lmh_backend *b, const lmh_op *op) {
+    const lmh_tensor *a = op->src[0], *idx = op->src[1];
+    int64_t n = lmh_nelem(op->dst);
+    vk_dispatch x = {.shader = VK_SH_COLS, .spec = {256}, .writes = 1};
+    x.bind[0] = VT(op->dst);
+    x.bind[1] = VT(a);
+    x.bind[2] = idx ? VT(idx) : NULL;
+    x.pc[5] = (uint32_t)n;
+    x.pc[6] = (uint32_t)lmh_inner(op->dst);
+    x.pc[7] = (uint32_t)lmh_inner(a);
+    x.pc[8] = (uint32_t)op->p.i[0];
+    x.pc[9] = idx != NULL;
+    grid(&x, cdiv((uint64_t)n, 256));
+    return vk_record(b, &x);
+}
+
+/* Operand i (4..7) of a recurrent op at binding i + 1 (5..8), its element offset in push
+ * constant word i + 1 (the shaders' oC/oB.., oD/oA.., oT, oS): record() fills in those of
+ * bindings 0..4 only. */
+static void bind_more(lmh_backend *b, vk_dispatch *x, const lmh_op *op, int i) {
+    if (i < LMH_OP_MAX_SRC || i >= LMH_OP_MAX_OPERANDS) return;
+    const lmh_tensor *t = lmh_op_src(op, i);
+    x->bind[i + 1] = t ? VT(t) : NULL;
+    x->pc[i + 1] = t ? vk_elem_off(b, VT(t)) : 0;
+}
+
+/* The state is read and written by the same dispatch: it is bound as written, which the
+ * hazard tracking takes as both (record(): a write waits for earlier reads and writes, and
+ * later reads and writes wait for it). */
+static int op_conv1d(lmh_backend *b, const lmh_op *op) {
+    const lmh_tensor *xt = op->src[0], *w = op->src[1], *bias = op->src[2], *st = op->src[3];
+    int64_t C = lmh_inner(xt), n = lmh_nelem(xt) / C, K = lmh_inner(w), S = K - 1;
+    vk_dispatch x = {.shader = VK_SH_CONV1D, .spec = {64, 0}, .writes = 1u | 1u << 4};
+    x.bind[0] = VT(op->dst);
+    x.bind[1] = VT(xt);
+    x.bind[2] = VT(w);
+    x.bind[3] = bias ? VT(bias) : NULL;
+    x.bind[4] = VT(st);
+    x.pc[5] = (uint32_t)n;
+    x.pc[6] = (uint32_t)C;
+    x.pc[7] = (uint32_t)K;
+    x.pc[8] = bias != NULL;
+    x.pc[9] = dtc(w->dtype);
+    x.pc[10] = bias ? dtc(bias->dtype) : 0;
+    x.pc[11] = (uint32_t)op->p.i[0];
+    if (n <= CONV_ROWS || n < S) { /* a thread a channel, state rewritten after its reads */
+        grid(&x, cdiv((uint64_t)C, 64));
+        return vk_record(b, &x);
+    }
+    /* a thread an output, then (the state's reads done: a barrier) the new state from x */
+    x.spec[0] = 256;
+    x.spec[1] = 1;
+    grid(&x, cdiv((uint64_t)(n * C), 256));
+    int rc = vk_record(b, &x);
+    if (rc) return rc;
+    x.spec[1] = 2;
+    grid(&x, cdiv((uint64_t)(S * C), 256));
+    return vk_record(b, &x);
+}
+
+/* Lanes a channel (a power of two up to `most`) and states a lane for N states: as few lanes
+ * as hold SCAN_SPT states each, so that a workgroup takes many channels (its fixed costs,
+ * barriers above all, shared by more); *global where even `most` lanes would hold more (the
+ * states then stay in memory). */
+static void lanes_for(int64_t N, uint32_t most, uint32_t *lpc, uint32_t *spt, int *global) {
+    uint32_t l = 1;
+    while ((uint64_t)l * SCAN_SPT < (uint64_t)N && l < most) l *= 2;
+    uint64_t k = cdiv((uint64_t)N, l);
+    *lpc = l;
+    *spt = k ? (uint32_t)k : 1;
+    *global = k > SCAN_SPT;
+}
+
+/* The scans' weights: dtypes and presence (words 16..20 of scan.comp's and ssd_chunk.comp's
+ * push constants), and Mamba-2's d bounds (21..23). */
+static void scan_params(vk_dispatch *x, const lmh_op *op) {
+    const lmh_tensor *D = op->src_more[1], *dtb = op->src_more[2];
+    x->pc[16] = D != NULL;
+    x->pc[17] = dtb != NULL;
+    x->pc[18] = dtc(op->src[2]->dtype);
+    x->pc[19] = D ? dtc(D->dtype) : 0;
+    x->pc[20] = dtb ? dtc(dtb->dtype) : 0;
+    if (op->code == LMH_OP_SSD_SCAN) {
+        x->pc[21] = fbits(op->p.f[0]);
+        x->pc[22] = fbits(op->p.f[1]);
+        x->pc[23] = op->p.f[1] > 0;
+    }
+}
+
+/* SSM_SCAN, and SSD_SCAN row by row (scan.comp): a channel's states over lanes. */
+static int op_scan(lmh_backend *b, const lmh_op *op) {
+    int ssd = op->code == LMH_OP_SSD_SCAN;
+    const lmh_tensor *d = op->dst;
+    int64_t n = d->ne[0], nch = lmh_inner(d), H = ssd ? op->p.i[0] : nch, G = ssd ? op->p.i[1] : 1;
+    int64_t N = lmh_inner(op->src[3]) / G;
+    uint32_t lpc, spt;
+    int global;
+    lanes_for(N, SCAN_WG, &lpc, &spt, &global);
+    /* a GPU wants workgroups for its cores: more lanes a channel where the channels alone
+     * give few (Mamba-1's 5120 channels of 16 states: 80 workgroups of 8 states a lane made
+     * a 512-row scan 2.3x slower than 640 of 1, H200); a CPU device wants few */
+    if (b->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU)
+        while (!global && lpc < 32 && lpc < N &&
+               cdiv((uint64_t)nch, SCAN_WG / lpc) < SCAN_MIN_WGS) {
+            lpc *= 2;
+            spt = (uint32_t)cdiv((uint64_t)N, lpc);
+        }
+    vk_dispatch x = {
+        .shader = VK_SH_SCAN,
+        .spec = {SCAN_WG, lpc, global ? 1 : spt, (uint32_t)ssd, (uint32_t)global, SCAN_TB},
+        .writes = 1u | 1u << 8};
+    x.bind[0] = VT(d);
+    for (int i = 0; i < 4; i++) x.bind[1 + i] = VT(op->src[i]);
+    for (int i = 4; i < 8; i++) bind_more(b, &x, op, i);
+    x.pc[9] = (uint32_t)n;
+    x.pc[10] = (uint32_t)nch;
+    x.pc[11] = (uint32_t)N;
+    x.pc[12] = (uint32_t)(nch / H);
+    x.pc[13] = (uint32_t)H;
+    x.pc[14] = (uint32_t)G;
+    x.pc[15] = spt;
+    scan_params(&x, op);
+    grid(&x, cdiv((uint64_t)nch, SCAN_WG / lpc));
+    return vk_record(b, &x);
+}
+
+/* A chunked scan's passes: chunks of CHUNK_L rows, `seg` of them a pass (the scratch's
+ * `bytes` hold one pass); the delta rule's `per` scratch words a (chunk, head) and `cb`
+ * columns of S a workgroup. */
+typedef struct chunk_plan {
+    uint32_t nchunks, seg, per, cb;
+    VkDeviceSize bytes;
+} chunk_plan;
+
+/* Whether an op of n rows runs chunked, with `per_chunk` scratch words a chunk and `smem`
+ * bytes of shared memory: from b->scan_chunk rows (0: never), where the device has the shared
+ * memory and the scratch of a chunk can be bound (else row by row: never refused). */
+static int plan_chunks(const lmh_backend *b, int64_t n, uint64_t per_chunk, uint32_t smem,
+                       chunk_plan *pl) {
+    if (!b->scan_chunk || n < (int64_t)b->scan_chunk || smem > b->max_shared) return 0;
+    uint64_t nch = cdiv((uint64_t)n, CHUNK_L), bytes = per_chunk * 4;
+    uint64_t seg = bytes <= SCAN_SCRATCH ? SCAN_SCRATCH / bytes : 1;
+    if (b->scan_seg && seg > b->scan_seg) seg = b->scan_seg;
+    if (seg > nch) seg = nch;
+    /* scratch words indexed in 32 bits, bound whole */
+    if (seg * bytes > b->max_range || seg * per_chunk >= ((uint64_t)1 << 31)) return 0;
+    pl->nchunks = (uint32_t)nch;
+    pl->seg = (uint32_t)seg;
+    pl->bytes = (VkDeviceSize)(seg * bytes);
+    return 1;
+}
+
+/* The chunked scans' scratch: one buffer kept, grown to the most asked (consecutive scans
+ * depend on each other anyway; the hazard tracking orders its reuse). */
+static vk_tensor *scan_room(lmh_backend *b, VkDeviceSize bytes) {
+    if (b->scan_room && b->scan_room->bytes >= bytes) return b->scan_room;
+    vk_tensor_release(b, b->scan_room); /* freed once the work recorded on it has run */
+    return b->scan_room = vk_scratch(b, bytes);
+}
+
+static int ssd_plan(const lmh_backend *b, const lmh_op *op, chunk_plan *pl) {
+    int64_t H = op->p.i[0], P = lmh_inner(op->dst) / H, N = lmh_inner(op->src[3]) / op->p.i[1];
+    /* ssd_chunk.comp's OUT: d, cum, M, and its tiles */
+    uint32_t smem = (2 * CHUNK_L + CHUNK_L * (CHUNK_L + 1) + 3 * CHUNK_L * 17) * 4;
+    return (uint64_t)P * (uint64_t)N < ((uint64_t)1 << 31) &&
+           plan_chunks(b, op->dst->ne[0], (uint64_t)H * (2 * CHUNK_L + (uint64_t)(P * N)), smem,
+                       pl);
+}
+
+/* SSD_SCAN chunked (ssd_chunk.comp): a pass's chunks' states (a workgroup a 64 x 64 block
+ * of a head's), the states passed along the chunks into the state operand, the outputs (a
+ * workgroup 64 channels of a head); pass after pass. */
+static int op_ssd_chunked(lmh_backend *b, const lmh_op *op, const chunk_plan *pl) {
+    const lmh_tensor *d = op->dst;
+    int64_t n = d->ne[0], H = op->p.i[0], G = op->p.i[1], P = lmh_inner(d) / H;
+    int64_t N = lmh_inner(op->src[3]) / G;
+    vk_tensor *scr = scan_room(b, pl->bytes);
+    if (!scr) return LMH_ENOMEM;
+    vk_dispatch x = {.spec = {CHUNK_WG}};
+    x.pc[9] = (uint32_t)n;
+    x.pc[12] = (uint32_t)H;
+    x.pc[13] = (uint32_t)P;
+    x.pc[14] = (uint32_t)G;
+    x.pc[15] = (uint32_t)N;
+    scan_params(&x, op);
+    x.pc[24] = (uint32_t)(pl->seg * H * 2 * CHUNK_L); /* CS after DC */
+    int rc = LMH_OK;
+    for (uint32_t c0 = 0; c0 < pl->nchunks && !rc; c0 += pl->seg) {
+        uint32_t nc = pl->nchunks - c0 < pl->seg ? pl->nchunks - c0 : pl->seg;
+        x.pc[10] = c0 * CHUNK_L;
+        x.pc[11] = nc;
+        vk_dispatch s = x; /* the chunks' own states */
+        s.shader = VK_SH_SSD_STATES;
+        s.writes = 1;
+        s.bind[0] = scr;
+        for (int i = 0; i < 4; i++) s.bind[1 + i] = VT(op->src[i]);
+        bind_more(b, &s, op, 6); /* dt_bias */
+        grid(&s, (uint64_t)nc * H * cdiv((uint64_t)P, 64) * cdiv((uint64_t)N, 64));
+        rc = vk_record(b, &s);
+        vk_dispatch p = x; /* along the chunks */
+        p.shader = VK_SH_SSD_PASS;
+        p.writes = 1u | 1u << 8;
+        p.bind[0] = scr;
+        bind_more(b, &p, op, 7);
+        grid(&p, cdiv((uint64_t)(H * P * N), CHUNK_WG));
+        if (!rc) rc = vk_record(b, &p);
+        vk_dispatch o = x; /* the outputs */
+        o.shader = VK_SH_SSD_OUT;
+        o.writes = 1;
+        o.bind[0] = VT(d);
+        o.bind[1] = VT(op->src[0]);
+        o.bind[2] = scr;
+        o.bind[4] = VT(op->src[3]);
+        bind_more(b, &o, op, 4);
+        bind_more(b, &o, op, 5);
+        grid(&o, (uint64_t)nc * H * cdiv((uint64_t)P, 64));
+        if (!rc) rc = vk_record(b, &o);
+    }
+    return rc;
+}
+
+/* The delta rule's flags, scales and weights' dtypes: push constant words 14 + at .. 19 + at
+ * (delta.comp: at = 0; delta_chunk.comp: at = 2). */
+static void delta_params(vk_dispatch *x, const lmh_op *op, int at) {
+    const lmh_tensor *dtb = op->src_more[2];
+    x->pc[14 + at] = (uint32_t)op->p.i[0];
+    x->pc[15 + at] = fbits(op->p.f[1]);
+    x->pc[16 + at] = fbits(op->p.f[0]);
+    x->pc[17 + at] = dtb != NULL;
+    x->pc[18 + at] = dtc(op->src_more[1]->dtype);
+    x->pc[19 + at] = dtb ? dtc(dtb->dtype) : 0;
+}
+
+/* DELTA_RULE row by row (delta.comp): a column of a head's state over lanes. */
+static int op_delta(lmh_backend *b, const lmh_op *op) {
+    const lmh_tensor *q = op->src[0], *v = op->src[2];
+    int64_t n = q->ne[0], Hk = q->ne[1], dk = q->ne[2], Hv = v->ne[1], dv = v->ne[2];
+    /* lanes a column: up to 16 rows of S a lane, in registers (dk <= 1024: 64 lanes at
+     * most), so that a workgroup takes many columns and redoes q's and k's norms for fewer */
+    uint32_t lpc = 1;
+    while (lpc * DELTA_SPT < dk) lpc *= 2;
+    uint32_t spt = dk ? cdiv((uint64_t)dk, lpc) : 1;
+    uint32_t cpw = SCAN_WG / lpc, cblocks = cdiv((uint64_t)dv, cpw);
+    uint32_t maxdk = (uint32_t)(dk > 32 ? (dk + 31) / 32 * 32 : 32);
+    vk_dispatch x = {
+        .shader = VK_SH_DELTA, .spec = {SCAN_WG, lpc, spt, maxdk}, .writes = 1u | 1u << 8};
+    x.bind[0] = VT(op->dst);
+    for (int i = 0; i < 4; i++) x.bind[1 + i] = VT(op->src[i]);
+    for (int i = 4; i < 8; i++) bind_more(b, &x, op, i);
+    x.pc[9] = (uint32_t)n;
+    x.pc[10] = (uint32_t)Hk;
+    x.pc[11] = (uint32_t)Hv;
+    x.pc[12] = (uint32_t)dk;
+    x.pc[13] = (uint32_t)dv;
+    delta_params(&x, op, 0);
+    x.pc[20] = cblocks;
+    grid(&x, (uint64_t)Hv * cblocks);
+    return vk_record(b, &x);
+}
+
+static int delta_plan(const lmh_backend *b, const lmh_op *op, chunk_plan *pl) {
+    const lmh_tensor *q = op->src[0], *v = op->src[2];
+    int64_t dk = q->ne[2], Hv = v->ne[1], dv = v->ne[2];
+    /* SEQ keeps 16 columns of S in shared memory (dk <= 256: within the 32 KB lavapipe has;
+     * longer keys run row by row), with v_new and a tile; PREP T, 4 vectors and two tiles */
+    uint32_t seq = (uint32_t)((dk * DELTA_CB + CHUNK_L * DELTA_CB + 2 * CHUNK_L * 17) * 4);
+    uint32_t prep = (4 * CHUNK_L + CHUNK_L * (CHUNK_L + 1) + 2 * CHUNK_L * 17) * 4;
+    if (dk < 1 || dk > 256) return 0;
+    pl->per = (uint32_t)(CHUNK_L * (dv + 3 * dk) + CHUNK_L * CHUNK_L + 4);
+    pl->cb = DELTA_CB;
+    return plan_chunks(b, q->ne[0], (uint64_t)Hv * pl->per, seq > prep ? seq : prep, pl);
+}
+
+/* DELTA_RULE chunked (delta_chunk.comp): a pass's chunks in their WY form, then the chunks
+ * in order; pass after pass. */
+static int op_delta_chunked(lmh_backend *b, const lmh_op *op, const chunk_plan *pl) {
+    const lmh_tensor *q = op->src[0], *v = op->src[2];
+    int64_t n = q->ne[0], Hk = q->ne[1], dk = q->ne[2], Hv = v->ne[1], dv = v->ne[2];
+    vk_tensor *scr = scan_room(b, pl->bytes);
+    if (!scr) return LMH_ENOMEM;
+    uint32_t cblocks = cdiv((uint64_t)dv, pl->cb);
+    vk_dispatch x = {.spec = {CHUNK_WG, (uint32_t)dk * pl->cb}};
+    x.pc[9] = (uint32_t)n;
+    x.pc[12] = (uint32_t)Hk;
+    x.pc[13] = (uint32_t)Hv;
+    x.pc[14] = (uint32_t)dk;
+    x.pc[15] = (uint32_t)dv;
+    delta_params(&x, op, 2);
+    x.pc[22] = pl->per;
+    x.pc[23] = cblocks;
+    int rc = LMH_OK;
+    for (uint32_t c0 = 0; c0 < pl->nchunks && !rc; c0 += pl->seg) {
+        uint32_t nc = pl->nchunks - c0 < pl->seg ? pl->nchunks - c0 : pl->seg;
+        x.pc[10] = c0 * CHUNK_L;
+        x.pc[11] = nc;
+        vk_dispatch p = x; /* each chunk's WY form (SEQ's size not its: one pipeline) */
+        p.shader = VK_SH_DELTA_PREP;
+        p.spec[1] = 0;
+        p.writes = 1;
+        p.bind[0] = scr;
+        for (int i = 0; i < 4; i++) p.bind[1 + i] = VT(op->src[i]);
+        for (int i = 4; i < 7; i++) bind_more(b, &p, op, i);
+        grid(&p, (uint64_t)nc * Hv);
+        rc = vk_record(b, &p);
+        vk_dispatch s = x; /* the chunks in order, CB columns of S a workgroup */
+        s.shader = VK_SH_DELTA_SEQ;
+        s.writes = 1u | 1u << 8;
+        s.bind[0] = VT(op->dst);
+        s.bind[1] = scr;
+        bind_more(b, &s, op, 7);
+        grid(&s, (uint64_t)Hv * cblocks);
+        if (!rc) rc = vk_record(b, &s);
+    }
+    return rc;
+}
+
 int vk_enqueue_op(lmh_backend *b, const lmh_op *op) {
     if (lmh_nelem(op->dst) == 0) return LMH_OK; /* nothing to write */
     switch (op->code) {
@@ -1183,6 +1654,22 @@ int vk_enqueue_op(lmh_backend *b, const lmh_op *op) {
         return op_moe_combine(b, op);
     case LMH_OP_ARGMAX:
         return op_argmax(b, op);
+    case LMH_OP_UNARY:
+        return op_eltwise(b, op);
+    case LMH_OP_COLS:
+        return op_cols(b, op);
+    case LMH_OP_CONV1D:
+        return op_conv1d(b, op);
+    case LMH_OP_SSM_SCAN:
+        return op_scan(b, op);
+    case LMH_OP_SSD_SCAN: {
+        chunk_plan pl;
+        return ssd_plan(b, op, &pl) ? op_ssd_chunked(b, op, &pl) : op_scan(b, op);
+    }
+    case LMH_OP_DELTA_RULE: {
+        chunk_plan pl;
+        return delta_plan(b, op, &pl) ? op_delta_chunked(b, op, &pl) : op_delta(b, op);
+    }
     default:
         return LMH_EUNSUPPORTED;
     }

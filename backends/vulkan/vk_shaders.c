@@ -3,6 +3,16 @@
 #include "vk_backend.h"
 
 #include "spv_argmax.h"
+#include "spv_cols.h"
+#include "spv_conv1d.h"
+#include "spv_delta.h"
+#include "spv_delta_sg.h"
+#include "spv_delta_prep.h"
+#include "spv_delta_seq.h"
+#include "spv_scan.h"
+#include "spv_ssd_out.h"
+#include "spv_ssd_pass.h"
+#include "spv_ssd_states.h"
 #include "spv_attention.h"
 #include "spv_attn_decode.h"
 #include "spv_attn_decode_seqs.h"
@@ -100,5 +110,14 @@ const vk_spirv vk_shaders[VK_SH_COUNT] = {
     [VK_SH_QMATMUL_BIG] = SH(qmatmul_big),
     [VK_SH_FMA_PEAK] = SH(fma_peak),
     [VK_SH_COOP_PEAK] = SH(coop_peak),
+    [VK_SH_COLS] = SH(cols),
+    [VK_SH_CONV1D] = SH(conv1d),
+    [VK_SH_SCAN] = SH(scan),
+    [VK_SH_SSD_STATES] = SH(ssd_states),
+    [VK_SH_SSD_PASS] = SH(ssd_pass),
+    [VK_SH_SSD_OUT] = SH(ssd_out),
+    [VK_SH_DELTA] = SH_SG(delta),
+    [VK_SH_DELTA_PREP] = SH(delta_prep),
+    [VK_SH_DELTA_SEQ] = SH(delta_seq),
     [VK_SH_PLUGIN] = {NULL, NULL, 0, 0, "plugin_kernel"}, /* SPIR-V from another plugin */
 };

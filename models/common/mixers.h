@@ -67,8 +67,7 @@ static inline lmh_tensor *mx_w(const lmh_host_api *h, lmh_load_ctx *ld, int32_t 
 
 /* The same where the checkpoint may lack it (biases): NULL without failing. */
 static inline lmh_tensor *mx_w_opt(const lmh_host_api *h, lmh_load_ctx *ld, int32_t l,
-                                   const char *prefix, const char *name, int64_t d0,
-                                   int64_t d1) {
+                                   const char *prefix, const char *name, int64_t d0, int64_t d1) {
     char full[320];
     lmh_weight_info wi;
     snprintf(full, sizeof full, "%s%s", prefix, name);
@@ -138,9 +137,8 @@ static inline int m1_load(const lmh_host_api *h, lmh_load_ctx *ld, int32_t l, co
         (c->proj_bias && (!w->in_bias || !w->out_bias)) ||
         (c->bcdt_norm && (!w->dt_norm || !w->b_norm || !w->c_norm)))
         return LMH_EINVAL;
-    lmh_recurrent_state st = {.size = sizeof st,
-                              .n_bufs = 2,
-                              .buf = {{LMH_F32, 2, {K - 1, D}}, {LMH_F32, 2, {D, N}}}};
+    lmh_recurrent_state st = {
+        .size = sizeof st, .n_bufs = 2, .buf = {{LMH_F32, 2, {K - 1, D}}, {LMH_F32, 2, {D, N}}}};
     return h->declare_recurrent(ld, l, &st);
 }
 
@@ -152,11 +150,16 @@ typedef struct m1_scratch {
  * use them fail the pass). */
 static inline m1_scratch m1_scratch_new(lmh_build *b, int64_t n, const m1_cfg *c) {
     const int64_t D = c->inner, N = c->state, R = c->dt_rank;
-    m1_scratch s = {
-        .xz = lmh_b_new2(b, n, 2 * D), .x = lmh_b_new2(b, n, D),   .z = lmh_b_new2(b, n, D),
-        .xc = lmh_b_new2(b, n, D),     .dbc = lmh_b_new2(b, n, R + 2 * N),
-        .dtl = lmh_b_new2(b, n, R),    .B = lmh_b_new2(b, n, N),   .C = lmh_b_new2(b, n, N),
-        .dt = lmh_b_new2(b, n, D),     .y = lmh_b_new2(b, n, D)};
+    m1_scratch s = {.xz = lmh_b_new2(b, n, 2 * D),
+                    .x = lmh_b_new2(b, n, D),
+                    .z = lmh_b_new2(b, n, D),
+                    .xc = lmh_b_new2(b, n, D),
+                    .dbc = lmh_b_new2(b, n, R + 2 * N),
+                    .dtl = lmh_b_new2(b, n, R),
+                    .B = lmh_b_new2(b, n, N),
+                    .C = lmh_b_new2(b, n, N),
+                    .dt = lmh_b_new2(b, n, D),
+                    .y = lmh_b_new2(b, n, D)};
     return s;
 }
 
@@ -228,7 +231,7 @@ typedef struct m2_cfg {
     int norm;           /* M2_NORM_* */
     int conv_bias, proj_bias;
     float eps, dt_min, dt_max; /* dt_max <= 0: no upper bound */
-    int32_t proj_extra; /* in_proj columns past z, xBC and dt that the mixer ignores */
+    int32_t proj_extra;        /* in_proj columns past z, xBC and dt that the mixer ignores */
 } m2_cfg;
 
 typedef struct m2_layer {
@@ -245,8 +248,7 @@ static inline int64_t m2_proj_dim(const m2_cfg *c) {
 }
 
 /* Reads the time_step_limit pair ([lo, hi], hi possibly "Infinity") into dt_min/dt_max. */
-static inline int m2_dt_limit(const lmh_host_api *h, lmh_load_ctx *ld, const char *key,
-                              m2_cfg *c) {
+static inline int m2_dt_limit(const lmh_host_api *h, lmh_load_ctx *ld, const char *key, m2_cfg *c) {
     c->dt_min = 0;
     c->dt_max = 0;
     int64_t len = 0;
@@ -486,7 +488,7 @@ static inline lmh_tensor *gdn_forward(lmh_build *b, const gdn_cfg *c, const gdn_
     op.src_more[0] = s->bb;
     op.src_more[1] = w->A_log;
     op.src_more[2] = w->dt_bias;
-    op.p.i[0] = 1;                            /* L2-normalised q and k */
+    op.p.i[0] = 1;                             /* L2-normalised q and k */
     op.p.f[0] = 1.0f / sqrtf((float)c->k_dim); /* q's scale */
     op.p.f[1] = 1e-6f;                         /* the L2 norm's epsilon (as FLA) */
     if (b->h->fwd_recurrent(b->f, b->layer, 1, &op) != LMH_OK) return NULL;

@@ -74,9 +74,13 @@ static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
     int32_t expand = 2;
     if (m->v2) {
         m2_cfg *c = &m->c2;
-        *c = (m2_cfg){.hidden = m->hidden, .conv_bias = conv_bias, .proj_bias = bias,
-                      .eps = m->eps, .norm = M2_NORM_GATED};
-        if (mx_int(h, ld, "num_heads", 0, &c->heads) || mx_int(h, ld, "head_dim", 64, &c->head_dim) ||
+        *c = (m2_cfg){.hidden = m->hidden,
+                      .conv_bias = conv_bias,
+                      .proj_bias = bias,
+                      .eps = m->eps,
+                      .norm = M2_NORM_GATED};
+        if (mx_int(h, ld, "num_heads", 0, &c->heads) ||
+            mx_int(h, ld, "head_dim", 64, &c->head_dim) ||
             mx_int(h, ld, "state_size", 128, &c->state) ||
             mx_int(h, ld, "n_groups", 1, &c->groups) || mx_int(h, ld, "conv_kernel", 4, &c->conv) ||
             mx_int(h, ld, "expand", 2, &expand) || m2_dt_limit(h, ld, "time_step_limit", c))
@@ -105,7 +109,8 @@ static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
         snprintf(pre, sizeof pre, "backbone.layers.%d.", l);
         L->norm = mx_w(h, ld, l, pre, "norm.weight", H, 0);
         snprintf(pre, sizeof pre, "backbone.layers.%d.mixer.", l);
-        int rc = m->v2 ? m2_load(h, ld, l, pre, &m->c2, &L->m2) : m1_load(h, ld, l, pre, &m->c1, &L->m1);
+        int rc =
+            m->v2 ? m2_load(h, ld, l, pre, &m->c2, &L->m2) : m1_load(h, ld, l, pre, &m->c1, &L->m1);
         if (rc || !L->norm) return LMH_EINVAL;
     }
     int64_t ene[2] = {m->vocab, H};

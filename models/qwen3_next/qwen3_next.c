@@ -49,8 +49,8 @@ struct lmh_model {
     layer *layers;
 };
 
-static const char *const model_types[] = {"qwen3_next", "qwen3_5_text", "qwen3_5",
-                                          "qwen3_5_moe_text", "qwen3_5_moe", NULL};
+static const char *const model_types[] = {"qwen3_next",       "qwen3_5_text", "qwen3_5",
+                                          "qwen3_5_moe_text", "qwen3_5_moe",  NULL};
 
 static void unload(lmh_model *m) {
     if (!m) return;

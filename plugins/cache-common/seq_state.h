@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define REC_MAGIC 0x53484d4cu /* "LMHS" */
+#define REC_MAGIC   0x53484d4cu /* "LMHS" */
 #define REC_VERSION 1u
 
 /* The layers' recurrent state from the cache's configuration, checked and copied into
@@ -45,8 +45,10 @@ static inline int rec_config(const lmh_cache_config *cfg, lmh_recurrent_state **
             for (int i = 0; ok && i < sb->ndim; i++) ok = sb->ne[i] > 0 && sb->ne[i] < (1 << 30);
             if (ok) ok = lmh_state_buf_elems(sb) < ((int64_t)1 << 31);
             if (!ok) {
-                snprintf(err, err_len, "layer %d: recurrent state buffer %d is not an f32 tensor "
-                         "of 1 to 4 positive dimensions under 2^31 elements", l, b);
+                snprintf(err, err_len,
+                         "layer %d: recurrent state buffer %d is not an f32 tensor "
+                         "of 1 to 4 positive dimensions under 2^31 elements",
+                         l, b);
                 return LMH_EINVAL;
             }
         }
@@ -96,8 +98,8 @@ static inline int rec_zero(const lmh_backend_api *be, lmh_backend *bk, lmh_tenso
 }
 
 /* Frees a layer's state tensors; returns the bytes they held. */
-static inline uint64_t rec_free_layer(const lmh_backend_api *be, lmh_backend *bk,
-                                      const kv_seqs *t, kv_layer *kv, int32_t l) {
+static inline uint64_t rec_free_layer(const lmh_backend_api *be, lmh_backend *bk, const kv_seqs *t,
+                                      kv_layer *kv, int32_t l) {
     uint64_t n = rec_layer_held(t, kv, l);
     for (int32_t b = 0; b < LMH_MAX_STATE_BUFS; b++) {
         if (kv->st[b]) be->tensor_free(bk, kv->st[b]);
@@ -213,7 +215,7 @@ static inline int snap_save(lmh_cache *c, const seq_kv_io *io, const lmh_backend
     for (int32_t l = 0; l < t->n_layers; l++) {
         kv_layer *kv = &s->layers[l];
         if (t->rec && t->rec[l].n_bufs) {
-            if (kv->st_stale) return LMH_EINVAL; /* trimmed back: nothing sound to save */
+            if (kv->st_stale) return LMH_EINVAL;        /* trimmed back: nothing sound to save */
             int rc = rec_ready(be, bk, t, kv, l, held); /* a layer not run yet holds zeros */
             for (int32_t b = 0; rc == LMH_OK && b < t->rec[l].n_bufs; b++) {
                 uint64_t bytes = rec_buf_bytes(&t->rec[l].buf[b]);
@@ -240,14 +242,12 @@ static inline int snap_save(lmh_cache *c, const seq_kv_io *io, const lmh_backend
 
 /* Checks a snapshot's layout against this cache's layers and, without K/V rows, that the
  * sequence still holds the rows below its length; sets *len and *with_kv. */
-static inline int snap_check(lmh_cache *c, const seq_kv_io *io, const kv_seqs *t,
-                             const kv_seq *s, const uint8_t *src, uint64_t n, int32_t *len,
-                             int *with_kv) {
+static inline int snap_check(lmh_cache *c, const seq_kv_io *io, const kv_seqs *t, const kv_seq *s,
+                             const uint8_t *src, uint64_t n, int32_t *len, int *with_kv) {
     uint32_t h[4];
     if (n < SNAP_HEADER) return LMH_EINVAL;
     memcpy(h, src, sizeof h);
-    if (h[0] != REC_MAGIC || h[1] != REC_VERSION || h[2] > 1 || h[3] > INT32_MAX)
-        return LMH_EINVAL;
+    if (h[0] != REC_MAGIC || h[1] != REC_VERSION || h[2] > 1 || h[3] > INT32_MAX) return LMH_EINVAL;
     *with_kv = (int)h[2];
     *len = (int32_t)h[3];
     uint64_t o = SNAP_HEADER;
@@ -305,8 +305,8 @@ static inline int snap_load(lmh_cache *c, const seq_kv_io *io, const lmh_backend
         memcpy(&rows, p + 4, 4);
         p += 8;
         /* storage for the rows, laid out as appends would have left them */
-        int32_t cap = st->window > 0 ? (rows > st->window ? rows : st->window)
-                                     : (rows > 16 ? rows : 16);
+        int32_t cap =
+            st->window > 0 ? (rows > st->window ? rows : st->window) : (rows > 16 ? rows : 16);
         if (!kv->k || kv->cap < cap) rc = io->alloc(c, l, kv, cap);
         kv->pos = len;
         if (rc == LMH_OK && rows)

@@ -241,9 +241,11 @@ static int rows_io(lmh_cache *c, int32_t l, layer_kv *kv, int32_t slot, int32_t 
                    void *vb, int save) {
     size_t ko = (size_t)slot * k_row(c, l), vo = (size_t)slot * v_row(c, l);
     size_t kn = (size_t)n * k_row(c, l), vn = (size_t)n * v_row(c, l);
-    int rc = save ? c->be->download(c->b, kv->k, ko, kb, kn) : c->be->upload(c->b, kv->k, ko, kb, kn);
+    int rc =
+        save ? c->be->download(c->b, kv->k, ko, kb, kn) : c->be->upload(c->b, kv->k, ko, kb, kn);
     if (rc == LMH_OK)
-        rc = save ? c->be->download(c->b, kv->v, vo, vb, vn) : c->be->upload(c->b, kv->v, vo, vb, vn);
+        rc = save ? c->be->download(c->b, kv->v, vo, vb, vn)
+                  : c->be->upload(c->b, kv->v, vo, vb, vn);
     return rc;
 }
 

@@ -342,7 +342,7 @@ struct lmh_cache {
     int32_t n_layers;
     lmh_layer_state *layers;
     lmh_recurrent_state *rec; /* f32, as seq_state.h keeps it; NULL: none */
-    side *ks, *vs; /* per layer */
+    side *ks, *vs;            /* per layer */
     int32_t max_len;
     kv_seqs t;
     uint64_t bytes, read;
@@ -761,11 +761,13 @@ static int store_rows(lmh_cache *c, lmh_tensor *t, int32_t slot, int32_t n, uint
         size_t off = (size_t)(h * cap + slot) * row;
         if (!save)
             for (int32_t r = 0; r < n; r++)
-                memcpy(tmp + (size_t)r * row, buf + ((size_t)r * (size_t)heads + (size_t)h) * row, row);
+                memcpy(tmp + (size_t)r * row, buf + ((size_t)r * (size_t)heads + (size_t)h) * row,
+                       row);
         rc = save ? c->be->download(c->b, t, off, tmp, run) : c->be->upload(c->b, t, off, tmp, run);
         if (save && rc == LMH_OK)
             for (int32_t r = 0; r < n; r++)
-                memcpy(buf + ((size_t)r * (size_t)heads + (size_t)h) * row, tmp + (size_t)r * row, row);
+                memcpy(buf + ((size_t)r * (size_t)heads + (size_t)h) * row, tmp + (size_t)r * row,
+                       row);
     }
     free(tmp);
     return rc;

@@ -391,9 +391,9 @@ static void test_dot_axpy(const cpu_kernels *const *tabs) {
                         k->axpby_f32(y, alpha, beta, b.raw, n);
                         for (int64_t i = 0; i < n; i++) {
                             double want = (double)alpha * av[i] + (double)beta * b.val[i];
-                            double t2 = integers ? 0
-                                                 : 3 * U *
-                                                       (fabs(alpha * av[i]) + fabs(beta * b.val[i]));
+                            double t2 = integers
+                                            ? 0
+                                            : 3 * U * (fabs(alpha * av[i]) + fabs(beta * b.val[i]));
                             checks++;
                             if (!(fabs(y[i] - want) <= t2))
                                 FAIL("%s axpby_f32 n=%lld [%lld]: %.9g, want %.9g", k->name,

@@ -140,9 +140,9 @@ static void test_ssm(const cpu_kernels *k, int64_t n, int64_t D, int64_t N, int 
 static void test_ssd(const cpu_kernels *k, int64_t n, int64_t H, int64_t P, int64_t G, int64_t N,
                      int opt, float lo, float hi) {
     char what[160];
-    snprintf(what, sizeof what, "%s ssd_scan n=%lld H=%lld P=%lld G=%lld N=%lld opt=%d clamp=[%g,%g]",
-             k->name, (long long)n, (long long)H, (long long)P, (long long)G, (long long)N, opt,
-             lo, hi);
+    snprintf(what, sizeof what,
+             "%s ssd_scan n=%lld H=%lld P=%lld G=%lld N=%lld opt=%d clamp=[%g,%g]", k->name,
+             (long long)n, (long long)H, (long long)P, (long long)G, (long long)N, opt, lo, hi);
     const int64_t HP = H * P, GN = G * N;
     float *x = vec(n * HP, 1), *dt = vec(n * H, 2), *A = vec(H, 1), *B = vec(n * GN, 1);
     float *C = vec(n * GN, 1), *Dk = opt ? vec(H, 1) : NULL, *bias = opt ? vec(H, 1) : NULL;
@@ -191,25 +191,28 @@ static void test_delta(const cpu_kernels *k, int64_t n, int64_t Hk, int64_t Hv, 
                        int64_t dv, int l2, int bias) {
     char what[160];
     snprintf(what, sizeof what, "%s delta_rule n=%lld Hk=%lld Hv=%lld dk=%lld dv=%lld l2=%d",
-             k->name, (long long)n, (long long)Hk, (long long)Hv, (long long)dk, (long long)dv,
-             l2);
+             k->name, (long long)n, (long long)Hk, (long long)Hv, (long long)dk, (long long)dv, l2);
     float *q = vec(n * Hk * dk, 1), *kk = vec(n * Hk * dk, 1), *v = vec(n * Hv * dv, 1);
-    float *a = vec(n * Hv, 2), *b = vec(n * Hv, 2), *A = vec(Hv, 1), *dtb = bias ? vec(Hv, 1) : NULL;
+    float *a = vec(n * Hv, 2), *b = vec(n * Hv, 2), *A = vec(Hv, 1),
+          *dtb = bias ? vec(Hv, 1) : NULL;
     if (!l2) /* unnormalised keys: keep the state bounded */
         for (int64_t i = 0; i < n * Hk * dk; i++) kk[i] /= sqrtf((float)dk);
     for (int64_t i = 0; i < Hv; i++) A[i] = -expf(A[i]);
     const int64_t SZ = Hv * dk * dv;
-    float *st = vec(SZ, 0.5f), *o = vec(n * Hv * dv, 0), *st2 = dup(st, SZ), *o2 = vec(n * Hv * dv, 0);
+    float *st = vec(SZ, 0.5f), *o = vec(n * Hv * dv, 0), *st2 = dup(st, SZ),
+          *o2 = vec(n * Hv * dv, 0);
     double *S = malloc((size_t)SZ * 8), *ro = malloc((size_t)(n * Hv * dv) * 8);
     for (int64_t i = 0; i < SZ; i++) S[i] = st[i];
     const float qs = 1.0f / sqrtf((float)dk), eps = 1e-6f;
-    double *qn = malloc((size_t)dk * 8), *kn = malloc((size_t)dk * 8), *mem = malloc((size_t)dv * 8);
+    double *qn = malloc((size_t)dk * 8), *kn = malloc((size_t)dk * 8),
+           *mem = malloc((size_t)dv * 8);
     for (int64_t t = 0; t < n; t++)
         for (int64_t h = 0; h < Hv; h++) {
             const int64_t hk = h / (Hv / Hk);
             const float *qt = q + (t * Hk + hk) * dk, *kt = kk + (t * Hk + hk) * dk;
             double sq = 0, sk = 0;
-            for (int64_t i = 0; i < dk; i++) sq += (double)qt[i] * qt[i], sk += (double)kt[i] * kt[i];
+            for (int64_t i = 0; i < dk; i++)
+                sq += (double)qt[i] * qt[i], sk += (double)kt[i] * kt[i];
             for (int64_t i = 0; i < dk; i++) {
                 qn[i] = l2 ? qt[i] / sqrt(sq + eps) * qs : (double)qt[i] * qs;
                 kn[i] = l2 ? kt[i] / sqrt(sk + eps) : kt[i];

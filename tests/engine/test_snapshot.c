@@ -88,8 +88,7 @@ int main(int argc, char **argv) {
     expect(first >= 0, "prefill", err);
     engine_snapshot *sn = engine_seq_snapshot(e, 1, 0, err, sizeof err);
     expect(sn && engine_snapshot_len(sn) == PROMPT, "snapshot at the prompt's end", err);
-    expect(!recurrent || (sn && engine_snapshot_bytes(sn) > 0), "a snapshot holds the state",
-           NULL);
+    expect(!recurrent || (sn && engine_snapshot_bytes(sn) > 0), "a snapshot holds the state", NULL);
     engine_snapshot *full = engine_seq_snapshot(e, 1, 1, err, sizeof err);
     expect(full && engine_snapshot_len(full) == PROMPT &&
                (!has_kv || engine_snapshot_bytes(full) > engine_snapshot_bytes(sn)),
@@ -148,8 +147,7 @@ int main(int argc, char **argv) {
     /* the model moved to another backend (no sequence alive), the snapshot restored there */
     if (move_to && full) {
         for (uint64_t s = 1; s <= 3; s++) engine_seq_remove(e, s);
-        expect(!engine_swap_backend(e, move_to, err, sizeof err), "move to the other backend",
-               err);
+        expect(!engine_swap_backend(e, move_to, err, sizeof err), "move to the other backend", err);
         expect(!engine_seq_add(e, 4), "add after the move", NULL);
         expect(!engine_seq_restore(e, 4, full, err, sizeof err), "restore after the move", err);
         expect(!decode(e, 4, first, STEPS, c, err, sizeof err) && !memcmp(a, c, sizeof a),

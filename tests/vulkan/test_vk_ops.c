@@ -239,10 +239,12 @@ static void *fetch(tt *x, int k, size_t *bytes) {
     return p;
 }
 
-/* f32 results within tol x max |cpu|; other dtypes bit for bit. */
-static void check(const char *what, tt *x, double tol) {
+/* f32 results within tol x max |cpu|; other dtypes bit for bit. Returns the largest
+ * difference over max |cpu| (0 for other dtypes). */
+static double check(const char *what, tt *x, double tol) {
     size_t n0, n1;
     void *a = fetch(x, 0, &n0), *b = fetch(x, 1, &n1);
+    double rel = 0;
     g_checks++;
     if (x->t[0]->dtype != LMH_F32) {
         if (memcmp(a, b, n0)) {
@@ -269,9 +271,11 @@ static void check(const char *what, tt *x, double tol) {
                     what, md, worst, p[worst], q[worst], mx);
             g_fail++;
         }
+        rel = md / (mx > 1e-30 ? mx : 1e-30);
     }
     free(a);
     free(b);
+    return rel;
 }
 
 static float from16(uint16_t h, lmh_dtype dt) {
@@ -1548,6 +1552,691 @@ static void t_memory(void) {
     free_all();
 }
 
+/* ---- ABI 1.7: columns, activations and the recurrent ops ------------------------------ */
+
+/* An op of up to 8 operands on both backends. */
+typedef struct opd {
+    lmh_op_code code;
+    tt *dst, *src[8];
+    float f[8];
+    int32_t i[8];
+} opd;
+
+static lmh_op op_on(const opd *o, int k) {
+    lmh_op op = {.code = o->code, .dst = o->dst->t[k]};
+    for (int i = 0; i < 8; i++) lmh_op_set_src(&op, i, o->src[i] ? o->src[i]->t[k] : NULL);
+    memcpy(op.p.f, o->f, sizeof o->f);
+    memcpy(op.p.i, o->i, sizeof o->i);
+    return op;
+}
+
+static int run_op(const char *what, const opd *o) {
+    for (int k = 0; k < 2; k++) {
+        lmh_op op = op_on(o, k);
+        if (!g_be[k].api->supports(g_be[k].b, &op)) {
+            fprintf(stderr, "FAIL %s: backend %s does not support it\n", what,
+                    k ? "vulkan" : "cpu");
+            g_fail++;
+            return -1;
+        }
+        int rc = g_be[k].api->enqueue(g_be[k].b, &op);
+        if (rc != LMH_OK) {
+            fprintf(stderr, "FAIL %s: enqueue on %s: %d\n", what, k ? "vulkan" : "cpu", rc);
+            g_fail++;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Both backends refuse the op: supports() says no, and enqueue fails (nothing run). */
+static void expect_refused(const char *what, const opd *o) {
+    g_checks++;
+    for (int k = 0; k < 2; k++) {
+        lmh_op op = op_on(o, k);
+        int sup = g_be[k].api->supports(g_be[k].b, &op);
+        int rc = sup ? LMH_OK : g_be[k].api->enqueue(g_be[k].b, &op);
+        if (sup || rc == LMH_OK) {
+            fprintf(stderr, "FAIL %s: %s accepts it\n", what, k ? "vulkan" : "cpu");
+            g_fail++;
+            return;
+        }
+    }
+}
+
+/* The worst error over max |cpu| per op (printed at the end of each pass) */
+static double g_worst[LMH_OP_COUNT];
+
+static void check_op(const char *what, lmh_op_code code, tt *x, double tol) {
+    double r = check(what, x, tol);
+    if (r > g_worst[code]) g_worst[code] = r;
+}
+
+/* The Vulkan backend made again, with the environment as it is now (settings read at
+ * create: LMHOST_VK_SCAN_CHUNK). No tensor may be alive. */
+static void vk_reopen(void) {
+    lmh_backend_opts o = {.size = sizeof o, .threads = 2};
+    char err[256] = "";
+    g_be[1].api->destroy(g_be[1].b);
+    if (g_be[1].api->create(&g_host, &o, &g_be[1].b, err, sizeof err)) {
+        fprintf(stderr, "FAIL: vulkan backend again: %s\n", err);
+        exit(1);
+    }
+}
+
+static void t_cols_unary(void) {
+    /* range and gather, whole tensors and views of parts (Gated DeltaNet's splits) */
+    for (int rows = 1; rows <= 9; rows += 8) {
+        tt *a = mk(LMH_F32, 2, rows, 50, 0, -3, 3, 0), *y = mk(LMH_F32, 2, rows, 20, 0, 9, 9, 0);
+        opd o = {.code = LMH_OP_COLS, .dst = y, .src = {a}, .i = {13}};
+        if (!run_op("cols range", &o)) check_op("cols range", LMH_OP_COLS, y, 0);
+        o.i[0] = 30; /* the last columns */
+        if (!run_op("cols range, last columns", &o)) check_op("cols last", LMH_OP_COLS, y, 0);
+        int32_t idx[20];
+        for (int i = 0; i < 20; i++) idx[i] = (int32_t)((i * 37 + 11) % 50);
+        idx[3] = 0;
+        idx[4] = 49;
+        tt *id = mk_i32(1, 20, 0, idx);
+        opd g = {.code = LMH_OP_COLS, .dst = y, .src = {a, id}};
+        if (!run_op("cols gather", &g)) check_op("cols gather", LMH_OP_COLS, y, 0);
+        /* [rows, 5 parts x 10] seen as [rows * 5, 10]: columns 2..5 of each part */
+        tt *y2 = mk(LMH_F32, 2, rows, 20, 0, 9, 9, 0);
+        opd p = {.code = LMH_OP_COLS,
+                 .dst = view(y2, 0, LMH_F32, 2, rows * 5, 4, 0),
+                 .src = {view(a, 0, LMH_F32, 2, rows * 5, 10, 0)},
+                 .i = {2}};
+        if (!run_op("cols of parts", &p)) check_op("cols of parts", LMH_OP_COLS, y2, 0);
+        /* the CPU's refusals: past the row, indices out of range, wrong sizes */
+        o.i[0] = 31;
+        expect_refused("cols past the row", &o);
+        o.i[0] = -1;
+        expect_refused("cols from -1", &o);
+        int32_t bad[20];
+        memcpy(bad, idx, sizeof bad);
+        bad[7] = 50;
+        tt *idb = mk_i32(1, 20, 0, bad);
+        opd gb = {.code = LMH_OP_COLS, .dst = y, .src = {a, idb}};
+        expect_refused("cols gather index 50 of 50", &gb);
+        bad[7] = -1;
+        for (int k = 0; k < 2; k++) g_be[k].api->upload(g_be[k].b, idb->t[k], 0, bad, sizeof bad);
+        expect_refused("cols gather index -1", &gb);
+        /* made valid by an upload: the backend reads the indices again */
+        for (int k = 0; k < 2; k++) g_be[k].api->upload(g_be[k].b, idb->t[k], 0, idx, sizeof idx);
+        if (!run_op("cols gather, indices uploaded again", &gb))
+            check_op("cols gather again", LMH_OP_COLS, y, 0);
+        tt *id19 = mk_i32(1, 19, 0, idx);
+        opd gs = {.code = LMH_OP_COLS, .dst = y, .src = {a, id19}};
+        expect_refused("cols gather of 19 indices for 20 columns", &gs);
+        tt *y3 = mk(LMH_F32, 2, rows + 1, 20, 0, 0, 0, 0);
+        opd wr = {.code = LMH_OP_COLS, .dst = y3, .src = {a}, .i = {0}};
+        expect_refused("cols with another row count", &wr);
+        free_all();
+    }
+    /* every activation, past softplus's threshold and far below it */
+    for (int fn = 0; fn < LMH_UNARY_COUNT; fn++) {
+        tt *a = mk(LMH_F32, 2, 40, 77, 0, -30, 30, 0), *y = mk(LMH_F32, 2, 40, 77, 0, 0, 0, 0);
+        tt *s = mk(LMH_F32, 1, 300, 0, 0, -105, -85, 0), *ys = mk(LMH_F32, 1, 300, 0, 0, 0, 0, 0);
+        char what[64];
+        snprintf(what, sizeof what, "unary %d", fn);
+        opd o = {.code = LMH_OP_UNARY, .dst = y, .src = {a}, .i = {fn}};
+        if (!run_op(what, &o)) check_op(what, LMH_OP_UNARY, y, TOL);
+        opd o2 = {.code = LMH_OP_UNARY, .dst = ys, .src = {s}, .i = {fn}};
+        if (!run_op(what, &o2)) check_op(what, LMH_OP_UNARY, ys, TOL);
+        opd o3 = {.code = LMH_OP_UNARY, .dst = a, .src = {a}, .i = {fn}}; /* in place */
+        if (!run_op(what, &o3)) check_op(what, LMH_OP_UNARY, a, TOL);
+        free_all();
+    }
+    tt *a = mk(LMH_F32, 1, 10, 0, 0, -1, 1, 0), *y = mk(LMH_F32, 1, 10, 0, 0, 0, 0, 0);
+    opd u = {.code = LMH_OP_UNARY, .dst = y, .src = {a}, .i = {LMH_UNARY_COUNT}};
+    expect_refused("unary of an unknown function", &u);
+    u.i[0] = -1;
+    expect_refused("unary -1", &u);
+    tt *y9 = mk(LMH_F32, 1, 9, 0, 0, 0, 0, 0);
+    opd u9 = {.code = LMH_OP_UNARY, .dst = y9, .src = {a}, .i = {1}};
+    expect_refused("unary of another size", &u9);
+    /* the gate elementwise (ABI 1.7), and per row beside it */
+    tt *x = mk(LMH_F32, 2, 33, 70, 0, -4, 4, 0), *g = mk(LMH_F32, 2, 33, 70, 0, -8, 8, 0);
+    tt *gr = mk(LMH_F32, 1, 33, 0, 0, -8, 8, 0), *yg = mk(LMH_F32, 2, 33, 70, 0, 0, 0, 0);
+    opd sg = {.code = LMH_OP_SIGMOID_GATE, .dst = yg, .src = {x, g}};
+    if (!run_op("sigmoid_gate elementwise", &sg))
+        check_op("sigmoid_gate elementwise", LMH_OP_SIGMOID_GATE, yg, TOL);
+    opd sr = {.code = LMH_OP_SIGMOID_GATE, .dst = yg, .src = {x, gr}};
+    if (!run_op("sigmoid_gate per row", &sr))
+        check_op("sigmoid_gate per row", LMH_OP_SIGMOID_GATE, yg, TOL);
+    opd si = {.code = LMH_OP_SIGMOID_GATE, .dst = x, .src = {x, g}};
+    if (!run_op("sigmoid_gate elementwise in place", &si))
+        check_op("sigmoid_gate in place", LMH_OP_SIGMOID_GATE, x, TOL);
+    tt *gb = mk(LMH_F32, 1, 34, 0, 0, 0, 0, 0);
+    opd sb = {.code = LMH_OP_SIGMOID_GATE, .dst = yg, .src = {x, gb}};
+    expect_refused("sigmoid_gate of 34 gates for 33 rows", &sb);
+    free_all();
+}
+
+/* the recurrent ops' weight dtypes: f32, bf16, f16 in turn */
+static lmh_dtype wdt(int i) {
+    return fdt[(i % 3 + 3) % 3 == 1 ? 2 : (i % 3 + 3) % 3 == 2 ? 1 : 0];
+}
+
+static void t_conv1d(void) {
+    static const int rows[] = {1, 2, 7, 17, 100};
+    int v = 0;
+    for (int K = 2; K <= 4; K++)
+        for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++)
+            for (int bias = 0; bias < 2; bias++, v++) {
+                int64_t C = 37 + 64 * (v % 2), n = rows[r];
+                lmh_dtype dt = wdt(v);
+                tt *x = mk(LMH_F32, 2, n, C, 0, -2, 2, 0), *y = mk(LMH_F32, 2, n, C, 0, 9, 9, 0);
+                /* Hugging Face's [C, 1, K] every other case */
+                tt *w = v % 2 ? mk(dt, 3, C, 1, K, -1, 1, LMH_TENSOR_WEIGHT)
+                              : mk(dt, 2, C, K, 0, -1, 1, LMH_TENSOR_WEIGHT);
+                tt *bs = bias ? mk(wdt(v + 1), 1, C, 0, 0, -1, 1, LMH_TENSOR_WEIGHT) : NULL;
+                tt *st = mk(LMH_F32, 2, K - 1, C, 0, -2, 2, 0);
+                int act = v % 3 == 0   ? LMH_UNARY_NONE
+                          : v % 3 == 1 ? LMH_UNARY_SILU
+                                       : LMH_UNARY_RELU2;
+                opd o = {.code = LMH_OP_CONV1D, .dst = y, .src = {x, w, bs, st}, .i = {act}};
+                char what[96];
+                for (int rep = 0; rep < 2; rep++) { /* twice: the state carried over */
+                    snprintf(what, sizeof what, "conv1d K=%d n=%lld C=%lld %s bias=%d act=%d #%d",
+                             K, (long long)n, (long long)C, lmh_dtype_name(dt), bias, act, rep);
+                    if (run_op(what, &o)) break;
+                    check_op(what, LMH_OP_CONV1D, y, TOL);
+                    strcat(what, " state");
+                    check_op(what, LMH_OP_CONV1D, st, 0);
+                }
+                free_all();
+            }
+    /* refusals */
+    tt *x = mk(LMH_F32, 2, 5, 8, 0, -1, 1, 0), *y = mk(LMH_F32, 2, 5, 8, 0, 0, 0, 0);
+    tt *w = mk(LMH_F32, 2, 8, 4, 0, -1, 1, 0), *st = mk(LMH_F32, 2, 3, 8, 0, 0, 0, 0);
+    opd ok = {.code = LMH_OP_CONV1D, .dst = y, .src = {x, w, NULL, st}, .i = {1}};
+    if (!run_op("conv1d", &ok)) check_op("conv1d", LMH_OP_CONV1D, y, TOL);
+    opd o = ok;
+    o.dst = x;
+    expect_refused("conv1d in place", &o);
+    o = ok;
+    o.src[3] = mk(LMH_F32, 2, 2, 8, 0, 0, 0, 0);
+    expect_refused("conv1d state of K - 2 rows", &o);
+    o = ok;
+    o.src[1] = mk(LMH_F32, 2, 8, 1, 0, 0, 0, 0);
+    expect_refused("conv1d K = 1", &o);
+    o = ok;
+    o.src[1] = mk(LMH_F32, 2, 8, 65, 0, 0, 0, 0);
+    o.src[3] = mk(LMH_F32, 2, 64, 8, 0, 0, 0, 0);
+    expect_refused("conv1d K = 65", &o);
+    o = ok;
+    o.src[2] = mk(LMH_F32, 1, 9, 0, 0, 0, 0, 0);
+    expect_refused("conv1d bias of 9 for 8 channels", &o);
+    o = ok;
+    o.i[0] = LMH_UNARY_COUNT;
+    expect_refused("conv1d unknown activation", &o);
+    o = ok;
+    o.src[3] = mk(LMH_F16, 2, 3, 8, 0, 0, 0, 0);
+    expect_refused("conv1d f16 state", &o);
+    o = ok;
+    o.src[1] = NULL;
+    expect_refused("conv1d without weight", &o);
+    free_all();
+}
+
+/* Mamba-1 (ssd = 0) or Mamba-2 scan cases. */
+typedef struct scan_cfg {
+    int n, D, N; /* Mamba-1: channels, states */
+    int H, P, G; /* Mamba-2 */
+    int has_d, has_dtb, dt_i;
+    float lo, hi;
+} scan_cfg;
+
+static void scan_case(int ssd, const scan_cfg *c, const char *mode) {
+    int64_t n = c->n, nch = ssd ? (int64_t)c->H * c->P : c->D,
+            GN = ssd ? (int64_t)c->G * c->N : c->N;
+    int64_t nw = ssd ? c->H : c->D; /* dt's row, D's and dt_bias's size */
+    lmh_dtype dt = wdt(c->dt_i);
+    tt *x = mk(LMH_F32, 2, n, nch, 0, -1, 1, 0), *y = mk(LMH_F32, 2, n, nch, 0, 9, 9, 0);
+    tt *dtt = mk(LMH_F32, 2, n, nw, 0, -4, 1, 0);
+    tt *Al = ssd ? mk(dt, 1, c->H, 0, 0, -1, 1.5f, LMH_TENSOR_WEIGHT)
+                 : mk(dt, 2, c->D, c->N, 0, -1, 1.5f, LMH_TENSOR_WEIGHT);
+    tt *B = mk(LMH_F32, 2, n, GN, 0, -1, 1, 0), *C = mk(LMH_F32, 2, n, GN, 0, -1, 1, 0);
+    tt *D = c->has_d ? mk(wdt(c->dt_i + 1), 1, nw, 0, 0, -1, 1, LMH_TENSOR_WEIGHT) : NULL;
+    tt *dtb = c->has_dtb ? mk(wdt(c->dt_i + 2), 1, nw, 0, 0, -1, 1, LMH_TENSOR_WEIGHT) : NULL;
+    tt *st =
+        ssd ? mk(LMH_F32, 3, c->H, c->P, c->N, -1, 1, 0) : mk(LMH_F32, 2, c->D, c->N, 0, -1, 1, 0);
+    opd o = {.code = ssd ? LMH_OP_SSD_SCAN : LMH_OP_SSM_SCAN,
+             .dst = y,
+             .src = {x, dtt, Al, B, C, D, dtb, st}};
+    if (ssd) {
+        o.i[0] = c->H;
+        o.i[1] = c->G;
+        o.f[0] = c->lo;
+        o.f[1] = c->hi;
+    }
+    char what[160];
+    for (int rep = 0; rep < 2; rep++) {
+        if (ssd)
+            snprintf(what, sizeof what,
+                     "ssd_scan n=%d H=%d P=%d G=%d N=%d %s D=%d dtb=%d clamp=[%g,%g] (%s) #%d",
+                     c->n, c->H, c->P, c->G, c->N, lmh_dtype_name(dt), c->has_d, c->has_dtb, c->lo,
+                     c->hi, mode, rep);
+        else
+            snprintf(what, sizeof what, "ssm_scan n=%d D=%d N=%d %s D=%d dtb=%d (%s) #%d", c->n,
+                     c->D, c->N, lmh_dtype_name(dt), c->has_d, c->has_dtb, mode, rep);
+        if (run_op(what, &o)) break;
+        check_op(what, o.code, y, TOL);
+        strcat(what, " state");
+        check_op(what, o.code, st, TOL);
+    }
+    free_all();
+}
+
+static void scan_refusals(void) {
+    tt *x = mk(LMH_F32, 2, 3, 8, 0, -1, 1, 0), *y = mk(LMH_F32, 2, 3, 8, 0, 0, 0, 0);
+    tt *dt = mk(LMH_F32, 2, 3, 8, 0, -1, 1, 0), *Al = mk(LMH_F32, 2, 8, 4, 0, -1, 1, 0);
+    tt *B = mk(LMH_F32, 2, 3, 4, 0, -1, 1, 0), *C = mk(LMH_F32, 2, 3, 4, 0, -1, 1, 0);
+    tt *st = mk(LMH_F32, 2, 8, 4, 0, 0, 0, 0);
+    opd ok = {.code = LMH_OP_SSM_SCAN, .dst = y, .src = {x, dt, Al, B, C, NULL, NULL, st}};
+    if (!run_op("ssm_scan small", &ok)) check_op("ssm_scan small", LMH_OP_SSM_SCAN, y, TOL);
+    opd o = ok;
+    o.dst = x;
+    expect_refused("ssm_scan y over x", &o);
+    o = ok;
+    o.src[7] = NULL;
+    expect_refused("ssm_scan without state", &o);
+    o = ok;
+    o.src[7] = mk(LMH_F32, 2, 8, 5, 0, 0, 0, 0);
+    expect_refused("ssm_scan state of 8 x 5", &o);
+    o = ok;
+    o.src[5] = mk(LMH_F32, 1, 7, 0, 0, 0, 0, 0);
+    expect_refused("ssm_scan D of 7", &o);
+    o = ok;
+    o.src[4] = mk(LMH_F32, 2, 3, 5, 0, 0, 0, 0);
+    expect_refused("ssm_scan C of another size", &o);
+    o = ok;
+    o.src[1] = mk(LMH_BF16, 2, 3, 8, 0, 0, 0, 0);
+    expect_refused("ssm_scan bf16 dt", &o);
+    o = ok;
+    o.src[6] = mk(LMH_I32, 1, 8, 0, 0, 0, 0, 0);
+    expect_refused("ssm_scan i32 dt_bias", &o);
+    free_all();
+    /* Mamba-2: H = 4 heads of 2, G = 2 groups of N = 3 */
+    x = mk(LMH_F32, 2, 3, 8, 0, -1, 1, 0);
+    y = mk(LMH_F32, 2, 3, 8, 0, 0, 0, 0);
+    dt = mk(LMH_F32, 2, 3, 4, 0, -1, 1, 0);
+    Al = mk(LMH_F32, 1, 4, 0, 0, -1, 1, 0);
+    B = mk(LMH_F32, 2, 3, 6, 0, -1, 1, 0);
+    C = mk(LMH_F32, 2, 3, 6, 0, -1, 1, 0);
+    st = mk(LMH_F32, 3, 4, 2, 3, 0, 0, 0);
+    opd s2 = {.code = LMH_OP_SSD_SCAN,
+              .dst = y,
+              .src = {x, dt, Al, B, C, NULL, NULL, st},
+              .f = {0, 0},
+              .i = {4, 2}};
+    if (!run_op("ssd_scan small", &s2)) check_op("ssd_scan small", LMH_OP_SSD_SCAN, y, TOL);
+    o = s2;
+    o.i[1] = 3;
+    expect_refused("ssd_scan 3 groups of 4 heads", &o);
+    o = s2;
+    o.i[0] = 0;
+    expect_refused("ssd_scan no heads", &o);
+    o = s2;
+    o.i[0] = 3;
+    o.i[1] = 1;
+    expect_refused("ssd_scan 3 heads of 8 channels", &o);
+    o = s2;
+    o.f[0] = -1;
+    expect_refused("ssd_scan lower bound -1", &o);
+    o = s2;
+    o.f[0] = NAN;
+    expect_refused("ssd_scan lower bound NaN", &o);
+    o = s2;
+    o.dst = x;
+    expect_refused("ssd_scan y over x", &o);
+    o = s2;
+    o.src[2] = mk(LMH_F32, 1, 5, 0, 0, 0, 0, 0);
+    expect_refused("ssd_scan A_log of 5", &o);
+    o = s2;
+    o.src[7] = mk(LMH_F32, 3, 4, 2, 4, 0, 0, 0);
+    expect_refused("ssd_scan state of another size", &o);
+    o = s2;
+    o.src[3] = mk(LMH_F32, 2, 2, 9, 0, 0, 0, 0);
+    expect_refused("ssd_scan B of other rows", &o);
+    free_all();
+}
+
+/* Mamba-1 and Mamba-2 in each form: SSD_SCAN row by row, chunked (from 1 row), and chunked
+ * from 64 rows in passes of 2 chunks; Mamba-1 row by row always. */
+static void t_scans(int modes) {
+    static const char *const mode_env[3] = {"0", "1", "64:2"};
+    for (int m = 0; m < modes; m++) {
+        if (modes > 1) {
+            setenv("LMHOST_VK_SCAN_CHUNK", mode_env[m], 1);
+            vk_reopen();
+        }
+        const char *mode = modes > 1 ? mode_env[m] : "default";
+        static const int rows[] = {1, 7, 100, 130};
+        int v = 0;
+        for (size_t r = 0; r < 4; r++) {
+            /* Mamba-1: 16 states (16 lanes), 5, 70 (32 lanes of 3), 1100 (states in memory) */
+            static const int Ns[] = {16, 5, 70};
+            if (m == 0)
+                for (int k = 0; k < 3; k++, v++) {
+                    scan_cfg c = {.n = rows[r],
+                                  .D = 37 + 40 * k,
+                                  .N = Ns[k],
+                                  .has_d = v % 2,
+                                  .has_dtb = v % 3 != 0,
+                                  .dt_i = v};
+                    scan_case(0, &c, mode);
+                }
+            /* Mamba-2: groups, clamps, odd sizes */
+            scan_cfg c1 = {.n = rows[r],
+                           .H = 4,
+                           .P = 8,
+                           .G = 2,
+                           .N = 16,
+                           .has_d = 1,
+                           .has_dtb = 1,
+                           .dt_i = v,
+                           .lo = 0,
+                           .hi = 0};
+            scan_case(1, &c1, mode);
+            scan_cfg c2 = {.n = rows[r],
+                           .H = 6,
+                           .P = 5,
+                           .G = 3,
+                           .N = 7,
+                           .has_d = v % 2,
+                           .has_dtb = 0,
+                           .dt_i = v + 1,
+                           .lo = 0.05f,
+                           .hi = 0.4f};
+            scan_case(1, &c2, mode);
+            scan_cfg c3 = {.n = rows[r],
+                           .H = 3,
+                           .P = 16,
+                           .G = 1,
+                           .N = 40,
+                           .has_d = 0,
+                           .has_dtb = 1,
+                           .dt_i = v + 2,
+                           .lo = 0.1f,
+                           .hi = -1};
+            scan_case(1, &c3, mode);
+            /* heads of more than 64 channels: the chunked form's blocks of 64 */
+            scan_cfg c4 = {.n = rows[r],
+                           .H = 2,
+                           .P = 70,
+                           .G = 1,
+                           .N = 20,
+                           .has_d = 1,
+                           .has_dtb = 1,
+                           .dt_i = v,
+                           .lo = 0,
+                           .hi = 0};
+            scan_case(1, &c4, mode);
+            v++;
+        }
+        if (m == 0) {
+            scan_cfg big = {.n = 3, .D = 3, .N = 1100, .has_d = 1, .has_dtb = 1, .dt_i = 1};
+            scan_case(0, &big, mode);
+            scan_cfg big2 = {.n = 2, .H = 2, .P = 2, .G = 1, .N = 1500, .has_d = 1, .has_dtb = 1};
+            scan_case(1, &big2, mode);
+        }
+    }
+    if (modes > 1) {
+        unsetenv("LMHOST_VK_SCAN_CHUNK");
+        vk_reopen();
+    }
+    scan_refusals();
+}
+
+/* the first pass takes the three forms, the second the default */
+static int g_pass;
+
+static void t_scans_all(void) {
+    t_scans(g_pass ? 1 : 3);
+}
+
+typedef struct delta_cfg {
+    int n, Hk, Hv, dk, dv, l2, has_dtb, dt_i;
+} delta_cfg;
+
+static void delta_case(const delta_cfg *c, const char *mode) {
+    int64_t n = c->n;
+    /* without the L2 norm, k small enough that the rule stays stable (|k|^2 beta < 2) */
+    float kr = c->l2 ? 1.0f : 1.2f / sqrtf((float)c->dk);
+    tt *q = mk(LMH_F32, 3, n, c->Hk, c->dk, -1, 1, 0),
+       *k = mk(LMH_F32, 3, n, c->Hk, c->dk, -kr, kr, 0);
+    tt *v = mk(LMH_F32, 3, n, c->Hv, c->dv, -1, 1, 0),
+       *o = mk(LMH_F32, 3, n, c->Hv, c->dv, 9, 9, 0);
+    tt *a = mk(LMH_F32, 2, n, c->Hv, 0, -3, 2, 0), *b = mk(LMH_F32, 2, n, c->Hv, 0, -3, 3, 0);
+    tt *Al = mk(wdt(c->dt_i), 1, c->Hv, 0, 0, -1.5f, 1, LMH_TENSOR_WEIGHT);
+    tt *dtb = c->has_dtb ? mk(wdt(c->dt_i + 1), 1, c->Hv, 0, 0, -1, 1, LMH_TENSOR_WEIGHT) : NULL;
+    tt *st = mk(LMH_F32, 3, c->Hv, c->dk, c->dv, -0.5f, 0.5f, 0);
+    opd op = {.code = LMH_OP_DELTA_RULE,
+              .dst = o,
+              .src = {q, k, v, a, b, Al, dtb, st},
+              .f = {1.0f / sqrtf((float)c->dk), 1e-6f},
+              .i = {c->l2}};
+    char what[160];
+    for (int rep = 0; rep < 2; rep++) {
+        snprintf(what, sizeof what,
+                 "delta_rule n=%d Hk=%d Hv=%d dk=%d dv=%d l2=%d %s dtb=%d (%s) #%d", c->n, c->Hk,
+                 c->Hv, c->dk, c->dv, c->l2, lmh_dtype_name(wdt(c->dt_i)), c->has_dtb, mode, rep);
+        if (run_op(what, &op)) break;
+        check_op(what, LMH_OP_DELTA_RULE, o, TOL);
+        strcat(what, " state");
+        check_op(what, LMH_OP_DELTA_RULE, st, TOL);
+    }
+    free_all();
+}
+
+static void delta_refusals(void) {
+    tt *q = mk(LMH_F32, 3, 3, 2, 8, -1, 1, 0), *k = mk(LMH_F32, 3, 3, 2, 8, -1, 1, 0);
+    tt *v = mk(LMH_F32, 3, 3, 4, 5, -1, 1, 0), *o = mk(LMH_F32, 3, 3, 4, 5, 0, 0, 0);
+    tt *a = mk(LMH_F32, 2, 3, 4, 0, -1, 1, 0), *b = mk(LMH_F32, 2, 3, 4, 0, -1, 1, 0);
+    tt *Al = mk(LMH_F32, 1, 4, 0, 0, -1, 1, 0), *st = mk(LMH_F32, 3, 4, 8, 5, 0, 0, 0);
+    opd ok = {.code = LMH_OP_DELTA_RULE,
+              .dst = o,
+              .src = {q, k, v, a, b, Al, NULL, st},
+              .f = {0.3f, 1e-6f},
+              .i = {1}};
+    if (!run_op("delta_rule small", &ok)) check_op("delta_rule small", LMH_OP_DELTA_RULE, o, TOL);
+    opd x = ok;
+    x.dst = v;
+    expect_refused("delta_rule o over v", &x);
+    x = ok;
+    x.src[5] = NULL;
+    expect_refused("delta_rule without A_log", &x);
+    x = ok;
+    x.src[2] = mk(LMH_F32, 3, 3, 3, 5, 0, 0, 0);
+    x.dst = mk(LMH_F32, 3, 3, 3, 5, 0, 0, 0);
+    x.src[3] = mk(LMH_F32, 2, 3, 3, 0, 0, 0, 0);
+    x.src[4] = mk(LMH_F32, 2, 3, 3, 0, 0, 0, 0);
+    x.src[5] = mk(LMH_F32, 1, 3, 0, 0, 0, 0, 0);
+    x.src[7] = mk(LMH_F32, 3, 3, 8, 5, 0, 0, 0);
+    expect_refused("delta_rule 3 value heads of 2 key heads", &x);
+    x = ok;
+    x.src[7] = mk(LMH_F32, 3, 4, 8, 4, 0, 0, 0);
+    expect_refused("delta_rule state of another size", &x);
+    x = ok;
+    x.src[6] = mk(LMH_F32, 1, 5, 0, 0, 0, 0, 0);
+    expect_refused("delta_rule dt_bias of 5", &x);
+    x = ok;
+    x.src[1] = mk(LMH_F32, 3, 3, 2, 7, 0, 0, 0);
+    expect_refused("delta_rule k of another size", &x);
+    x = ok;
+    x.src[0] = mk(LMH_F32, 2, 3, 16, 0, 0, 0, 0);
+    expect_refused("delta_rule 2-d q", &x);
+    x = ok;
+    x.src[4] = mk(LMH_F16, 2, 3, 4, 0, 0, 0, 0);
+    expect_refused("delta_rule f16 b", &x);
+    free_all();
+    /* dk 1025: past the CPU's bound (1024 accepted) */
+    q = mk(LMH_F32, 3, 1, 1, 1025, 0, 0, 0);
+    k = mk(LMH_F32, 3, 1, 1, 1025, 0, 0, 0);
+    v = mk(LMH_F32, 3, 1, 1, 2, 0, 0, 0);
+    o = mk(LMH_F32, 3, 1, 1, 2, 0, 0, 0);
+    a = mk(LMH_F32, 2, 1, 1, 0, 0, 0, 0);
+    b = mk(LMH_F32, 2, 1, 1, 0, 0, 0, 0);
+    Al = mk(LMH_F32, 1, 1, 0, 0, 0, 0, 0);
+    st = mk(LMH_F32, 3, 1, 1025, 2, 0, 0, 0);
+    opd big = {.code = LMH_OP_DELTA_RULE,
+               .dst = o,
+               .src = {q, k, v, a, b, Al, NULL, st},
+               .f = {0.03f, 1e-6f},
+               .i = {1}};
+    expect_refused("delta_rule dk = 1025", &big);
+    free_all();
+}
+
+static void t_delta(int modes) {
+    static const char *const mode_env[3] = {"0", "1", "64:2"};
+    for (int m = 0; m < modes; m++) {
+        if (modes > 1) {
+            setenv("LMHOST_VK_SCAN_CHUNK", mode_env[m], 1);
+            vk_reopen();
+        }
+        const char *mode = modes > 1 ? mode_env[m] : "default";
+        static const int rows[] = {1, 7, 100, 130};
+        for (int r = 0; r < 4; r++) {
+            /* GQA-style: 2 value heads a key head; odd sizes; Qwen3-Next's 128 x 128 heads */
+            delta_cfg c1 = {rows[r], 2, 4, 16, 12, 1, 1, r};
+            delta_case(&c1, mode);
+            delta_cfg c2 = {rows[r], 1, 3, 24, 40, 0, r % 2, r + 1};
+            delta_case(&c2, mode);
+            if (rows[r] >= 100 || m == 0) {
+                delta_cfg c3 = {rows[r], 1, 2, 128, 128, 1, 1, r + 2};
+                delta_case(&c3, mode);
+            }
+        }
+        /* many lanes a column, and the chunked form's tiles in part: dk 200 */
+        delta_cfg c4 = {m == 1 ? 70 : 5, 1, 1, 200, 9, 1, 1, 0};
+        delta_case(&c4, mode);
+        if (m == 0) { /* the largest keys, 1024 (row by row: the chunked form takes 256) */
+            delta_cfg c5 = {3, 1, 2, 1024, 3, 1, 0, 1};
+            delta_case(&c5, mode);
+        }
+    }
+    if (modes > 1) {
+        unsetenv("LMHOST_VK_SCAN_CHUNK");
+        vk_reopen();
+    }
+    delta_refusals();
+}
+
+static void t_delta_all(void) {
+    t_delta(g_pass ? 1 : 3);
+}
+
+/* LMHOST_TEST_BENCH=N: the recurrent ops at real models' sizes, for 1 to 4096 rows up to N, each
+ * form (row by row and chunked) timed on the Vulkan device and checked against the CPU; off by
+ * default (slow on lavapipe). */
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* best of 3 runs of `reps` ops enqueued back to back (Vulkan only), in us an op */
+static double time_vk(const opd *o, int reps) {
+    lmh_op op = op_on(o, 1);
+    double best = 1e30;
+    for (int r = 0; r < 3; r++) {
+        g_be[1].api->sync(g_be[1].b);
+        double t0 = now_s();
+        for (int i = 0; i < reps; i++) g_be[1].api->enqueue(g_be[1].b, &op);
+        g_be[1].api->sync(g_be[1].b);
+        double t = (now_s() - t0) / reps * 1e6;
+        if (t < best) best = t;
+    }
+    return best;
+}
+
+static void t_bench(void) {
+    const char *most = getenv("LMHOST_TEST_BENCH"); /* =N: up to N rows */
+    if (!most) return;
+    static const char *const forms[2] = {"0", "64"};
+    static const int rows[5] = {1, 64, 128, 512, 4096};
+    for (int f = 0; f < 2; f++) {
+        setenv("LMHOST_VK_SCAN_CHUNK", forms[f], 1);
+        vk_reopen();
+        for (int r = 0; r < 5; r++) {
+            int n = rows[r], reps = n == 1 ? 200 : n <= 512 ? 10 : 3;
+            if (n > atoi(most)) break;
+            char what[128];
+            /* Qwen3-Next's gated delta rule: 16 key heads, 32 value heads of 128 */
+            g_rng = 12345;
+            tt *q = mk(LMH_F32, 3, n, 16, 128, -1, 1, 0), *k = mk(LMH_F32, 3, n, 16, 128, -1, 1, 0);
+            tt *v = mk(LMH_F32, 3, n, 32, 128, -1, 1, 0), *o = mk(LMH_F32, 3, n, 32, 128, 0, 0, 0);
+            tt *a = mk(LMH_F32, 2, n, 32, 0, -3, 2, 0), *b = mk(LMH_F32, 2, n, 32, 0, -3, 3, 0);
+            tt *Al = mk(LMH_BF16, 1, 32, 0, 0, -1.5f, 1, LMH_TENSOR_WEIGHT);
+            tt *dtb = mk(LMH_BF16, 1, 32, 0, 0, -1, 1, LMH_TENSOR_WEIGHT);
+            tt *st = mk(LMH_F32, 3, 32, 128, 128, -0.5f, 0.5f, 0);
+            opd d = {.code = LMH_OP_DELTA_RULE,
+                     .dst = o,
+                     .src = {q, k, v, a, b, Al, dtb, st},
+                     .f = {1.0f / sqrtf(128.0f), 1e-6f},
+                     .i = {1}};
+            snprintf(what, sizeof what, "bench delta_rule n=%d (chunked from %s)", n, forms[f]);
+            if (!run_op(what, &d)) {
+                check_op(what, LMH_OP_DELTA_RULE, o, TOL);
+                printf("    %-44s %10.1f us\n", what, time_vk(&d, reps));
+            }
+            free_all();
+            /* Mamba-2 2.7B's scan: 80 heads of 64, one group of 128 states */
+            g_rng = 54321;
+            tt *x = mk(LMH_F32, 2, n, 80 * 64, 0, -1, 1, 0),
+               *y = mk(LMH_F32, 2, n, 80 * 64, 0, 0, 0, 0);
+            tt *dt = mk(LMH_F32, 2, n, 80, 0, -4, 1, 0),
+               *A2 = mk(LMH_F32, 1, 80, 0, 0, -1, 1.5f, 0);
+            tt *B = mk(LMH_F32, 2, n, 128, 0, -1, 1, 0), *C = mk(LMH_F32, 2, n, 128, 0, -1, 1, 0);
+            tt *D = mk(LMH_F32, 1, 80, 0, 0, -1, 1, 0), *db = mk(LMH_F32, 1, 80, 0, 0, -1, 1, 0);
+            tt *s2 = mk(LMH_F32, 3, 80, 64, 128, -1, 1, 0);
+            opd s = {.code = LMH_OP_SSD_SCAN,
+                     .dst = y,
+                     .src = {x, dt, A2, B, C, D, db, s2},
+                     .f = {0, 0},
+                     .i = {80, 1}};
+            snprintf(what, sizeof what, "bench ssd_scan n=%d (chunked from %s)", n, forms[f]);
+            if (!run_op(what, &s)) {
+                check_op(what, LMH_OP_SSD_SCAN, y, TOL);
+                printf("    %-44s %10.1f us\n", what, time_vk(&s, reps));
+            }
+            free_all();
+            if (f) continue; /* the rest have one form */
+            /* Mamba-1 2.8B's scan: 5120 channels of 16 states; Qwen3-Next's convolution */
+            g_rng = 999;
+            tt *x1 = mk(LMH_F32, 2, n, 5120, 0, -1, 1, 0),
+               *y1 = mk(LMH_F32, 2, n, 5120, 0, 0, 0, 0);
+            tt *dt1 = mk(LMH_F32, 2, n, 5120, 0, -4, 1, 0);
+            tt *A1 = mk(LMH_F32, 2, 5120, 16, 0, -1, 1.5f, 0);
+            tt *B1 = mk(LMH_F32, 2, n, 16, 0, -1, 1, 0), *C1 = mk(LMH_F32, 2, n, 16, 0, -1, 1, 0);
+            tt *s1 = mk(LMH_F32, 2, 5120, 16, 0, -1, 1, 0);
+            opd m1 = {
+                .code = LMH_OP_SSM_SCAN, .dst = y1, .src = {x1, dt1, A1, B1, C1, NULL, NULL, s1}};
+            snprintf(what, sizeof what, "bench ssm_scan n=%d", n);
+            if (!run_op(what, &m1)) {
+                check_op(what, LMH_OP_SSM_SCAN, y1, TOL);
+                printf("    %-44s %10.1f us\n", what, time_vk(&m1, reps));
+            }
+            free_all();
+            tt *xc = mk(LMH_F32, 2, n, 8192, 0, -1, 1, 0),
+               *yc = mk(LMH_F32, 2, n, 8192, 0, 0, 0, 0);
+            tt *wc = mk(LMH_BF16, 2, 8192, 4, 0, -1, 1, LMH_TENSOR_WEIGHT);
+            tt *sc = mk(LMH_F32, 2, 3, 8192, 0, -1, 1, 0);
+            opd cv = {.code = LMH_OP_CONV1D, .dst = yc, .src = {xc, wc, NULL, sc}, .i = {1}};
+            snprintf(what, sizeof what, "bench conv1d n=%d", n);
+            if (!run_op(what, &cv)) {
+                check_op(what, LMH_OP_CONV1D, yc, TOL);
+                printf("    %-44s %10.1f us\n", what, time_vk(&cv, reps));
+            }
+            free_all();
+        }
+    }
+    unsetenv("LMHOST_VK_SCAN_CHUNK");
+    vk_reopen();
+}
+
 static const lmh_backend_api *load(const char *path) {
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
@@ -1616,6 +2305,7 @@ int main(int argc, char **argv) {
         }
         printf("%s\n", g_be[1].api->describe(g_be[1].b));
         int f0 = g_fail;
+        g_pass = pass;
         static const struct {
             const char *name;
             void (*fn)(void);
@@ -1636,8 +2326,17 @@ int main(int argc, char **argv) {
                      {"fused products", t_fused_products},
                      {"fused count", t_fused_dispatches},
                      {"step profile", t_step_profile},
-                     {"memory", t_memory}};
+                     {"memory", t_memory},
+                     {"cols, unary", t_cols_unary},
+                     {"conv1d", t_conv1d},
+                     {"scans", t_scans_all},
+                     {"delta rule", t_delta_all},
+                     {"bench", t_bench}};
+        /* LMHOST_TEST_ONLY=word: the parts whose name has it (a quicker run while working on
+         * one op) */
+        const char *only = getenv("LMHOST_TEST_ONLY");
         for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+            if (only && !strstr(parts[i].name, only)) continue;
             struct timespec t0, t1;
             clock_gettime(CLOCK_MONOTONIC, &t0);
             parts[i].fn();
@@ -1646,6 +2345,11 @@ int main(int argc, char **argv) {
                    (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
         }
         printf("  %d failures\n", g_fail - f0);
+        for (int c = LMH_OP_COLS; c < LMH_OP_COUNT; c++)
+            printf("  %-12s worst |d| / max |cpu| %.2g\n", lmh_op_name(c), g_worst[c]);
+        printf("  %-12s worst |d| / max |cpu| %.2g\n", "sigmoid_gate",
+               g_worst[LMH_OP_SIGMOID_GATE]);
+        memset(g_worst, 0, sizeof g_worst);
         g_be[1].api->destroy(g_be[1].b);
     }
     g_be[0].api->destroy(g_be[0].b);

@@ -5,7 +5,8 @@
 // unpackHalf2x16), so no 16-bit storage feature is needed. Bindings 0..4 are the op's
 // dst, src0..src3; the push constants start with their element offsets (a view whose
 // byte offset is not aligned for a descriptor is bound at its aligned base), then the
-// op's parameters.
+// op's parameters. The recurrent ops' src4..src7 are bindings 5..8, their element offsets
+// push constant words 5..8 (vk_ops.c's bind_more).
 #extension GL_EXT_control_flow_attributes : enable
 #ifdef USE_SUBGROUP
 #extension GL_KHR_shader_subgroup_basic : enable

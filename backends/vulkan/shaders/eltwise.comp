@@ -2,11 +2,13 @@
 #extension GL_GOOGLE_include_directive : require
 // add, mul (src1 of dst's shape, of the innermost size, or one element; any float dtype),
 // scale, swiglu, geglu (src1 or the fused [gate | up] rows), softcap, sigmoid_gate (src1
-// one f32 per row). One thread per element of dst.
+// one f32 per row, or of dst's shape with d = 1), unary (LMH_UNARY_* fn). One thread per
+// element of dst.
 layout(constant_id = 0) const uint WG = 256;
 layout(constant_id = 1) const uint OP = 0; // see VK_ELT_* in vk_ops.c
 layout(local_size_x_id = 0) in;
 #include "common.glsl"
+#include "unary.glsl"
 
 BUF(0, D)
 RBUF(1, A)
@@ -20,6 +22,7 @@ layout(push_constant) uniform PC {
     uint d;     // fused gates, sigmoid_gate: dst's innermost size
     uint fused; // gates: src1 is NULL
     float f0;   // scale factor, soft-cap
+    uint fn;    // unary: LMH_UNARY_*
 } pc;
 
 float silu(float v) { return v / (1.0 + exp(-v)); }
@@ -51,6 +54,8 @@ void main() {
         r = (OP == 3u ? silu(g) : gelu_tanh(g)) * u;
     } else if (OP == 5u) {
         r = pc.f0 * tanh_safe(uintBitsToFloat(A[pc.oa + i]) / pc.f0);
+    } else if (OP == 7u) {
+        r = unary_f(pc.fn, uintBitsToFloat(A[pc.oa + i]));
     } else {
         float g = uintBitsToFloat(B[pc.ob + i / pc.d]);
         r = uintBitsToFloat(A[pc.oa + i]) * (1.0 / (1.0 + exp(-g)));
