@@ -1209,7 +1209,7 @@ static int op_moe_route(lmh_backend *b, const lmh_op *op) {
     x.pc[6] = (uint32_t)a->ne[1];
     x.pc[7] = (uint32_t)op->p.i[0];
     x.pc[8] = op->p.i[1] != 0;
-    grid(&x, cdiv((uint64_t)a->ne[0], 64));
+    grid(&x, (uint64_t)a->ne[0]); /* a workgroup a row */
     return vk_record(b, &x);
 }
 
