@@ -56,8 +56,6 @@ json.dump(d, open(path, "w"))
 PY
 }
 
-have() { [ -d "$models/$1" ] && "$lmhost" plugins 2>/dev/null | grep -q "$2"; }
-
 d=$(case_dir no-a-log mamba)
 rename_tensor "$d" backbone.layers.1.mixer.A_log backbone.layers.1.mixer.A_lox
 expect missing-A_log "$d" "missing tensor backbone.layers.1.mixer.A_log"
@@ -85,5 +83,34 @@ expect state-size "$d" "shape mismatch"
 d=$(case_dir dt-rank mamba)
 config "$d" "d['time_step_rank'] = 'wide'"
 expect dt-rank "$d" "time_step_rank 'wide'"
+
+# layer patterns naming a kind the family does not have, in each family's own form
+d=$(case_dir granite-layer-kind granitemoehybrid)
+config "$d" "d['layer_types'][1] = 'sliding_attention'"
+expect granite-unknown-layer "$d" "sliding_attention"
+
+d=$(case_dir nemotron-pattern nemotron_h)
+config "$d" "d.pop('layers_block_type', None); d['hybrid_override_pattern'] = 'M-X-'"
+expect nemotron-unknown-letter "$d" "'X'"
+
+d=$(case_dir qwen3-next-layer-kind qwen3_next)
+config "$d" "d['layer_types'][0] = 'mamba2'"
+expect qwen3-next-unknown-layer "$d" "mamba2"
+
+d=$(case_dir jamba-block-type jamba)
+config "$d" "d['layers_block_type'] = ['mamba', 'retnet', 'mamba', 'attention']"
+expect jamba-unknown-layer "$d" "retnet"
+
+d=$(case_dir jamba-period jamba)
+config "$d" "d['attn_layer_period'] = 0"
+expect jamba-zero-period "$d" "attn_layer_period"
+
+d=$(case_dir falcon-multipliers falcon_h1)
+config "$d" "d['ssm_multipliers'] = [1.0, 1.0]"
+expect falcon-multipliers "$d" "ssm_multipliers"
+
+d=$(case_dir qwen3-next-heads qwen3_next)
+config "$d" "d['linear_num_key_heads'] = 3"
+expect qwen3-next-heads "$d" "not a multiple"
 
 exit $((fails > 0))
