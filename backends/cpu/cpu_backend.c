@@ -40,7 +40,20 @@ struct lmh_backend {
     float *qbuf;
     int64_t qbuf_per;           /* floats per worker */
     struct lmh_kernel *kernels; /* plugin kernels made ready here (kernel_add) */
+    /* The recurrent ops' small weight vectors (conv weights, biases, -exp(A_log), D, dt_bias)
+     * in f32, made at their first use and kept while the weight lives: a Mamba-1 layer's
+     * -exp(A_log) alone is D x N exponentials, which every step would redo. */
+    struct f32vec *vecs;
 };
+
+typedef struct f32vec {
+    const uint8_t *data; /* the weight's first byte (its views share it) */
+    lmh_dtype dtype;
+    int64_t n;
+    int neg_exp;
+    float *v;
+    struct f32vec *next;
+} f32vec;
 
 /* A plugin's kernel (ABI 1.6): its C function, run over workgroup ranges on the pool. */
 struct lmh_kernel {
@@ -192,9 +205,25 @@ static lmh_tensor *cpu_tensor_quant(lmh_backend *b, lmh_dtype qt, int32_t group,
     return &t->t;
 }
 
+/* Drops the kept vectors made from bytes [p, p + n) (all of them with p NULL): their
+ * weight is going. */
+static void drop_vecs(lmh_backend *b, const uint8_t *p, size_t n) {
+    for (f32vec **e = &b->vecs; *e;) {
+        if (!p || ((*e)->data >= p && (*e)->data < p + n)) {
+            f32vec *d = *e;
+            *e = d->next;
+            free(d->v);
+            free(d);
+        } else {
+            e = &(*e)->next;
+        }
+    }
+}
+
 static void cpu_tensor_free(lmh_backend *b, lmh_tensor *x) {
     if (!x) return;
     cpu_tensor *t = CT(x);
+    if (t->weight && (t->owned || t->wrapped)) drop_vecs(b, t->data, t->bytes);
     if (t->owned) {
         atomic_fetch_sub(t->weight ? &b->weight_bytes : &b->other_bytes, t->bytes);
         free(t->data);
@@ -768,6 +797,8 @@ typedef struct rjob {
     const cpu_kernels *k;
     const lmh_op *op;
     float *w, *bias, *A, *D, *dtb; /* NULL where absent */
+    float *tmp[5];                 /* those made for this op alone (not from weights) */
+    int n_tmp;
 } rjob;
 
 #define F32(t) ((t) ? (float *)DATA(t) : NULL)
@@ -812,16 +843,30 @@ static void do_delta_rule(void *arg, int64_t i0, int64_t i1, int wk) {
                    op->p.f[1], op->p.f[0], F32(op->src_more[3]), F32(op->dst), i0, i1);
 }
 
-/* t's values as f32 (NULL for t NULL; *fail set when out of memory); neg_exp: -exp(v). */
-static float *vec_f32(const lmh_tensor *t, int neg_exp, int *fail) {
+/* t's values as f32, -exp(v) with neg_exp (NULL for t NULL; *fail set when out of memory):
+ * a weight's kept in b->vecs, another tensor's made for this op (r->tmp). */
+static float *vec_f32(lmh_backend *b, rjob *r, const lmh_tensor *t, int neg_exp, int *fail) {
     if (!t) return NULL;
-    int64_t n = lmh_nelem(t);
+    const int64_t n = lmh_nelem(t);
+    const int keep = CT(t)->weight;
+    for (f32vec *e = keep ? b->vecs : NULL; e; e = e->next)
+        if (e->data == DATA(t) && e->dtype == t->dtype && e->n == n && e->neg_exp == neg_exp)
+            return e->v;
     float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
-    if (!v) {
+    f32vec *e = keep ? malloc(sizeof *e) : NULL;
+    if (!v || (keep && !e)) {
+        free(v);
+        free(e);
         *fail = 1;
         return NULL;
     }
     for (int64_t i = 0; i < n; i++) v[i] = neg_exp ? -expf(getf(t, i)) : getf(t, i);
+    if (keep) {
+        *e = (f32vec){DATA(t), t->dtype, n, neg_exp, v, b->vecs};
+        b->vecs = e;
+    } else {
+        r->tmp[r->n_tmp++] = v;
+    }
     return v;
 }
 
@@ -830,8 +875,8 @@ static int recurrent_op(lmh_backend *b, const lmh_op *op) {
     rjob r = {.k = b->k, .op = op};
     switch (op->code) {
     case LMH_OP_CONV1D:
-        r.w = vec_f32(op->src[1], 0, &fail);
-        r.bias = vec_f32(op->src[2], 0, &fail);
+        r.w = vec_f32(b, &r, op->src[1], 0, &fail);
+        r.bias = vec_f32(b, &r, op->src[2], 0, &fail);
         if (!fail) {
             int64_t C = lmh_inner(op->dst);
             cpu_pool_run(b->pool, C, grain_for(C, th, 64), do_conv1d, &r);
@@ -839,9 +884,9 @@ static int recurrent_op(lmh_backend *b, const lmh_op *op) {
         break;
     case LMH_OP_SSM_SCAN:
     case LMH_OP_SSD_SCAN:
-        r.A = vec_f32(op->src[2], 1, &fail);
-        r.D = vec_f32(op->src_more[1], 0, &fail);
-        r.dtb = vec_f32(op->src_more[2], 0, &fail);
+        r.A = vec_f32(b, &r, op->src[2], 1, &fail);
+        r.D = vec_f32(b, &r, op->src_more[1], 0, &fail);
+        r.dtb = vec_f32(b, &r, op->src_more[2], 0, &fail);
         if (!fail && op->code == LMH_OP_SSM_SCAN) {
             int64_t D = lmh_inner(op->dst);
             cpu_pool_run(b->pool, D, grain_for(D, th, 16), do_ssm_scan, &r);
@@ -851,8 +896,8 @@ static int recurrent_op(lmh_backend *b, const lmh_op *op) {
         }
         break;
     case LMH_OP_DELTA_RULE: {
-        r.A = vec_f32(op->src_more[1], 1, &fail);
-        r.dtb = vec_f32(op->src_more[2], 0, &fail);
+        r.A = vec_f32(b, &r, op->src_more[1], 1, &fail);
+        r.dtb = vec_f32(b, &r, op->src_more[2], 0, &fail);
         const int64_t Hv = op->src[2]->ne[1], dv = op->src[2]->ne[2];
         if (!fail)
             cpu_pool_run(b->pool, Hv * ((dv + DELTA_COLS - 1) / DELTA_COLS), 1, do_delta_rule, &r);
@@ -861,11 +906,7 @@ static int recurrent_op(lmh_backend *b, const lmh_op *op) {
     default:
         fail = 1;
     }
-    free(r.w);
-    free(r.bias);
-    free(r.A);
-    free(r.D);
-    free(r.dtb);
+    for (int i = 0; i < r.n_tmp; i++) free(r.tmp[i]);
     return fail ? LMH_ENOMEM : LMH_OK;
 }
 
@@ -1286,6 +1327,7 @@ static void cpu_destroy(lmh_backend *b) {
     }
     cpu_pool_free(b->pool);
     free(b->qbuf);
+    drop_vecs(b, NULL, 0);
     free(b);
 }
 
