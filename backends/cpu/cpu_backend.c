@@ -5,6 +5,7 @@
 #include "kernels.h"
 #include "qkernels.h"
 #include "recurrent.h"
+#include "recurrent_check.h"
 #include "threadpool.h"
 
 #include <math.h>
@@ -910,90 +911,16 @@ static int recurrent_op(lmh_backend *b, const lmh_op *op) {
     return fail ? LMH_ENOMEM : LMH_OK;
 }
 
-static int is_f32(const lmh_tensor *t) {
-    return t && t->dtype == LMH_F32;
-}
-
-/* An optional weight vector of n values in a float dtype. */
-static int opt_vec(const lmh_tensor *t, int64_t n) {
-    return !t || (lmh_dtype_is_float(t->dtype) && lmh_nelem(t) == n);
-}
-
-/* check_op for the ops of ABI 1.7. */
+/* check_op for the ops of ABI 1.7: the shared checks, then COLS's gather indices, which
+ * are host memory here. */
 static int check_recurrent(const lmh_op *op) {
-    const lmh_tensor *d = op->dst, *a = op->src[0], *b = op->src[1], *c = op->src[2],
-                     *s3 = op->src[3];
-    const lmh_tensor *s4 = op->src_more[0], *s5 = op->src_more[1], *s6 = op->src_more[2],
-                     *st = op->src_more[3];
-    if (!is_f32(d) || !is_f32(a)) return LMH_EUNSUPPORTED;
-    switch (op->code) {
-    case LMH_OP_COLS: {
-        const int64_t W = lmh_inner(a), w = lmh_inner(d);
-        if (w < 1 || W < 1 || lmh_nelem(a) / W != lmh_nelem(d) / w) return LMH_ESHAPE;
-        if (b) {
-            if (b->dtype != LMH_I32 || lmh_nelem(b) != w) return LMH_ESHAPE;
-            const int32_t *idx = (const int32_t *)DATA(b);
-            for (int64_t i = 0; i < w; i++)
-                if (idx[i] < 0 || idx[i] >= W) return LMH_EINVAL;
-            return LMH_OK;
-        }
-        return op->p.i[0] >= 0 && op->p.i[0] + w <= W ? LMH_OK : LMH_EINVAL;
-    }
-    case LMH_OP_UNARY:
-        if (lmh_nelem(a) != lmh_nelem(d)) return LMH_ESHAPE;
-        return op->p.i[0] >= 0 && op->p.i[0] < LMH_UNARY_COUNT ? LMH_OK : LMH_EINVAL;
-    case LMH_OP_CONV1D: {
-        if (!b || !is_f32(s3) || !lmh_dtype_is_float(b->dtype) || a == d) return LMH_EINVAL;
-        const int64_t C = lmh_inner(a), K = lmh_inner(b);
-        if (C < 1) return LMH_ESHAPE;
-        const int64_t n = lmh_nelem(a) / C;
-        if (a->ndim != 2 || d->ndim != 2 || d->ne[0] != n || d->ne[1] != C || K < 2 || K > 64 ||
-            lmh_nelem(b) != C * K || !opt_vec(c, C) || lmh_nelem(s3) != (K - 1) * C)
-            return LMH_ESHAPE;
-        return op->p.i[0] >= 0 && op->p.i[0] < LMH_UNARY_COUNT ? LMH_OK : LMH_EINVAL;
-    }
-    case LMH_OP_SSM_SCAN: {
-        if (!is_f32(b) || !c || !lmh_dtype_is_float(c->dtype) || !is_f32(s3) || !is_f32(s4) ||
-            !is_f32(st) || d == a)
-            return LMH_EINVAL;
-        const int64_t n = d->ne[0], D = lmh_inner(d), N = lmh_inner(s3);
-        if (d->ndim != 2 || lmh_nelem(a) != n * D || lmh_nelem(b) != n * D ||
-            lmh_nelem(s3) != n * N || lmh_nelem(s4) != n * N || lmh_nelem(c) != D * N ||
-            !opt_vec(s5, D) || !opt_vec(s6, D) || lmh_nelem(st) != D * N)
-            return LMH_ESHAPE;
-        return LMH_OK;
-    }
-    case LMH_OP_SSD_SCAN: {
-        if (!is_f32(b) || !c || !lmh_dtype_is_float(c->dtype) || !is_f32(s3) || !is_f32(s4) ||
-            !is_f32(st) || d == a)
-            return LMH_EINVAL;
-        const int64_t H = op->p.i[0], G = op->p.i[1];
-        if (H < 1 || G < 1 || H % G || !(op->p.f[0] >= 0)) return LMH_EINVAL;
-        const int64_t n = d->ne[0], HP = lmh_inner(d), GN = lmh_inner(s3);
-        if (d->ndim != 2 || HP % H || GN % G || lmh_nelem(a) != n * HP || lmh_nelem(b) != n * H ||
-            s3->ne[0] != n || lmh_nelem(s3) != n * GN || lmh_nelem(s4) != n * GN ||
-            lmh_nelem(c) != H || !opt_vec(s5, H) || !opt_vec(s6, H) ||
-            lmh_nelem(st) != HP * (GN / G))
-            return LMH_ESHAPE;
-        return LMH_OK;
-    }
-    case LMH_OP_DELTA_RULE: {
-        if (!is_f32(b) || !is_f32(c) || !is_f32(s3) || !is_f32(s4) || !s5 ||
-            !lmh_dtype_is_float(s5->dtype) || !is_f32(st) || d == a || d == c)
-            return LMH_EINVAL;
-        if (a->ndim != 3 || b->ndim != 3 || c->ndim != 3) return LMH_ESHAPE;
-        const int64_t n = a->ne[0], Hk = a->ne[1], dk = a->ne[2], Hv = c->ne[1], dv = c->ne[2];
-        if (Hk < 1 || Hv < 1 || dk < 1 || dv < 1) return LMH_ESHAPE;
-        if (b->ne[0] != n || b->ne[1] != Hk || b->ne[2] != dk || c->ne[0] != n || Hv % Hk ||
-            dk > 1024 || lmh_nelem(s3) != n * Hv || lmh_nelem(s4) != n * Hv ||
-            lmh_nelem(s5) != Hv || !opt_vec(s6, Hv) || lmh_nelem(st) != Hv * dk * dv ||
-            lmh_nelem(d) != n * Hv * dv || d->ne[0] != n)
-            return LMH_ESHAPE;
-        return LMH_OK;
-    }
-    default:
-        return LMH_EUNSUPPORTED;
-    }
+    int rc = lmh_check_recurrent(op);
+    if (rc != LMH_OK || op->code != LMH_OP_COLS || !op->src[1]) return rc;
+    const int64_t W = lmh_inner(op->src[0]), w = lmh_inner(op->dst);
+    const int32_t *idx = (const int32_t *)DATA(op->src[1]);
+    for (int64_t i = 0; i < w; i++)
+        if (idx[i] < 0 || idx[i] >= W) return LMH_EINVAL;
+    return LMH_OK;
 }
 
 /* The lowest index of a row's largest value, NaNs skipped but a NaN first kept (the host

@@ -1,6 +1,7 @@
 /* The ops of the Vulkan backend: operand checks (the CPU backend's, plus what the
  * shaders need: 32-bit element indices, bindable sizes) and the dispatches that run
  * each op. Semantics are those of ops.h and backends/cpu/cpu_backend.c. */
+#include "recurrent_check.h"
 #include "vk_backend.h"
 
 #include <stdlib.h>
@@ -85,87 +86,6 @@ static uint32_t fbits(float f) {
 }
 static uint32_t cdiv(uint64_t a, uint64_t b) {
     return (uint32_t)((a + b - 1) / b);
-}
-
-static int is_f32(const lmh_tensor *t) {
-    return t && t->dtype == LMH_F32;
-}
-
-/* An optional weight vector of n values in a float dtype. */
-static int opt_vec(const lmh_tensor *t, int64_t n) {
-    return !t || (lmh_dtype_is_float(t->dtype) && lmh_nelem(t) == n);
-}
-
-/* The ops of ABI 1.7: the CPU backend's check_recurrent, but COLS's gather indices (device
- * memory here), which vk_check_op reads back and checks the same way, and shapes the CPU's
- * divides by zero on (src0's rows of 0 columns for COLS and CONV1D, 0 key heads), refused. */
-static int check_recurrent(const lmh_op *op) {
-    const lmh_tensor *d = op->dst, *a = op->src[0], *b = op->src[1], *c = op->src[2],
-                     *s3 = op->src[3];
-    const lmh_tensor *s4 = op->src_more[0], *s5 = op->src_more[1], *s6 = op->src_more[2],
-                     *st = op->src_more[3];
-    if (!is_f32(d) || !is_f32(a)) return LMH_EUNSUPPORTED;
-    switch (op->code) {
-    case LMH_OP_COLS: {
-        const int64_t W = lmh_inner(a), w = lmh_inner(d);
-        if (w < 1 || W < 1 || lmh_nelem(a) / W != lmh_nelem(d) / w) return LMH_ESHAPE;
-        if (b) return b->dtype != LMH_I32 || lmh_nelem(b) != w ? LMH_ESHAPE : LMH_OK;
-        return op->p.i[0] >= 0 && op->p.i[0] + w <= W ? LMH_OK : LMH_EINVAL;
-    }
-    case LMH_OP_UNARY:
-        if (lmh_nelem(a) != lmh_nelem(d)) return LMH_ESHAPE;
-        return op->p.i[0] >= 0 && op->p.i[0] < LMH_UNARY_COUNT ? LMH_OK : LMH_EINVAL;
-    case LMH_OP_CONV1D: {
-        if (!b || !is_f32(s3) || !lmh_dtype_is_float(b->dtype) || a == d) return LMH_EINVAL;
-        if (lmh_inner(a) < 1) return LMH_ESHAPE;
-        const int64_t C = lmh_inner(a), n = lmh_nelem(a) / C, K = lmh_inner(b);
-        if (a->ndim != 2 || d->ndim != 2 || d->ne[0] != n || d->ne[1] != C || K < 2 || K > 64 ||
-            lmh_nelem(b) != C * K || !opt_vec(c, C) || lmh_nelem(s3) != (K - 1) * C)
-            return LMH_ESHAPE;
-        return op->p.i[0] >= 0 && op->p.i[0] < LMH_UNARY_COUNT ? LMH_OK : LMH_EINVAL;
-    }
-    case LMH_OP_SSM_SCAN: {
-        if (!is_f32(b) || !c || !lmh_dtype_is_float(c->dtype) || !is_f32(s3) || !is_f32(s4) ||
-            !is_f32(st) || d == a)
-            return LMH_EINVAL;
-        const int64_t n = d->ne[0], D = lmh_inner(d), N = lmh_inner(s3);
-        if (d->ndim != 2 || lmh_nelem(a) != n * D || lmh_nelem(b) != n * D ||
-            lmh_nelem(s3) != n * N || lmh_nelem(s4) != n * N || lmh_nelem(c) != D * N ||
-            !opt_vec(s5, D) || !opt_vec(s6, D) || lmh_nelem(st) != D * N)
-            return LMH_ESHAPE;
-        return LMH_OK;
-    }
-    case LMH_OP_SSD_SCAN: {
-        if (!is_f32(b) || !c || !lmh_dtype_is_float(c->dtype) || !is_f32(s3) || !is_f32(s4) ||
-            !is_f32(st) || d == a)
-            return LMH_EINVAL;
-        const int64_t H = op->p.i[0], G = op->p.i[1];
-        if (H < 1 || G < 1 || H % G || !(op->p.f[0] >= 0)) return LMH_EINVAL;
-        const int64_t n = d->ne[0], HP = lmh_inner(d), GN = lmh_inner(s3);
-        if (d->ndim != 2 || HP % H || GN % G || lmh_nelem(a) != n * HP || lmh_nelem(b) != n * H ||
-            s3->ne[0] != n || lmh_nelem(s3) != n * GN || lmh_nelem(s4) != n * GN ||
-            lmh_nelem(c) != H || !opt_vec(s5, H) || !opt_vec(s6, H) ||
-            lmh_nelem(st) != HP * (GN / G))
-            return LMH_ESHAPE;
-        return LMH_OK;
-    }
-    case LMH_OP_DELTA_RULE: {
-        if (!is_f32(b) || !is_f32(c) || !is_f32(s3) || !is_f32(s4) || !s5 ||
-            !lmh_dtype_is_float(s5->dtype) || !is_f32(st) || d == a || d == c)
-            return LMH_EINVAL;
-        if (a->ndim != 3 || b->ndim != 3 || c->ndim != 3) return LMH_ESHAPE;
-        const int64_t n = a->ne[0], Hk = a->ne[1], dk = a->ne[2], Hv = c->ne[1], dv = c->ne[2];
-        if (Hk < 1) return LMH_ESHAPE;
-        if (b->ne[0] != n || b->ne[1] != Hk || b->ne[2] != dk || c->ne[0] != n || Hv % Hk ||
-            dk > 1024 || lmh_nelem(s3) != n * Hv || lmh_nelem(s4) != n * Hv ||
-            lmh_nelem(s5) != Hv || !opt_vec(s6, Hv) || lmh_nelem(st) != Hv * dk * dv ||
-            lmh_nelem(d) != n * Hv * dv || d->ne[0] != n)
-            return LMH_ESHAPE;
-        return LMH_OK;
-    }
-    default:
-        return LMH_EUNSUPPORTED;
-    }
 }
 
 /* The CPU backend's operand checks: everything ops.h promises. */
@@ -276,7 +196,7 @@ static int check_semantics(const lmh_op *op) {
     case LMH_OP_SSM_SCAN:
     case LMH_OP_SSD_SCAN:
     case LMH_OP_DELTA_RULE:
-        return check_recurrent(op);
+        return lmh_check_recurrent(op);
     case LMH_OP_ARGMAX:
         if (a->dtype != LMH_F32 || d->dtype != LMH_I32) break;
         if (lmh_inner(a) < 1 || lmh_nelem(d) * lmh_inner(a) != lmh_nelem(a)) return LMH_ESHAPE;
