@@ -6,6 +6,7 @@
  * (placement.h), so an activation crossing from one slot to the next is copied on use
  * and nothing in the architecture plugins knows about the split. */
 #include "engine.h"
+#include "cache_spec.h"
 #include "log.h"
 #include "model_dir.h"
 #include "placement.h"
@@ -78,6 +79,7 @@ struct engine {
     int n_seqs;
     char chain[512];
     char cache_format[32];
+    cache_spec cspec;
     pend_step pend[ENGINE_MAX_PENDING]; /* started steps, oldest first */
     int n_pend;
 };
@@ -1003,6 +1005,7 @@ static int make_cache(engine *e, int s, int map_slot, char *err, size_t err_len)
     }
     lmh_cache_config cc = {.size = sizeof cc,
                            .format = e->cache_format,
+                           .options = e->cspec.options[0] ? e->cspec.options : NULL,
                            .n_layers = n,
                            .layers = ls,
                            .max_seq_len = e->max_seq_len,
@@ -1043,42 +1046,6 @@ static void describe_chain(engine *e) {
              be, e->cache_p->info->name, e->cache_format);
 }
 
-/* --cache accepts a plugin name, "name:format", or a bare format any cache offers. */
-static const plugin *pick_cache(const registry *reg, const char *spec, char *fmt, size_t fmt_len,
-                                char *err, size_t err_len) {
-    char name[64];
-    const char *colon = strchr(spec, ':');
-    snprintf(name, sizeof name, "%.*s", colon ? (int)(colon - spec) : 63, spec);
-    fmt[0] = 0;
-    if (colon) snprintf(fmt, fmt_len, "%s", colon + 1);
-    const plugin *p = registry_find(reg, LMH_KIND_CACHE, name);
-    if (!p && !colon) {
-        for (int i = 0; i < reg->n && !p; i++) {
-            if (reg->items[i].info->kind != LMH_KIND_CACHE) continue;
-            const lmh_cache_api *c = reg->items[i].info->api;
-            for (const char *const *f = c->formats; *f; f++)
-                if (strcmp(*f, spec) == 0) {
-                    p = &reg->items[i];
-                    snprintf(fmt, fmt_len, "%s", spec);
-                    break;
-                }
-        }
-    }
-    if (!p) {
-        char *names = registry_names(reg, LMH_KIND_CACHE, 0);
-        errf(err, err_len, "unknown cache plugin '%s' (available: %s)", spec,
-             names && *names ? names : "none");
-        free(names);
-        return NULL;
-    }
-    const lmh_cache_api *c = p->info->api;
-    if (!fmt[0]) snprintf(fmt, fmt_len, "%s", c->formats[0]);
-    for (const char *const *f = c->formats; *f; f++)
-        if (strcmp(*f, fmt) == 0) return p;
-    errf(err, err_len, "cache plugin '%s' has no format '%s'", name, fmt);
-    return NULL;
-}
-
 engine *engine_open(const registry *reg, const engine_opts *o, char *err, size_t err_len) {
     engine *e = calloc(1, sizeof *e);
     if (!e) {
@@ -1110,9 +1077,9 @@ engine *engine_open(const registry *reg, const engine_opts *o, char *err, size_t
         goto fail;
     }
     e->arch = e->arch_p->info->api;
-    e->cache_p = pick_cache(reg, o->cache ? o->cache : "plain", e->cache_format,
-                            sizeof e->cache_format, err, err_len);
-    if (!e->cache_p) goto fail;
+    if (cache_spec_parse(reg, o->cache, &e->cspec, err, err_len) != 0) goto fail;
+    e->cache_p = e->cspec.p;
+    snprintf(e->cache_format, sizeof e->cache_format, "%s", e->cspec.format);
     e->cache_api = e->cache_p->info->api;
 
     /* --gpu-layers 0 is the CPU backend alone */

@@ -27,7 +27,17 @@ typedef struct lmh_cache_config {
     /* (ABI 1.7) The layers' recurrent state (n_bufs 0 where none), n_layers entries; NULL
      * or absent by size: no layer has any. A cache plugin that keeps none refuses it. */
     const lmh_recurrent_state *recurrent;
+    /* (ABI 1.8) The format's settings, "key=value[,key=value...]" as the user gave them
+     * (`--cache tq3,hot=0`), or NULL for its defaults. A plugin refuses keys it does not
+     * know, with a message naming those it does. */
+    const char *options;
+    uint32_t flags; /* (ABI 1.8) LMH_CACHE_* below */
 } lmh_cache_config;
+
+/* Store every row in the format's final form when it is appended, with no staging (a
+ * window of recent rows kept at higher precision, say): what a codec measurement needs
+ * (`lmhost cache-eval`). Formats without staging have nothing to do. */
+#define LMH_CACHE_SETTLED 1u
 
 typedef struct lmh_cache_api {
     uint32_t size; /* sizeof(lmh_cache_api) as the plugin knows it */
@@ -92,6 +102,19 @@ typedef struct lmh_cache_api {
      * (LMH_EINVAL, or LMH_EUNSUPPORTED where a sliding window has moved past them: nothing
      * changed). */
     int (*state_load)(lmh_cache *c, uint64_t seq, const void *src, uint64_t n);
+
+    /* (ABI 1.8) Enqueues writing the keys and values of positions [first, first + n) of
+     * (seq, layer) as attention reads them (decoded to f32) into k [n, kv_heads,
+     * head_dim_k] and v [n, kv_heads, head_dim_v], f32 tensors on the cache's backend.
+     * The positions must be held (LMH_EINVAL otherwise). For codec checks and tests;
+     * may be NULL (or absent by size). */
+    int (*read_rows)(lmh_cache *c, uint64_t seq, int32_t layer, int32_t first, int32_t n,
+                     lmh_tensor *k, lmh_tensor *v);
+    /* (ABI 1.8) Bytes one position takes in layer `layer`, all its K/V heads, in the
+     * format's settled storage: *k for its keys, *v for its values (0 for a layer without
+     * attention state). What a position costs, not what is allocated (bytes()). May be
+     * NULL (or absent by size). */
+    void (*row_bytes)(lmh_cache *c, int32_t layer, uint64_t *k, uint64_t *v);
 } lmh_cache_api;
 
 #ifdef __cplusplus
