@@ -22,6 +22,10 @@ typedef struct kv_layer {
     int32_t st_pos[LMH_MAX_STATE_BUFS];
     int st_stale; /* trimmed below what the state holds: unusable until state_load */
     int st_zero;  /* trimmed to 0: the tensors are zeroed before their next use */
+    /* A compressed store a plugin may keep beside k and v for positions [0, cpos)
+     * (cache-turboquant: older rows as codes, k and v then a ring of the newest). */
+    lmh_tensor *ck, *cv;
+    int32_t ccap, cpos;
 } kv_layer;
 
 typedef struct kv_seq {
