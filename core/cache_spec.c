@@ -19,7 +19,8 @@ int cache_spec_parse(const registry *reg, const char *spec, cache_spec *out, cha
     size_t head = comma ? (size_t)(comma - spec) : strlen(spec);
     if (comma && strlen(comma + 1) >= sizeof out->options)
         return fail(err, err_len, "cache settings '%s' are too long%s", comma + 1, "");
-    if (comma && !comma[1]) return fail(err, err_len, "cache '%s': empty settings after ','%s", spec, "");
+    if (comma && !comma[1])
+        return fail(err, err_len, "cache '%s': empty settings after ','%s", spec, "");
     char name[64], fmt[32] = "";
     if (head >= sizeof name) return fail(err, err_len, "unknown cache '%s'%s", spec, "");
     memcpy(name, spec, head);
@@ -57,7 +58,8 @@ int cache_spec_parse(const registry *reg, const char *spec, cache_spec *out, cha
     if (!fmt[0]) snprintf(fmt, sizeof fmt, "%s", c->formats[0]);
     int found = 0;
     for (const char *const *f = c->formats; *f && !found; f++) found = strcmp(*f, fmt) == 0;
-    if (!found) return fail(err, err_len, "cache plugin '%s' has no format '%s'", p->info->name, fmt);
+    if (!found)
+        return fail(err, err_len, "cache plugin '%s' has no format '%s'", p->info->name, fmt);
     if (comma && p->info->abi_minor < 8)
         return fail(err, err_len, "cache plugin '%s' takes no settings (built for plugin ABI 1.%s)",
                     p->info->name, p->info->abi_minor < 8 ? "7 or older" : "");

@@ -59,13 +59,13 @@ struct lmh_cache {
     lmh_backend *b;
     lmh_kernel *kern[K_COUNT];
     int32_t bits;
-    int qjl;                   /* tq3: keys carry QJL signs */
-    int use_qjl;               /* and attention counts them (qjl=on) */
-    int32_t hot, start, step;  /* the hot window's policy */
+    int qjl;                  /* tq3: keys carry QJL signs */
+    int use_qjl;              /* and attention counts them (qjl=on) */
+    int32_t hot, start, step; /* the hot window's policy */
     int32_t n_layers;
     lmh_layer_state *layers;
     lmh_recurrent_state *rec;
-    tq_side *ks, *vs;          /* per layer; m == 0: the layer keeps f16 rows */
+    tq_side *ks, *vs; /* per layer; m == 0: the layer keeps f16 rows */
     int32_t max_len;
     kv_seqs t;
     uint64_t bytes, read;
@@ -571,8 +571,10 @@ static int append(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *k, lmh_tenso
     if (is_tq(c, l)) return append_tq(c, l, kv, k, v, n);
     int32_t cap = kv_capacity_for(st, kv, n, c->max_len);
     int rc = cap ? grow_plain(c, l, kv, cap) : LMH_OK;
-    if (rc == LMH_OK) rc = ring_rows(c, kv->k, st->window > 0 ? kv->cap : INT32_MAX, kv->pos, k, 0, n, 1);
-    if (rc == LMH_OK) rc = ring_rows(c, kv->v, st->window > 0 ? kv->cap : INT32_MAX, kv->pos, v, 0, n, 1);
+    if (rc == LMH_OK)
+        rc = ring_rows(c, kv->k, st->window > 0 ? kv->cap : INT32_MAX, kv->pos, k, 0, n, 1);
+    if (rc == LMH_OK)
+        rc = ring_rows(c, kv->v, st->window > 0 ? kv->cap : INT32_MAX, kv->pos, v, 0, n, 1);
     if (rc == LMH_OK) kv->pos += n;
     return rc;
 }
@@ -598,8 +600,8 @@ static lmh_tensor *f32_room(lmh_cache *c, lmh_tensor **buf, size_t *have, int64_
 
 /* Positions [first, first + n) of a compressed layer as f32 rows of kd and vd (decoded
  * below cpos, converted from the ring at and above it). */
-static int rows_f32(lmh_cache *c, int32_t l, layer_kv *kv, int32_t first, int32_t n,
-                    lmh_tensor *kd, lmh_tensor *vd) {
+static int rows_f32(lmh_cache *c, int32_t l, layer_kv *kv, int32_t first, int32_t n, lmh_tensor *kd,
+                    lmh_tensor *vd) {
     int32_t nc = first < kv->cpos ? (kv->cpos - first < n ? kv->cpos - first : n) : 0;
     int rc = LMH_OK;
     if (nc > 0) {
@@ -695,7 +697,8 @@ static int attend(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *q, lmh_tenso
         G <= TQ_ATT_G && G * st->n_kv_heads == q->ne[1] && q->ne[2] == st->head_dim_k) {
         rc = attend_codes(c, l, kv, q, out, p);
     } else { /* several query rows: the stored rows in f32, then the backend's attention */
-        lmh_tensor *fk = f32_room(c, &c->fk, &c->fk_floats, kv->pos, st->n_kv_heads, st->head_dim_k);
+        lmh_tensor *fk =
+            f32_room(c, &c->fk, &c->fk_floats, kv->pos, st->n_kv_heads, st->head_dim_k);
         lmh_tensor *fv =
             fk ? f32_room(c, &c->fv, &c->fv_floats, kv->pos, st->n_kv_heads, st->head_dim_v) : NULL;
         rc = fk && fv ? rows_f32(c, l, kv, 0, kv->pos, fk, fv) : LMH_ENOMEM;
@@ -716,11 +719,10 @@ static int attend(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *q, lmh_tenso
     return rc;
 }
 
-static int read_rows(lmh_cache *c, uint64_t id, int32_t l, int32_t first, int32_t n,
-                     lmh_tensor *k, lmh_tensor *v) {
+static int read_rows(lmh_cache *c, uint64_t id, int32_t l, int32_t first, int32_t n, lmh_tensor *k,
+                     lmh_tensor *v) {
     seq *s = kv_find(&c->t, id);
-    if (!s || l < 0 || l >= c->n_layers || c->layers[l].kind != LMH_STATE_KV || first < 0 ||
-        n < 0)
+    if (!s || l < 0 || l >= c->n_layers || c->layers[l].kind != LMH_STATE_KV || first < 0 || n < 0)
         return LMH_EINVAL;
     const lmh_layer_state *st = &c->layers[l];
     layer_kv *kv = &s->layers[l];
@@ -793,7 +795,8 @@ static int rows_io(lmh_cache *c, int32_t l, layer_kv *kv, int32_t slot, int32_t 
     return rc;
 }
 
-static const seq_kv_io kv_io = {.k_row = k_row, .v_row = v_row, .alloc = grow_plain, .rows = rows_io};
+static const seq_kv_io kv_io = {
+    .k_row = k_row, .v_row = v_row, .alloc = grow_plain, .rows = rows_io};
 
 static uint64_t state_size(lmh_cache *c, uint64_t id, int with_kv) {
     if (with_kv && any_tq(c)) return 0;

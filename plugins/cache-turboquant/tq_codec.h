@@ -25,7 +25,7 @@ static inline uint16_t tq_half(float f) {
     uint32_t x;
     memcpy(&x, &f, 4);
     uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u); /* NaN */
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
     if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7bffu); /* rounds past 65504: clamp */
     if (a < 0x38800000u) {                                   /* subnormal or zero in half */
         if (a < 0x33000000u) return (uint16_t)sign;          /* below half of the least */

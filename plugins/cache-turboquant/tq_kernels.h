@@ -43,7 +43,8 @@ static void tq_encode_item(const lmh_kernel_cpu_args *a, uint32_t item) {
         memcpy(x, src, m * 4);
     } else {
         uint32_t slot = (p[8] + r) % p[9];
-        const uint16_t *src = (const uint16_t *)a->data[0] + ((size_t)slot * kvh + h) * hd + blk * m;
+        const uint16_t *src =
+            (const uint16_t *)a->data[0] + ((size_t)slot * kvh + h) * hd + blk * m;
         for (uint32_t i = 0; i < m; i++) x[i] = tq_float(src[i]);
     }
     uint32_t cw = bits * m / 32, sw = qjl ? m / 32 : 0, *st = a->data[1];
@@ -68,8 +69,8 @@ static void tq_encode_cpu(const lmh_kernel_cpu_args *a, uint32_t first, uint32_t
 
 /* ---- decode: params 0 items (rows x vheads), 1 kv heads, 2 hd, 3 m, 4 bits, 5 qjl
  * (the store has QJL signs), 6 keys, 7 first store row, 8 store rows (cap), 9 whether the
- * QJL term counts (qjl=off reads the same records without it). Tensors: store, f32 rows [n, kvh, hd]
- * (row r is store row first + r). A workgroup a block. ---- */
+ * QJL term counts (qjl=off reads the same records without it). Tensors: store, f32 rows [n, kvh,
+ * hd] (row r is store row first + r). A workgroup a block. ---- */
 static void tq_decode_item(const lmh_kernel_cpu_args *a, uint32_t item) {
     const uint32_t *p = a->call->params;
     uint32_t kvh = p[1], hd = p[2], m = p[3], bits = p[4], qjl = p[5], keys = p[6];
@@ -108,7 +109,8 @@ static void tq_move_cpu(const lmh_kernel_cpu_args *a, uint32_t first, uint32_t c
     uint32_t heads = p[5]; /* a workgroup copies its words of every head */
     for (uint32_t h = 0; h < heads; h++)
         for (uint64_t k = (uint64_t)first * TQ_WG; k < end; k++)
-            dst[(uint64_t)p[2] + h * (uint64_t)p[4] + k] = src[(uint64_t)p[1] + h * (uint64_t)p[3] + k];
+            dst[(uint64_t)p[2] + h * (uint64_t)p[4] + k] =
+                src[(uint64_t)p[1] + h * (uint64_t)p[3] + k];
 }
 
 /* ---- attend: one decode query over a sequence's rows, a workgroup a K/V head and chunk
@@ -116,9 +118,9 @@ static void tq_move_cpu(const lmh_kernel_cpu_args *a, uint32_t first, uint32_t c
  * [c0, pos) of the ring); each writes its partial (weighted values, max, sum) for
  * attend_merge. params 0 items (kvh x chunks), 1 heads, 2 kvh, 3 dk, 4 dv, 5 bits, 6 qjl,
  * 7 c0, 8 pos, 9 hcap, 10 cap, 11 scale and 12 soft-cap (f32 bits), 13 rows a chunk,
- * 14 cold chunks, 15 whether the QJL term counts. Tensors: q [1, heads, dk], keys, values, hot keys, hot values,
- * partials [heads, chunks, dv + 2]. The query sees every row (decode: its own position
- * is the last). ---- */
+ * 14 cold chunks, 15 whether the QJL term counts. Tensors: q [1, heads, dk], keys, values, hot
+ * keys, hot values, partials [heads, chunks, dv + 2]. The query sees every row (decode: its own
+ * position is the last). ---- */
 
 #define TQ_ATT_G    16  /* queries a K/V head, at most */
 #define TQ_ATT_D    512 /* head size, at most */
@@ -139,7 +141,8 @@ static inline void tq_unpack(const uint32_t *codes, int bits, int m, const float
     }
     const uint8_t *b = (const uint8_t *)codes;
     for (int k = 0; k < m / 8; k++) {
-        uint32_t v = (uint32_t)b[3 * k] | (uint32_t)b[3 * k + 1] << 8 | (uint32_t)b[3 * k + 2] << 16;
+        uint32_t v =
+            (uint32_t)b[3 * k] | (uint32_t)b[3 * k + 1] << 8 | (uint32_t)b[3 * k + 2] << 16;
         for (int j = 0; j < 8; j++) out[k * 8 + j] = cb[(v >> (3 * j)) & 7u];
     }
 }

@@ -3,10 +3,11 @@
  *            wherever top1_margin >= 1e-3; with the f16 cache only the argmax where
  *            top1_margin > 0.01; with the 8-bit quantized cache (q8: codes of 256 levels
  *            a group) max |logit - reference| <= 4e-2 * max |reference| and the argmax where
- *            top1_margin >= 2e-2 * max |reference|
+ *            top1_margin >= 2e-2 * max |reference|; tq3 and tq4 (TurboQuant) as f16: the
+ *            fixtures' heads of 16 and 32 values keep f16 rows in that cache
  *   generate --max-tokens 12 (greedy) equals the reference continuation (f32 cache; the
  *            others may flip a near-tie, which is reported)
- * usage: check_model LMHOST MODEL_DIR CACHE(f32|f16|q8) SIMD(auto|portable|avx2|avx512|neon)
+ * usage: check_model LMHOST MODEL_DIR CACHE(f32|f16|q8|tq3|tq4) SIMD(auto|portable|avx2|avx512|neon)
  *                    [LMHOST OPTION...]   (e.g. --backend vulkan, --gpu-layers 2)
  * Exit 0 pass, 1 fail, 77 skip (this CPU cannot run the SIMD path). */
 #include "npy.h"
@@ -51,9 +52,10 @@ int main(int argc, char **argv) {
     }
 #endif
     if (strcmp(simd, "auto") != 0) setenv("LMHOST_SIMD", simd, 1);
-    int f16 = !strcmp(cache, "f16"), q8 = !strcmp(cache, "q8");
+    int f16 = !strcmp(cache, "f16") || !strcmp(cache, "tq3") || !strcmp(cache, "tq4");
+    int q8 = !strcmp(cache, "q8");
     if (!f16 && !q8 && strcmp(cache, "f32") != 0) {
-        fprintf(stderr, "check_model: cache %s is not f32, f16 or q8\n", cache);
+        fprintf(stderr, "check_model: cache %s is not f32, f16, q8, tq3 or tq4\n", cache);
         return 2;
     }
     int lossy = f16 || q8;
