@@ -166,9 +166,87 @@ static inline float tq_signed_sum(const float *a, const uint32_t *s, int n) {
 }
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
 #define TQ_CLONES __attribute__((target_clones("avx2", "default")))
+#define TQ_AVX2   __attribute__((target("avx2,fma")))
+
+/* tq_unpack with AVX2: 8 codes at a time, their centroids from a register (permutevar) */
+TQ_AVX2 static void tq_unpack_avx2(const uint32_t *codes, int bits, int m, const float *cb,
+                                   float *out) {
+    const __m256 lo = _mm256_loadu_ps(cb);
+    if (bits == 4) {
+        const __m256 hi = _mm256_loadu_ps(cb + 8);
+        const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+        for (int w = 0; w < m / 8; w++) {
+            __m256i c = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)codes[w]), sh),
+                                         _mm256_set1_epi32(15));
+            __m256 a = _mm256_permutevar8x32_ps(lo, c), b = _mm256_permutevar8x32_ps(hi, c);
+            __m256 up = _mm256_castsi256_ps(_mm256_cmpgt_epi32(c, _mm256_set1_epi32(7)));
+            _mm256_storeu_ps(out + 8 * w, _mm256_blendv_ps(a, b, up));
+        }
+        return;
+    }
+    const __m256i sh = _mm256_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21);
+    const uint8_t *b = (const uint8_t *)codes;
+    for (int k = 0; k < m / 8; k++) {
+        uint32_t v = (uint32_t)b[3 * k] | (uint32_t)b[3 * k + 1] << 8 | (uint32_t)b[3 * k + 2] << 16;
+        __m256i c = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)v), sh),
+                                     _mm256_set1_epi32(7));
+        _mm256_storeu_ps(out + 8 * k, _mm256_permutevar8x32_ps(lo, c));
+    }
+}
+
+/* tq_signed_sum with AVX2: a byte of signs selects 8 lanes */
+TQ_AVX2 static float tq_signed_sum_avx2(const float *a, const uint32_t *s, int n) {
+    const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const uint8_t *sb = (const uint8_t *)s;
+    __m256 pos = _mm256_setzero_ps(), all = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 8) {
+        __m256 x = _mm256_loadu_ps(a + i);
+        __m256i m = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(sb[i / 8]), bit), bit);
+        pos = _mm256_add_ps(pos, _mm256_and_ps(x, _mm256_castsi256_ps(m)));
+        all = _mm256_add_ps(all, x);
+    }
+    __m256 r = _mm256_sub_ps(_mm256_add_ps(pos, pos), all);
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(r), _mm256_extractf128_ps(r, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    q = _mm_add_ss(q, _mm_movehdup_ps(q));
+    return _mm_cvtss_f32(q);
+}
+
+/* f16 to f32 with F16C */
+TQ_AVX2 __attribute__((target("f16c"))) static void tq_halfs_avx2(const uint16_t *h, float *out,
+                                                                   int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+    for (; i < n; i++) out[i] = tq_float(h[i]);
+}
+
+static int tq_avx2(void) {
+    static int have = -1; /* a race here writes the same value */
+    if (have < 0)
+        have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
+    return have;
+}
+#define TQ_UNPACK(c, b, m, cb, o)  (tq_avx2() ? tq_unpack_avx2(c, b, m, cb, o) : tq_unpack(c, b, m, cb, o))
+#define TQ_SIGNED(a, s, n)         (tq_avx2() ? tq_signed_sum_avx2(a, s, n) : tq_signed_sum(a, s, n))
+#define TQ_HALFS(h, o, n)                                                                          \
+    do {                                                                                           \
+        if (tq_avx2())                                                                             \
+            tq_halfs_avx2(h, o, n);                                                                \
+        else                                                                                       \
+            for (int i_ = 0; i_ < (n); i_++) (o)[i_] = tq_float((h)[i_]);                          \
+    } while (0)
 #else
 #define TQ_CLONES
+#define TQ_UNPACK(c, b, m, cb, o) tq_unpack(c, b, m, cb, o)
+#define TQ_SIGNED(a, s, n)        tq_signed_sum(a, s, n)
+#define TQ_HALFS(h, o, n)                                                                          \
+    do {                                                                                           \
+        for (int i_ = 0; i_ < (n); i_++) (o)[i_] = tq_float((h)[i_]);                              \
+    } while (0)
 #endif
 
 TQ_CLONES static void tq_attend_item(const lmh_kernel_cpu_args *a, uint32_t item) {
@@ -225,19 +303,19 @@ TQ_CLONES static void tq_attend_item(const lmh_kernel_cpu_args *a, uint32_t item
                     const uint32_t *base = ks + (size_t)(g * nbk + b) * cap * (cwk + swk + 1);
                     uint32_t nw = base[(size_t)cap * (cwk + swk) + j];
                     float n = tq_float((uint16_t)(nw & 0xffffu));
-                    tq_unpack(base + (size_t)j * cwk, (int)bits, tk.m, tk.c, row);
+                    TQ_UNPACK(base + (size_t)j * cwk, (int)bits, tk.m, tk.c, row);
                     const uint32_t *sg = base + (size_t)cap * cwk + (size_t)j * swk;
                     float gk = use_qjl ? tq_float((uint16_t)(nw >> 16)) * tk.kappa : 0.0f;
                     for (uint32_t h = 0; h < G; h++) {
                         float s = tq_dot(qr[h] + b * mk, row, tk.m);
-                        if (use_qjl) s += gk * tq_signed_sum(qp[h] + b * mk, sg, tk.m);
+                        if (use_qjl) s += gk * TQ_SIGNED(qp[h] + b * mk, sg, tk.m);
                         sc[h] += n * s;
                     }
                 }
                 for (uint32_t h = 0; h < G; h++) sp[h][t] = sc[h];
             } else {
                 const uint16_t *kr = hk + ((size_t)(j % hcap) * kvh + g) * dk;
-                for (uint32_t i = 0; i < dk; i++) row[i] = tq_float(kr[i]);
+                TQ_HALFS(kr, row, (int)dk);
                 for (uint32_t h = 0; h < G; h++) sp[h][t] = tq_dot(qr[h], row, (int)dk);
             }
             for (uint32_t h = 0; h < G; h++) {
@@ -264,7 +342,7 @@ TQ_CLONES static void tq_attend_item(const lmh_kernel_cpu_args *a, uint32_t item
                 for (uint32_t b = 0; b < nbv; b++) {
                     const uint32_t *base = vs + (size_t)(g * nbv + b) * tq_v_head_words(cwv, cap);
                     float s = tq_float(((const uint16_t *)(base + (size_t)cap * cwv))[j]);
-                    tq_unpack(base + (size_t)j * cwv, (int)bits, tv.m, tv.c, row);
+                    TQ_UNPACK(base + (size_t)j * cwv, (int)bits, tv.m, tv.c, row);
                     for (uint32_t h = 0; h < G; h++) {
                         float w = sp[h][t] * s, *ah = acc[h] + b * mv;
                         for (int i = 0; i < tv.m; i++) ah[i] += w * row[i];
@@ -272,7 +350,7 @@ TQ_CLONES static void tq_attend_item(const lmh_kernel_cpu_args *a, uint32_t item
                 }
             } else {
                 const uint16_t *vr = hv + ((size_t)(j % hcap) * kvh + g) * dv;
-                for (uint32_t i = 0; i < dv; i++) row[i] = tq_float(vr[i]);
+                TQ_HALFS(vr, row, (int)dv);
                 for (uint32_t h = 0; h < G; h++) {
                     float w = sp[h][t];
                     for (uint32_t i = 0; i < dv; i++) acc[h][i] += w * row[i];
