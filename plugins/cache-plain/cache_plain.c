@@ -57,6 +57,15 @@ static int create(const lmh_host_api *host, const lmh_backend_api *be, lmh_backe
         snprintf(err, err_len, "format '%s' is not one of f32, f16", cfg->format);
         return LMH_EINVAL;
     }
+    /* (ABI 1.8) settings: these formats have none to take */
+    const char *opts = cfg->size >= offsetof(lmh_cache_config, options) + sizeof cfg->options
+                           ? cfg->options
+                           : NULL;
+    if (opts && *opts) {
+        snprintf(err, err_len, "format '%s' takes no settings (got '%s')",
+                 cfg->format ? cfg->format : "f32", opts);
+        return LMH_EINVAL;
+    }
     lmh_cache *c = calloc(1, sizeof *c);
     if (!c) return LMH_ENOMEM;
     int rc = rec_config(cfg, &c->rec, err, err_len);

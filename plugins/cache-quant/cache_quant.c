@@ -386,6 +386,15 @@ static int create(const lmh_host_api *host, const lmh_backend_api *be, lmh_backe
         snprintf(err, err_len, "format '%s' is not one of q8, q4", cfg->format);
         return LMH_EINVAL;
     }
+    /* (ABI 1.8) settings: these formats have none to take */
+    const char *opts = cfg->size >= offsetof(lmh_cache_config, options) + sizeof cfg->options
+                           ? cfg->options
+                           : NULL;
+    if (opts && *opts) {
+        snprintf(err, err_len, "format '%s' takes no settings (got '%s')",
+                 cfg->format ? cfg->format : "q8", opts);
+        return LMH_EINVAL;
+    }
     if (be->size < offsetof(lmh_backend_api, kernel_run) + sizeof be->kernel_run ||
         !be->kernel_add || !be->kernel_run) {
         snprintf(err, err_len, "the backend runs no plugin kernels (plugin ABI 1.6)");
