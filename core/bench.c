@@ -225,6 +225,50 @@ static void print_bounds(double bps, double per_tok, double kv_tok, double dec_t
            limit, 100.0 * dec_tps / limit);
 }
 
+/* n bytes as GiB, MiB, KiB or bytes, whichever reads best. */
+static void fmt_bytes(char *buf, size_t len, double n) {
+    if (n >= 1073741824.0)
+        snprintf(buf, len, "%.2f GiB", n / 1073741824.0);
+    else if (n >= 1048576.0)
+        snprintf(buf, len, "%.2f MiB", n / 1048576.0);
+    else if (n >= 1024.0)
+        snprintf(buf, len, "%.2f KiB", n / 1024.0);
+    else
+        snprintf(buf, len, "%.0f bytes", n);
+}
+
+/* What a token costs in the cache (row_bytes, ABI 1.8), summed over every layer whichever
+ * backend's cache holds it, and what a sequence takes at 32K positions and at the bench's
+ * context; a sliding-window layer keeps about its window, so it counts at most that. */
+static void cache_token_bytes(engine *e, const char *spec, int64_t ctx) {
+    uint64_t kt = 0, vt = 0;
+    double at_32k = 0, at_ctx = 0;
+    int windows = 0;
+    for (int32_t l = 0; l < engine_n_layers(e); l++) {
+        uint64_t k = 0, v = 0;
+        if (engine_layer_row_bytes(e, l, &k, &v) != 0) {
+            printf("cache %s: bytes per token not reported (cache plugin %s has no row_bytes, "
+                   "plugin ABI 1.8)\n",
+                   spec, engine_cache_plugin(e));
+            return;
+        }
+        const lmh_layer_state *st = engine_layer_state(e, l);
+        int32_t w = st->kind == LMH_STATE_KV ? st->window : 0;
+        windows |= w > 0 && k + v > 0;
+        kt += k;
+        vt += v;
+        at_32k += (double)(k + v) * (double)(w > 0 && w < 32768 ? w : 32768);
+        at_ctx += (double)(k + v) * (double)(w > 0 && w < ctx ? w : ctx);
+    }
+    char a[32], b[32];
+    fmt_bytes(a, sizeof a, at_32k);
+    fmt_bytes(b, sizeof b, at_ctx);
+    printf("cache %s: %llu bytes/token (K %llu, V %llu); %s at 32768 tokens, %s at %lld "
+           "tokens%s\n",
+           spec, (unsigned long long)(kt + vt), (unsigned long long)kt, (unsigned long long)vt, a,
+           b, (long long)ctx, windows ? " (sliding-window layers count at most their window)" : "");
+}
+
 int cli_bench(int argc, char **argv) {
     model_args a = {0};
     const char *prompt_s = NULL, *gen_s = NULL, *chunk_s = NULL, *batch_s = NULL;
@@ -338,6 +382,7 @@ int cli_bench(int argc, char **argv) {
     }
     printf("cache: %.1f MiB after %lld positions\n", (double)s2.cache_bytes / 1048576.0,
            (long long)(n_prompt + n_gen));
+    cache_token_bytes(e, a.cache ? a.cache : engine_cache_format(e), n_prompt + n_gen);
     if (s2.state_seq_bytes) { /* recurrent layers: a fixed size, read and rewritten a step */
         int32_t n_rec = 0;
         for (int32_t l = 0; l < engine_n_layers(e); l++)

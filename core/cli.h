@@ -53,5 +53,6 @@ int cli_generate(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_quantize(int argc, char **argv);
 int cli_dequantize(int argc, char **argv);
+int cli_cache_eval(int argc, char **argv);
 
 #endif

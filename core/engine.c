@@ -1312,6 +1312,25 @@ int32_t engine_layer_rows(engine *e, uint64_t seq, int32_t layer) {
     return e->cache_api->layer_rows(e->cache[s], seq, e->local[s][layer]);
 }
 
+int engine_layer_row_bytes(const engine *e, int32_t layer, uint64_t *k, uint64_t *v) {
+    const lmh_cache_api *ca = e->cache_api;
+    if (layer < 0 || layer >= e->n_layers) return LMH_EINVAL;
+    if (ca->size < offsetof(lmh_cache_api, row_bytes) + sizeof ca->row_bytes || !ca->row_bytes)
+        return LMH_EUNSUPPORTED;
+    int s = e->layer_slot[layer]; /* the cache of the backend holding the layer */
+    *k = *v = 0;
+    ca->row_bytes(e->cache[s], e->local[s][layer], k, v);
+    return LMH_OK;
+}
+
+const char *engine_cache_plugin(const engine *e) {
+    return e->cache_p->info->name;
+}
+
+const char *engine_cache_format(const engine *e) {
+    return e->cache_format;
+}
+
 const lmh_layer_state *engine_layer_state(const engine *e, int32_t layer) {
     return layer >= 0 && layer < e->n_layers ? &e->layers[layer] : NULL;
 }

@@ -69,6 +69,13 @@ int32_t engine_seq_len(engine *e, uint64_t seq);
 int engine_seq_trim(engine *e, uint64_t seq, int32_t len);
 /* Positions layer `layer` of the sequence holds in the cache now. */
 int32_t engine_layer_rows(engine *e, uint64_t seq, int32_t layer);
+/* Bytes a position takes in layer `layer`'s cache, its keys (*k) and values (*v), in the
+ * format's settled storage (lmh_cache_api.row_bytes, ABI 1.8; 0 for a layer without keys
+ * and values). LMH_EUNSUPPORTED where the cache plugin does not say. */
+int engine_layer_row_bytes(const engine *e, int32_t layer, uint64_t *k, uint64_t *v);
+/* The cache plugin's name and the format in use, as the plugin names them. */
+const char *engine_cache_plugin(const engine *e);
+const char *engine_cache_format(const engine *e);
 /* The state layer `layer` declared: keys and values, and recurrent state (n_bufs 0 for
  * none). */
 const lmh_layer_state *engine_layer_state(const engine *e, int32_t layer);

@@ -20,6 +20,7 @@ static const struct {
     {"generate", cli_generate, "generate tokens from prompt token ids"},
     {"logits", cli_logits, "write the logits of one prefill as .npy"},
     {"bench", cli_bench, "measure prefill/decode speed, memory and bytes per token"},
+    {"cache-eval", cli_cache_eval, "measure a cache format's error and bits on random vectors"},
     {"quantize", cli_quantize, "write an MLX-format affine-quantized checkpoint"},
     {"dequantize", cli_dequantize, "write the float32 checkpoint a quantized one stands for"},
     {"tokenize", cli_tokenize, "text to token ids"},

@@ -68,6 +68,12 @@ static inline int32_t kv_rows_seen(const kv_layer *kv, int32_t n, int32_t window
     return first < 0 ? kv->pos : kv->pos - first;
 }
 
+/* Whether (seq, layer) holds positions [first, first + n): the last kv_rows_held of those
+ * appended (a ring's older rows are overwritten), as read_rows needs them. */
+static inline int kv_holds(const kv_layer *kv, int32_t first, int32_t n) {
+    return first >= 0 && n >= 0 && first >= kv->pos - kv_rows_held(kv) && first <= kv->pos - n;
+}
+
 /* The row that holds position p. */
 static inline int32_t kv_slot(const lmh_layer_state *st, const kv_layer *kv, int32_t p) {
     return st->window > 0 ? p % kv->cap : p;

@@ -7,6 +7,7 @@
 #include "kv_seqs.h"
 #include "seq_state.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,17 @@ static uint64_t layer_bytes(const lmh_cache *c, int32_t l, int32_t cap) {
            lmh_dtype_size(c->dtype);
 }
 
+/* A position's bytes in layer l: [kv_heads, head_dim] as stored. */
+static uint64_t k_row_bytes(const lmh_cache *c, int32_t l) {
+    return (uint64_t)c->layers[l].n_kv_heads * (uint64_t)c->layers[l].head_dim_k *
+           lmh_dtype_size(c->dtype);
+}
+
+static uint64_t v_row_bytes(const lmh_cache *c, int32_t l) {
+    return (uint64_t)c->layers[l].n_kv_heads * (uint64_t)c->layers[l].head_dim_v *
+           lmh_dtype_size(c->dtype);
+}
+
 static int create(const lmh_host_api *host, const lmh_backend_api *be, lmh_backend *b,
                   const lmh_cache_config *cfg, lmh_cache **out, char *err, size_t err_len) {
     (void)host;
@@ -43,6 +55,15 @@ static int create(const lmh_host_api *host, const lmh_backend_api *be, lmh_backe
         dt = LMH_F16;
     else if (cfg->format && strcmp(cfg->format, "f32") != 0) {
         snprintf(err, err_len, "format '%s' is not one of f32, f16", cfg->format);
+        return LMH_EINVAL;
+    }
+    /* (ABI 1.8) settings: these formats have none to take */
+    const char *opts = cfg->size >= offsetof(lmh_cache_config, options) + sizeof cfg->options
+                           ? cfg->options
+                           : NULL;
+    if (opts && *opts) {
+        snprintf(err, err_len, "format '%s' takes no settings (got '%s')",
+                 cfg->format ? cfg->format : "f32", opts);
         return LMH_EINVAL;
     }
     lmh_cache *c = calloc(1, sizeof *c);
@@ -180,6 +201,38 @@ static int append(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *k, lmh_tenso
     return rc;
 }
 
+/* Whether t is f32 [n, heads, hd]: what read_rows writes. */
+static int f32_rows(const lmh_tensor *t, int32_t n, int32_t heads, int32_t hd) {
+    return t && t->dtype == LMH_F32 && t->ndim == 3 && t->ne[0] == n && t->ne[1] == heads &&
+           t->ne[2] == hd;
+}
+
+static int read_rows(lmh_cache *c, uint64_t id, int32_t l, int32_t first, int32_t n, lmh_tensor *k,
+                     lmh_tensor *v) {
+    seq *s = kv_find(&c->t, id);
+    if (!s || l < 0 || l >= c->n_layers || c->layers[l].kind != LMH_STATE_KV) return LMH_EINVAL;
+    const lmh_layer_state *st = &c->layers[l];
+    layer_kv *kv = &s->layers[l];
+    if (!kv_holds(kv, first, n)) return LMH_EINVAL;
+    if (n == 0) return LMH_OK;
+    if (!f32_rows(k, n, st->n_kv_heads, st->head_dim_k) ||
+        !f32_rows(v, n, st->n_kv_heads, st->head_dim_v))
+        return LMH_ESHAPE;
+    /* the COPY op converts f16 to f32; a ring's slots wrap at most once (n <= cap) */
+    int32_t s0 = kv_slot(st, kv, first), run = kv->cap - s0 < n ? kv->cap - s0 : n;
+    int rc = copy_rows(c, k, 0, kv->k, s0, run);
+    if (rc == LMH_OK) rc = copy_rows(c, v, 0, kv->v, s0, run);
+    if (rc == LMH_OK) rc = copy_rows(c, k, run, kv->k, 0, n - run);
+    if (rc == LMH_OK) rc = copy_rows(c, v, run, kv->v, 0, n - run);
+    return rc;
+}
+
+static void row_bytes(lmh_cache *c, int32_t l, uint64_t *k, uint64_t *v) {
+    int kv = l >= 0 && l < c->n_layers && c->layers[l].kind == LMH_STATE_KV;
+    if (k) *k = kv ? k_row_bytes(c, l) : 0;
+    if (v) *v = kv ? v_row_bytes(c, l) : 0;
+}
+
 static int attend(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *q, lmh_tensor *q_pos,
                   lmh_tensor *out, const lmh_attn_params *p) {
     seq *s = kv_find(&c->t, id);
@@ -228,13 +281,11 @@ static int recur(lmh_cache *c, uint64_t id, int32_t l, int32_t buf, const lmh_op
 /* ---- snapshots (seq_state.h): a row is [kv_heads, head_dim] as stored ---- */
 
 static uint64_t k_row(lmh_cache *c, int32_t l) {
-    return (uint64_t)c->layers[l].n_kv_heads * (uint64_t)c->layers[l].head_dim_k *
-           lmh_dtype_size(c->dtype);
+    return k_row_bytes(c, l);
 }
 
 static uint64_t v_row(lmh_cache *c, int32_t l) {
-    return (uint64_t)c->layers[l].n_kv_heads * (uint64_t)c->layers[l].head_dim_v *
-           lmh_dtype_size(c->dtype);
+    return v_row_bytes(c, l);
 }
 
 static int rows_io(lmh_cache *c, int32_t l, layer_kv *kv, int32_t slot, int32_t n, void *kb,
@@ -282,6 +333,8 @@ static const lmh_cache_api api = {
     .state_size = state_size,
     .state_save = state_save,
     .state_load = state_load,
+    .read_rows = read_rows,
+    .row_bytes = row_bytes,
 };
 
 static const lmh_plugin_info info = {

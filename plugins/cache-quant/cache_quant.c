@@ -97,7 +97,8 @@ static void quantize_cpu(const lmh_kernel_cpu_args *a, uint32_t first, uint32_t 
 }
 
 /* params of dequantize: items (rows * heads * hd), heads, hd, bits, group, words, rows of
- * the store; the output is [rows, heads, hd] as the attention op takes it */
+ * the store, first slot, ring (slots, 0: in order); output row r is slot first + r (mod
+ * ring), [rows, heads, hd] as the attention op takes it */
 static void dequantize_cpu(const lmh_kernel_cpu_args *a, uint32_t first, uint32_t count) {
     const uint32_t *p = a->call->params, *src = a->data[0];
     float *dst = a->data[1];
@@ -108,7 +109,8 @@ static void dequantize_cpu(const lmh_kernel_cpu_args *a, uint32_t first, uint32_
     for (uint64_t e = (uint64_t)first * WG; e < end; e++) {
         uint32_t d = (uint32_t)(e % hd);
         uint64_t rh = e / hd;
-        const uint32_t *row = src + ((rh % p[1]) * p[6] + rh / p[1]) * words;
+        uint32_t r = (uint32_t)(rh / p[1]), slot = p[8] ? (p[7] + r) % p[8] : p[7] + r;
+        const uint32_t *row = src + ((rh % p[1]) * p[6] + slot) * words;
         uint32_t q = (row[d / per] >> ((d % per) * bits)) & mask, g = d / group;
         float scale, bias;
         memcpy(&scale, &row[codes + g], 4);
@@ -384,6 +386,15 @@ static int create(const lmh_host_api *host, const lmh_backend_api *be, lmh_backe
         snprintf(err, err_len, "format '%s' is not one of q8, q4", cfg->format);
         return LMH_EINVAL;
     }
+    /* (ABI 1.8) settings: these formats have none to take */
+    const char *opts = cfg->size >= offsetof(lmh_cache_config, options) + sizeof cfg->options
+                           ? cfg->options
+                           : NULL;
+    if (opts && *opts) {
+        snprintf(err, err_len, "format '%s' takes no settings (got '%s')",
+                 cfg->format ? cfg->format : "q8", opts);
+        return LMH_EINVAL;
+    }
     if (be->size < offsetof(lmh_backend_api, kernel_run) + sizeof be->kernel_run ||
         !be->kernel_add || !be->kernel_run) {
         snprintf(err, err_len, "the backend runs no plugin kernels (plugin ABI 1.6)");
@@ -591,13 +602,15 @@ static lmh_tensor *f32_room(lmh_cache *c, lmh_tensor **buf, size_t *have, int64_
     return c->be->tensor_view(c->b, *buf, 0, LMH_F32, 3, ne);
 }
 
-/* Rows [0, rows) of a store into f32 dst. */
+/* Rows slots first.. of a store (a ring of `ring` slots, or in order where 0) into f32
+ * dst [rows, heads, hd]. */
 static int dequantize(lmh_cache *c, const side *sd, lmh_tensor *store, lmh_tensor *dst,
-                      int32_t rows) {
+                      int32_t rows, int32_t first, int32_t ring) {
     uint64_t items = (uint64_t)rows * (uint64_t)store->ne[0] * (uint64_t)sd->hd;
-    uint32_t p[6] = {(uint32_t)store->ne[0], (uint32_t)sd->hd,    (uint32_t)c->bits,
-                     (uint32_t)sd->group,    (uint32_t)sd->words, (uint32_t)store->ne[1]};
-    return run(c, K_DEQUANTIZE, store, dst, items, WG, p, 6);
+    uint32_t p[8] = {(uint32_t)store->ne[0], (uint32_t)sd->hd,    (uint32_t)c->bits,
+                     (uint32_t)sd->group,    (uint32_t)sd->words, (uint32_t)store->ne[1],
+                     (uint32_t)first,        (uint32_t)ring};
+    return run(c, K_DEQUANTIZE, store, dst, items, WG, p, 8);
 }
 
 /* Rows a workgroup of attend for n rows over kvh heads and G queries a head: about 256
@@ -694,8 +707,8 @@ static int attend(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *q, lmh_tenso
     lmh_tensor *fk = f32_room(c, &c->fk, &c->fk_floats, kv->cap, heads, c->ks[l].hd);
     lmh_tensor *fv = fk ? f32_room(c, &c->fv, &c->fv_floats, kv->cap, heads, c->vs[l].hd) : NULL;
     int rc = fk && fv ? LMH_OK : LMH_ENOMEM;
-    if (rc == LMH_OK) rc = dequantize(c, &c->ks[l], kv->k, fk, kv_rows_held(kv));
-    if (rc == LMH_OK) rc = dequantize(c, &c->vs[l], kv->v, fv, kv_rows_held(kv));
+    if (rc == LMH_OK) rc = dequantize(c, &c->ks[l], kv->k, fk, kv_rows_held(kv), 0, 0);
+    if (rc == LMH_OK) rc = dequantize(c, &c->vs[l], kv->v, fv, kv_rows_held(kv), 0, 0);
     if (rc == LMH_OK) {
         lmh_op op = {.code = LMH_OP_ATTENTION, .dst = out, .src = {q, fk, fv, q_pos}};
         op.p.i[0] = kv_rows_held(kv);
@@ -710,6 +723,44 @@ static int attend(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *q, lmh_tenso
     if (fv) c->be->tensor_free(c->b, fv);
     if (rc == LMH_OK) c->read += layer_bytes(c, l, kv_rows_seen(kv, (int32_t)q->ne[0], p->window));
     return rc;
+}
+
+/* A position's bytes in layer l (also a snapshot's row): each K/V head's words. */
+static uint64_t k_row(lmh_cache *c, int32_t l) {
+    return (uint64_t)c->layers[l].n_kv_heads * (uint64_t)c->ks[l].words * 4;
+}
+
+static uint64_t v_row(lmh_cache *c, int32_t l) {
+    return (uint64_t)c->layers[l].n_kv_heads * (uint64_t)c->vs[l].words * 4;
+}
+
+/* Whether t is f32 [n, heads, hd]: what read_rows writes. */
+static int f32_rows(const lmh_tensor *t, int32_t n, int32_t heads, int32_t hd) {
+    return t && t->dtype == LMH_F32 && t->ndim == 3 && t->ne[0] == n && t->ne[1] == heads &&
+           t->ne[2] == hd;
+}
+
+/* The rows dequantized straight into k and v, as the f32 copy for attention is made. */
+static int read_rows(lmh_cache *c, uint64_t id, int32_t l, int32_t first, int32_t n, lmh_tensor *k,
+                     lmh_tensor *v) {
+    seq *s = kv_find(&c->t, id);
+    if (!s || l < 0 || l >= c->n_layers || c->layers[l].kind != LMH_STATE_KV) return LMH_EINVAL;
+    const lmh_layer_state *st = &c->layers[l];
+    layer_kv *kv = &s->layers[l];
+    if (!kv_holds(kv, first, n)) return LMH_EINVAL;
+    if (n == 0) return LMH_OK;
+    if (!f32_rows(k, n, st->n_kv_heads, st->head_dim_k) ||
+        !f32_rows(v, n, st->n_kv_heads, st->head_dim_v))
+        return LMH_ESHAPE;
+    int32_t slot = kv_slot(st, kv, first), ring = st->window > 0 ? kv->cap : 0;
+    int rc = dequantize(c, &c->ks[l], kv->k, k, n, slot, ring);
+    return rc == LMH_OK ? dequantize(c, &c->vs[l], kv->v, v, n, slot, ring) : rc;
+}
+
+static void row_bytes(lmh_cache *c, int32_t l, uint64_t *k, uint64_t *v) {
+    int kv = l >= 0 && l < c->n_layers && c->layers[l].kind == LMH_STATE_KV;
+    if (k) *k = kv ? k_row(c, l) : 0;
+    if (v) *v = kv ? v_row(c, l) : 0;
 }
 
 static uint64_t bytes(lmh_cache *c) {
@@ -740,14 +791,6 @@ static int recur(lmh_cache *c, uint64_t id, int32_t l, int32_t buf, const lmh_op
 }
 
 /* ---- snapshots (seq_state.h): a row is each K/V head's words, head after head ---- */
-
-static uint64_t k_row(lmh_cache *c, int32_t l) {
-    return (uint64_t)c->layers[l].n_kv_heads * (uint64_t)c->ks[l].words * 4;
-}
-
-static uint64_t v_row(lmh_cache *c, int32_t l) {
-    return (uint64_t)c->layers[l].n_kv_heads * (uint64_t)c->vs[l].words * 4;
-}
 
 /* Rows [slot, slot + n) of a store [heads, cap, words] to or from rows of all heads. */
 static int store_rows(lmh_cache *c, lmh_tensor *t, int32_t slot, int32_t n, uint8_t *buf,
@@ -813,6 +856,8 @@ static const lmh_cache_api api = {
     .state_size = state_size,
     .state_save = state_save,
     .state_load = state_load,
+    .read_rows = read_rows,
+    .row_bytes = row_bytes,
 };
 
 static const lmh_plugin_info info = {
