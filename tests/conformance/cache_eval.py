@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`lmhost cache-eval`, a stable contract: one line of JSON on stdout with its keys in order
-(format, dim, k_bits_per_dim, v_bits_per_dim, v_mse, k_ip_bias, k_ip_var) for f32, f16, q8
-and q4 (as FORMAT and PLUGIN:FORMAT), within what each format does to unit vectors: f32
+(format, dim, k_bits_per_dim, v_bits_per_dim, v_mse, k_ip_bias, k_ip_var) for f32, f16, q8,
+q4 (as FORMAT and PLUGIN:FORMAT), tq3 and tq4 (against the TurboQuant spec's oracles), within what each format does to unit vectors: f32
 exactly no error; f16 below 1e-6; q8 below q4; bits per dim from the formats' sizes (q8 and
 q4 keep an f32 scale and bias a group of 64, or 32 for heads of 96). The same seed gives the
 same line, another seed another; `--opt value` and `--opt=value` are the same. Missing or bad
@@ -125,6 +125,52 @@ def main():
                  "%s: bits per dim %r, %r, want %r" %
                  (spec, d["k_bits_per_dim"], d["v_bits_per_dim"], bits))
         want(quant_bits(8, 128) == 9 and quant_bits(4, 128) == 5, "the test's q8/q4 sizes")
+
+    # TurboQuant against specs/turboquant.md §11 (10,000 vectors: MSE within 1 %, a bias
+    # within 4 standard errors, a variance within 7 %); bits from the records (68 and 50
+    # bytes a block of 128, 36 and 26 of 64); heads it cannot store keep f16 rows
+    n = 10000
+    tq = {}
+    for spec in ["tq3", "tq4", "tq3,qjl=off"]:
+        r = evaluate(spec, n=n)
+        if r is None:
+            continue
+        tq[spec] = r[0]
+        print(r[1])
+        if cpu_check:  # a value a hair from a boundary may take the next code on a GPU
+            cpu = evaluate(spec, n=n, extra=[])
+            want(cpu is not None and all(abs(cpu[0][k] - r[0][k]) <= 1e-3 * abs(cpu[0][k]) + 1e-7
+                                         for k in KEYS[2:]),
+                 "%s: %s, the CPU gives %s" % (spec, r[1], cpu and cpu[1]))
+
+    def near(spec, key, value, rel):
+        d = tq.get(spec)
+        want(d is not None and abs(d[key] - value) <= rel * abs(value),
+             "%s: %s %r, want %r within %g%%" % (spec, key, d and d[key], value, 100 * rel))
+
+    def unbiased(spec, value):
+        d = tq.get(spec)
+        se = math.sqrt(d["k_ip_var"] / n) if d else 0
+        want(d is not None and abs(d["k_ip_bias"] - value) < 4 * se,
+             "%s: k_ip_bias %r, want %r within 4 x %g" % (spec, d and d["k_ip_bias"], value, se))
+
+    near("tq3", "v_mse", 0.03385, 0.01)
+    unbiased("tq3", 0.0)
+    near("tq3", "k_ip_var", 1.50e-4, 0.07)
+    near("tq3,qjl=off", "v_mse", 0.03385, 0.01)
+    unbiased("tq3,qjl=off", -0.01702)
+    near("tq3,qjl=off", "k_ip_var", 3.36e-4, 0.07)
+    near("tq4", "v_mse", 0.00918, 0.01)
+    want("tq4" in tq and "tq3" in tq and tq["tq4"]["k_ip_var"] < tq["tq3"]["k_ip_var"],
+         "tq4 keys' variance not below tq3's")
+    for spec, dim, kb, vb in [("tq3", 128, 4.25, 3.125), ("tq4", 128, 4.25, 4.125),
+                              ("tq3", 64, 4.5, 3.25), ("tq3", 256, 4.25, 3.125),
+                              ("tq4", 96, 16, 16)]:
+        r = evaluate(spec, dim=dim, n=200)
+        want(r is not None and (r[0]["k_bits_per_dim"], r[0]["v_bits_per_dim"]) == (kb, vb),
+             "%s at %d: bits %r, want %r" % (spec, dim, r and r[1], (kb, vb)))
+    refused(["--cache", "tq3,qjl=maybe", "--dim", "128", "--vectors", "10", "--seed", "1"] + EXTRA,
+            "tq3 with a bad setting")
 
     # a plugin named with the format; --opt=value; the same seed, another seed
     for spec, plain in [("plain:f16", "f16"), ("quant:q4", "q4")]:
