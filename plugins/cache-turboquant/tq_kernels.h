@@ -15,6 +15,8 @@
 #include "lmhost/lmhost.h"
 #include "tq_codec.h"
 
+#include <stdlib.h>
+
 #define TQ_WG 64 /* items a workgroup of decode and move */
 
 typedef struct tq_side {
@@ -225,19 +227,90 @@ TQ_AVX2 __attribute__((target("f16c"))) static void tq_halfs_avx2(const uint16_t
 
 static int tq_avx2(void) {
     static int have = -1; /* a race here writes the same value */
-    if (have < 0)
+    if (have < 0) {
+        const char *simd = getenv("LMHOST_SIMD"); /* the CPU backend's choice of path */
         have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c");
+               __builtin_cpu_supports("f16c") && !(simd && strcmp(simd, "portable") == 0);
+    }
     return have;
 }
-#define TQ_UNPACK(c, b, m, cb, o)  (tq_avx2() ? tq_unpack_avx2(c, b, m, cb, o) : tq_unpack(c, b, m, cb, o))
-#define TQ_SIGNED(a, s, n)         (tq_avx2() ? tq_signed_sum_avx2(a, s, n) : tq_signed_sum(a, s, n))
+#define TQ_UNPACK(c, b, m, cb, o)                                                                  \
+    (tq_avx2() ? tq_unpack_avx2(c, b, m, cb, o) : tq_unpack(c, b, m, cb, o))
+#define TQ_SIGNED(a, s, n) (tq_avx2() ? tq_signed_sum_avx2(a, s, n) : tq_signed_sum(a, s, n))
 #define TQ_HALFS(h, o, n)                                                                          \
     do {                                                                                           \
         if (tq_avx2())                                                                             \
             tq_halfs_avx2(h, o, n);                                                                \
         else                                                                                       \
             for (int i_ = 0; i_ < (n); i_++) (o)[i_] = tq_float((h)[i_]);                          \
+    } while (0)
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+#define TQ_CLONES
+
+/* tq_unpack with NEON: a lane's centroid as 4 bytes looked up in the codebook's bytes */
+static inline uint8x16_t tq_byte_index(uint32x4_t c) {
+    return vreinterpretq_u8_u32(vaddq_u32(vmulq_n_u32(c, 0x04040404u), vdupq_n_u32(0x03020100u)));
+}
+
+static void tq_unpack_neon(const uint32_t *codes, int bits, int m, const float *cb, float *out) {
+    const uint8_t *t = (const uint8_t *)cb;
+    if (bits == 4) {
+        uint8x16x4_t tab = {{vld1q_u8(t), vld1q_u8(t + 16), vld1q_u8(t + 32), vld1q_u8(t + 48)}};
+        const int32_t sl[4] = {0, -4, -8, -12}, sh[4] = {-16, -20, -24, -28};
+        for (int w = 0; w < m / 8; w++) {
+            uint32x4_t v = vdupq_n_u32(codes[w]), k = vdupq_n_u32(15);
+            uint32x4_t a = vandq_u32(vshlq_u32(v, vld1q_s32(sl)), k);
+            uint32x4_t b = vandq_u32(vshlq_u32(v, vld1q_s32(sh)), k);
+            vst1q_f32(out + 8 * w, vreinterpretq_f32_u8(vqtbl4q_u8(tab, tq_byte_index(a))));
+            vst1q_f32(out + 8 * w + 4, vreinterpretq_f32_u8(vqtbl4q_u8(tab, tq_byte_index(b))));
+        }
+        return;
+    }
+    uint8x16x2_t tab = {{vld1q_u8(t), vld1q_u8(t + 16)}};
+    const int32_t sl[4] = {0, -3, -6, -9}, sh[4] = {-12, -15, -18, -21};
+    const uint8_t *b = (const uint8_t *)codes;
+    for (int k = 0; k < m / 8; k++) {
+        uint32_t v = (uint32_t)b[3 * k] | (uint32_t)b[3 * k + 1] << 8 | (uint32_t)b[3 * k + 2] << 16;
+        uint32x4_t vv = vdupq_n_u32(v), s7 = vdupq_n_u32(7);
+        uint32x4_t lo = vandq_u32(vshlq_u32(vv, vld1q_s32(sl)), s7);
+        uint32x4_t hi = vandq_u32(vshlq_u32(vv, vld1q_s32(sh)), s7);
+        vst1q_f32(out + 8 * k, vreinterpretq_f32_u8(vqtbl2q_u8(tab, tq_byte_index(lo))));
+        vst1q_f32(out + 8 * k + 4, vreinterpretq_f32_u8(vqtbl2q_u8(tab, tq_byte_index(hi))));
+    }
+}
+
+static float tq_signed_sum_neon(const float *a, const uint32_t *s, int n) {
+    const uint32_t bl[4] = {1, 2, 4, 8}, bh[4] = {16, 32, 64, 128};
+    const uint32x4_t lo = vld1q_u32(bl), hi = vld1q_u32(bh);
+    const uint8_t *sb = (const uint8_t *)s;
+    float32x4_t pos = vdupq_n_f32(0.0f), all = vdupq_n_f32(0.0f);
+    for (int i = 0; i < n; i += 8) {
+        uint32x4_t v = vdupq_n_u32(sb[i / 8]);
+        float32x4_t x0 = vld1q_f32(a + i), x1 = vld1q_f32(a + i + 4);
+        pos = vaddq_f32(pos, vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(x0),
+                                                             vtstq_u32(v, lo))));
+        pos = vaddq_f32(pos, vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(x1),
+                                                             vtstq_u32(v, hi))));
+        all = vaddq_f32(all, vaddq_f32(x0, x1));
+    }
+    return vaddvq_f32(vsubq_f32(vaddq_f32(pos, pos), all));
+}
+
+static int tq_neon(void) {
+    static int have = -1;
+    if (have < 0) {
+        const char *simd = getenv("LMHOST_SIMD");
+        have = !(simd && strcmp(simd, "portable") == 0);
+    }
+    return have;
+}
+#define TQ_UNPACK(c, b, m, cb, o)                                                                  \
+    (tq_neon() ? tq_unpack_neon(c, b, m, cb, o) : tq_unpack(c, b, m, cb, o))
+#define TQ_SIGNED(a, s, n) (tq_neon() ? tq_signed_sum_neon(a, s, n) : tq_signed_sum(a, s, n))
+#define TQ_HALFS(h, o, n)                                                                          \
+    do {                                                                                           \
+        for (int i_ = 0; i_ < (n); i_++) (o)[i_] = tq_float((h)[i_]);                              \
     } while (0)
 #else
 #define TQ_CLONES

@@ -37,6 +37,10 @@ $CC $flags -o "$out/test_threadpool" "$here/test_threadpool.c" "$src/threadpool.
 # shellcheck disable=SC2086
 $CC $flags -I"$root/abi" -o "$out/test_recurrent" "$here/test_recurrent.c" "$src/recurrent.c" \
     $kernels -lm -lpthread
+# the TurboQuant cache's codec and decode attention (its NEON helpers and portable loops)
+tq="$root/plugins/cache-turboquant"
+$CC $flags -I"$root/abi" -I"$tq" -o "$out/test_tq_codec" "$root/tests/cache/test_tq_codec.c" -lm
+$CC $flags -I"$root/abi" -I"$tq" -o "$out/test_tq_attend" "$root/tests/cache/test_tq_attend.c" -lm
 
 status=0
 log="$out/test_kernels.log"
@@ -57,6 +61,16 @@ fi
 if "$QEMU" "$out/test_threadpool"; then :; else status=1; fi
 # the recurrent ops' loops on the neon table (and the portable one) against their model
 if "$QEMU" "$out/test_recurrent"; then :; else status=1; fi
+if "$QEMU" "$out/test_tq_codec" >"$out/tq_codec.log" 2>&1; then :; else status=1; fi
+tail -1 "$out/tq_codec.log"
+tlog="$out/test_tq_attend.log"
+if "$QEMU" "$out/test_tq_attend" >"$tlog" 2>&1; then :; else status=1; fi
+if LMHOST_SIMD=portable "$QEMU" "$out/test_tq_attend" >>"$tlog" 2>&1; then :; else status=1; fi
+grep -E '^(path|FAIL)|^ok$|FAILED' "$tlog"
+if ! grep -q '^path: neon' "$tlog"; then
+    echo "run_neon_qemu.sh: the TurboQuant NEON path was not tested" >&2
+    status=1
+fi
 
 if [ "$status" -eq 0 ]; then echo "NEON under qemu: pass"; else echo "NEON under qemu: FAIL"; fi
 exit "$status"
