@@ -453,20 +453,21 @@ static void tq_merge_cpu(const lmh_kernel_cpu_args *a, uint32_t first, uint32_t 
     const float *part = a->data[0];
     float *out = a->data[1];
     uint32_t nch = p[1], dv = p[2];
+    float w[1024]; /* a chunk's weight (chunks are at most ATT_MAXCH, cache_tq.c) */
     for (uint32_t h = first; h < first + count && h < p[0]; h++) {
         const float *b = part + (size_t)h * nch * (dv + 2);
-        float m = -INFINITY;
+        float m = -INFINITY, l = 0.0f;
         for (uint32_t c = 0; c < nch; c++)
             if (b[c * (dv + 2) + dv + 1] > 0.0f) m = fmaxf(m, b[c * (dv + 2) + dv]);
+        for (uint32_t c = 0; c < nch && c < 1024; c++) {
+            const float *pc = b + c * (dv + 2);
+            w[c] = pc[dv + 1] > 0.0f ? expf(pc[dv] - m) : 0.0f;
+            l += pc[dv + 1] * w[c];
+        }
         for (uint32_t i = 0; i < dv; i++) {
-            float l = 0.0f, acc = 0.0f;
-            for (uint32_t c = 0; c < nch; c++) {
-                const float *pc = b + c * (dv + 2);
-                if (!(pc[dv + 1] > 0.0f)) continue;
-                float w = expf(pc[dv] - m);
-                l += pc[dv + 1] * w;
-                acc += pc[i] * w;
-            }
+            float acc = 0.0f;
+            for (uint32_t c = 0; c < nch && c < 1024; c++)
+                if (w[c] != 0.0f) acc += b[c * (dv + 2) + i] * w[c];
             out[(size_t)h * dv + i] = acc / l;
         }
     }
