@@ -7,6 +7,7 @@
 #include "kv_seqs.h"
 #include "seq_state.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,14 @@ static int create(const lmh_host_api *host, const lmh_backend_api *be, lmh_backe
         dt = LMH_F16;
     else if (cfg->format && strcmp(cfg->format, "f32") != 0) {
         snprintf(err, err_len, "format '%s' is not one of f32, f16", cfg->format);
+        return LMH_EINVAL;
+    }
+    /* (ABI 1.8) settings: the plain formats have none; read only where the host's struct has
+     * the field */
+    if (cfg->size >= offsetof(lmh_cache_config, options) + sizeof cfg->options && cfg->options &&
+        *cfg->options) {
+        snprintf(err, err_len, "format %s takes no settings (got '%s')",
+                 dt == LMH_F16 ? "f16" : "f32", cfg->options);
         return LMH_EINVAL;
     }
     lmh_cache *c = calloc(1, sizeof *c);
