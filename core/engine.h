@@ -32,8 +32,9 @@ typedef struct engine_row {
 #define ENGINE_CACHE_NAME 200
 
 typedef struct engine_cache_stats {
-    char name[ENGINE_CACHE_NAME]; /* "q8", "q4,group=32": the format and its settings (with
-                                     "plugin:" before where another plugin has the format) */
+    char name[ENGINE_CACHE_NAME]; /* "FORMAT" or "FORMAT,key=value": the format and its
+                                     settings ("PLUGIN:" before where another plugin has the
+                                     format) */
     char plugin[32];
     int index; /* engine_cache_open's */
     int seqs;  /* sequences living in it */
@@ -78,8 +79,8 @@ int engine_backend_compute_peak(engine *e, int i, double *flop_per_s, char *what
  * settings), each with an instance on every backend of the model, and every sequence lives
  * in one of them; one step may mix sequences of several. engine_open opens index 0,
  * engine_opts.cache's, which stays open. engine_cache_open returns the index of the cache
- * `spec` names (cache_spec.h's spellings, e.g. "q8", "quant:q4,group=32"), opened now or
- * already open with the same plugin, format and settings. On failure it returns a negative
+ * `spec` names (cache_spec.h's spellings: "FORMAT", "PLUGIN:FORMAT,key=value"...), opened
+ * now or already open with the same plugin, format and settings. On failure it returns a negative
  * LMH_E* code with err saying why and leaves the engine as it was: LMH_ENOMEM for out of
  * memory or all ENGINE_MAX_CACHES caches in use by sequences; otherwise an unknown spec
  * (err names the formats there are), settings the plugin refuses, or a plugin that cannot
