@@ -29,6 +29,7 @@ struct lmh_load_ctx {
 typedef struct seg {
     uint64_t seq;
     int32_t r0, n;
+    int ci; /* the sequence's cache (engine.caches) */
 } seg;
 
 struct lmh_fwd {
@@ -51,15 +52,33 @@ typedef struct pend_step {
     uint64_t ticket; /* the output backend's download_start, 0 for none */
 } pend_step;
 
+/* A cache in use: a cache plugin, format and settings, with an instance on each backend
+ * slot for the layers placed there. Every sequence lives in one. */
+typedef struct ecache {
+    cache_spec spec;
+    const lmh_cache_api *api; /* NULL: the entry is free */
+    char key[256];            /* "plugin:format,settings": specs with one key are one cache */
+    char name[ENGINE_CACHE_NAME];
+    lmh_cache *c[PL_MAX_SLOTS];
+    int n_seqs;
+} ecache;
+
+typedef struct seq_ent {
+    uint64_t seq;
+    int ci;
+} seq_ent;
+
 struct engine {
     const registry *reg;
     model_dir *md;
-    const plugin *arch_p, *cache_p;
+    const plugin *arch_p;
     const lmh_arch_api *arch;
-    const lmh_cache_api *cache_api;
     pl_slot slots[PL_MAX_SLOTS];
     int n_slots;
-    lmh_cache *cache[PL_MAX_SLOTS];
+    /* [0] is engine_opts.cache's, open while the engine is; the others open on demand */
+    ecache caches[ENGINE_MAX_CACHES];
+    seq_ent *seqs; /* sequences alive and their caches (few: a linear search is enough) */
+    int n_seqs, cap_seqs;
     int32_t *local[PL_MAX_SLOTS]; /* global layer -> the slot cache's layer, or -1 */
     int32_t *layer_slot;
     int input_slot, output_slot;
@@ -76,10 +95,7 @@ struct engine {
     uint64_t weight_bytes;
     uint64_t mm_flops; /* 2 x the multiply-adds of the matrix products enqueued so far */
     int max_seq_len;
-    int n_seqs;
     char chain[512];
-    char cache_format[32];
-    cache_spec cspec;
     pend_step pend[ENGINE_MAX_PENDING]; /* started steps, oldest first */
     int n_pend;
 };
@@ -787,14 +803,14 @@ static void free_views(const pl_slot *sl, lmh_tensor *const v[3]) {
         if (v[j]) sl->api->tensor_free(sl->b, v[j]);
 }
 
-/* Fails the pass for the cache's error rc on layer `layer` (held by slot s); returns rc. */
-static int cache_failed(lmh_fwd *f, int32_t layer, int s, int rc) {
+/* Fails the pass for cache ec's error rc on layer `layer` (held by slot s); returns rc. */
+static int cache_failed(lmh_fwd *f, const ecache *ec, int32_t layer, int s, int rc) {
     engine *e = f->e;
     if (rc == LMH_ENOMEM)
-        fwd_failf(f, "cache %s failed on layer %d: out of %s memory", e->cache_p->info->name, layer,
+        fwd_failf(f, "cache %s failed on layer %d: out of %s memory", ec->spec.p->info->name, layer,
                   e->slots[s].plugin->info->name);
     else
-        fwd_failf(f, "cache %s failed on layer %d (error %d)", e->cache_p->info->name, layer, rc);
+        fwd_failf(f, "cache %s failed on layer %d (error %d)", ec->spec.p->info->name, layer, rc);
     return rc;
 }
 
@@ -816,25 +832,27 @@ static int host_fwd_attention(lmh_fwd *f, int32_t layer, lmh_tensor *q, lmh_tens
         fwd_failf(f, "out of backend memory for attention operands");
         return LMH_ENOMEM;
     }
-    lmh_cache *c = e->cache[s];
     int32_t ll = e->local[s][layer];
-    /* Each sequence's rows go to its own cache entry: every sequence's append first, then
-     * every attend, so that a backend may run the sequences' attention side by side rather
-     * than each behind its own append (on a GPU, a dependent step per sequence). */
+    /* Each sequence's rows go to its own entry of its own cache (a step may mix caches):
+     * every sequence's append first, then every attend, so that a backend may run the
+     * sequences' attention side by side rather than each behind its own append (on a GPU, a
+     * dependent step per sequence). */
     for (int i = 0; i < f->n_segs; i++) {
         const seg *g = &f->segs[i];
+        const ecache *ec = &e->caches[g->ci];
         lmh_tensor *vk = row_view(sl, pk, g->r0, g->n), *vv = row_view(sl, pv, g->r0, g->n);
-        int rc = vk && vv ? e->cache_api->append(c, g->seq, ll, vk, vv) : LMH_ENOMEM;
+        int rc = vk && vv ? ec->api->append(ec->c[s], g->seq, ll, vk, vv) : LMH_ENOMEM;
         free_views(sl, (lmh_tensor *[]){vk, vv, NULL});
-        if (rc) return cache_failed(f, layer, s, rc);
+        if (rc) return cache_failed(f, ec, layer, s, rc);
     }
     for (int i = 0; i < f->n_segs; i++) {
         const seg *g = &f->segs[i];
+        const ecache *ec = &e->caches[g->ci];
         lmh_tensor *vq = row_view(sl, pq, g->r0, g->n), *vo = row_view(sl, po, g->r0, g->n),
                    *vp = row_view(sl, pp, g->r0, g->n);
-        int rc = vq && vo && vp ? e->cache_api->attend(c, g->seq, ll, vq, vp, vo, p) : LMH_ENOMEM;
+        int rc = vq && vo && vp ? ec->api->attend(ec->c[s], g->seq, ll, vq, vp, vo, p) : LMH_ENOMEM;
         free_views(sl, (lmh_tensor *[]){vq, vo, vp});
-        if (rc) return cache_failed(f, layer, s, rc);
+        if (rc) return cache_failed(f, ec, layer, s, rc);
     }
     pl_written(HT(out), s);
     return LMH_OK;
@@ -888,11 +906,11 @@ static int host_fwd_recurrent(lmh_fwd *f, int32_t layer, int32_t buf, const lmh_
                   (long long)op->dst->ne[0], f->n_rows);
         return LMH_ESHAPE;
     }
-    lmh_cache *c = e->cache[s];
     int32_t ll = e->local[s][layer];
     /* each sequence's rows with its own state, in the order of the pass */
     for (int i = 0; i < f->n_segs; i++) {
         const seg *g = &f->segs[i];
+        const ecache *ec = &e->caches[g->ci];
         lmh_op o = p;
         lmh_tensor *views[LMH_OP_MAX_OPERANDS + 1] = {0};
         int ok = (views[0] = row_view(sl, pd, g->r0, g->n)) != NULL;
@@ -903,10 +921,10 @@ static int host_fwd_recurrent(lmh_fwd *f, int32_t layer, int32_t buf, const lmh_
                 ok &= (t = views[j + 1] = row_view(sl, t, g->r0, g->n)) != NULL;
             lmh_op_set_src(&o, j, t);
         }
-        int rc = ok ? e->cache_api->recur(c, g->seq, ll, buf, &o) : LMH_ENOMEM;
+        int rc = ok ? ec->api->recur(ec->c[s], g->seq, ll, buf, &o) : LMH_ENOMEM;
         for (int j = 0; j <= LMH_OP_MAX_OPERANDS; j++)
             if (views[j]) sl->api->tensor_free(sl->b, views[j]);
-        if (rc) return cache_failed(f, layer, s, rc);
+        if (rc) return cache_failed(f, ec, layer, s, rc);
     }
     pl_written(HT(op->dst), s);
     return LMH_OK;
@@ -945,13 +963,22 @@ const lmh_host_api host_api = {
 
 /* ---- engine ------------------------------------------------------------------------ */
 
+static void cache_close(ecache *ec) {
+    for (int s = 0; s < PL_MAX_SLOTS; s++)
+        if (ec->c[s]) ec->api->destroy(ec->c[s]);
+    memset(ec, 0, sizeof *ec);
+}
+
 static void free_caches(engine *e) {
+    for (int i = 0; i < ENGINE_MAX_CACHES; i++)
+        if (e->caches[i].api) cache_close(&e->caches[i]);
     for (int s = 0; s < PL_MAX_SLOTS; s++) {
-        if (e->cache[s]) e->cache_api->destroy(e->cache[s]);
-        e->cache[s] = NULL;
         free(e->local[s]);
         e->local[s] = NULL;
     }
+    free(e->seqs);
+    e->seqs = NULL;
+    e->n_seqs = e->cap_seqs = 0;
 }
 
 static void pend_free(engine *e, pend_step *p) {
@@ -979,50 +1006,107 @@ void engine_close(engine *e) {
     free(e);
 }
 
-/* A cache on slot s for the layers placed there (target slot t of the layer map). */
-static int make_cache(engine *e, int s, int map_slot, char *err, size_t err_len) {
-    if (e->n_rec && !has_recur(e->cache_api))
-        return errf(err, err_len,
-                    "cache plugin %s keeps no recurrent state (built for plugin ABI 1.%u; 1.7 "
-                    "added it), which this model's layers need",
-                    e->cache_p->info->name, e->cache_p->info->abi_minor);
+/* Each slot's map of global layers to its caches' layers (the layers placed there). */
+static int make_locals(engine *e) {
+    for (int s = 0; s < e->n_slots; s++) {
+        if (!(e->local[s] = malloc((size_t)e->n_layers * sizeof *e->local[s]))) return -1;
+        int32_t n = 0;
+        for (int32_t l = 0; l < e->n_layers; l++) e->local[s][l] = e->layer_slot[l] == s ? n++ : -1;
+    }
+    return 0;
+}
+
+/* ec's instance on slot s for the layers of slot map_slot's layer map. Returns an LMH_E*
+ * code (err set) or 0. */
+static int make_cache(engine *e, ecache *ec, int s, int map_slot, char *err, size_t err_len) {
+    const plugin *p = ec->spec.p;
+    if (e->n_rec && !has_recur(ec->api)) {
+        errf(err, err_len,
+             "cache plugin %s keeps no recurrent state (built for plugin ABI 1.%u; 1.7 added "
+             "it), which this model's layers need",
+             p->info->name, p->info->abi_minor);
+        return LMH_EUNSUPPORTED;
+    }
     lmh_layer_state *ls = calloc((size_t)e->n_layers, sizeof *ls);
     lmh_recurrent_state *rs = calloc((size_t)e->n_layers, sizeof *rs);
-    int32_t *local = malloc((size_t)e->n_layers * sizeof *local);
-    if (!ls || !rs || !local) {
+    if (!ls || !rs) {
         free(ls);
         free(rs);
-        free(local);
-        return errf(err, err_len, "out of memory");
+        errf(err, err_len, "out of memory");
+        return LMH_ENOMEM;
     }
     int32_t n = 0;
-    for (int32_t l = 0; l < e->n_layers; l++) {
-        local[l] = e->layer_slot[l] == map_slot ? n : -1;
-        if (local[l] >= 0) {
+    for (int32_t l = 0; l < e->n_layers; l++)
+        if (e->local[map_slot][l] >= 0) {
             rs[n] = e->rec[l];
             ls[n++] = e->layers[l];
         }
-    }
     lmh_cache_config cc = {.size = sizeof cc,
-                           .format = e->cache_format,
-                           .options = e->cspec.options[0] ? e->cspec.options : NULL,
+                           .format = ec->spec.format,
+                           .options = ec->spec.options[0] ? ec->spec.options : NULL,
                            .n_layers = n,
                            .layers = ls,
                            .max_seq_len = e->max_seq_len,
                            .recurrent = e->n_rec ? rs : NULL};
     char cerr[512] = "";
-    int rc = e->cache_api->create(&host_api, e->slots[s].api, e->slots[s].b, &cc, &e->cache[s],
-                                  cerr, sizeof cerr);
+    int rc = ec->api->create(&host_api, e->slots[s].api, e->slots[s].b, &cc, &ec->c[s], cerr,
+                             sizeof cerr);
     free(ls);
     free(rs);
-    if (rc != 0 || !e->cache[s]) {
-        free(local);
-        e->cache[s] = NULL;
-        return errf(err, err_len, "cache %s failed to start on %s: %s", e->cache_p->info->name,
-                    e->slots[s].plugin->info->name, cerr);
+    if (rc != 0 || !ec->c[s]) {
+        ec->c[s] = NULL;
+        errf(err, err_len, "cache %s failed to start on %s: %s", p->info->name,
+             e->slots[s].plugin->info->name, cerr);
+        return rc < 0 ? rc : LMH_EINVAL;
     }
-    e->local[s] = local;
     return 0;
+}
+
+/* What makes two specs one cache: "plugin:format,settings". */
+static void spec_key(const cache_spec *cs, char *key, size_t len) {
+    snprintf(key, len, "%s:%s,%s", cs->p->info->name, cs->format, cs->options);
+}
+
+/* Starts the cache spec cs names in *ec, on every slot; on failure nothing is left. */
+static int cache_start(engine *e, ecache *ec, const cache_spec *cs, char *err, size_t err_len) {
+    memset(ec, 0, sizeof *ec);
+    ec->spec = *cs;
+    ec->api = cs->p->info->api;
+    spec_key(cs, ec->key, sizeof ec->key);
+    /* the format's name, with its plugin's where that name alone means another plugin's */
+    char bare[sizeof cs->format + sizeof cs->options + 8];
+    cache_spec_name(cs, bare, sizeof bare);
+    cache_spec chk;
+    if (cache_spec_parse(e->reg, bare, &chk, NULL, 0) == 0 && chk.p == cs->p)
+        snprintf(ec->name, sizeof ec->name, "%s", bare);
+    else
+        snprintf(ec->name, sizeof ec->name, "%.31s:%s", cs->p->info->name, bare);
+    for (int s = 0; s < e->n_slots; s++) {
+        int rc = make_cache(e, ec, s, s, err, err_len);
+        if (rc) {
+            cache_close(ec);
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static int seq_find(const engine *e, uint64_t seq) {
+    for (int i = 0; i < e->n_seqs; i++)
+        if (e->seqs[i].seq == seq) return i;
+    return -1;
+}
+
+/* The cache sequence seq lives in, or NULL. */
+static ecache *cache_of(engine *e, uint64_t seq) {
+    int i = seq_find(e, seq);
+    return i < 0 ? NULL : &e->caches[e->seqs[i].ci];
+}
+
+/* Positions of seq in ec, as the cache of its first layer with state says. */
+static int32_t ec_seq_len(const engine *e, const ecache *ec, uint64_t seq) {
+    int s = e->first_state >= 0 ? e->layer_slot[e->first_state] : 0;
+    return ec->api->seq_len(ec->c[s], seq);
 }
 
 static void describe_chain(engine *e) {
@@ -1043,7 +1127,7 @@ static void describe_chain(engine *e) {
             snprintf(be + o, sizeof be - o, "%s%s[layers %d-%d]", s ? "+" : "", d, first, last);
     }
     snprintf(e->chain, sizeof e->chain, "arch=%s backend=%s cache=%s(%s)", e->arch_p->info->name,
-             be, e->cache_p->info->name, e->cache_format);
+             be, e->caches[0].spec.p->info->name, e->caches[0].spec.format);
 }
 
 engine *engine_open(const registry *reg, const engine_opts *o, char *err, size_t err_len) {
@@ -1077,10 +1161,8 @@ engine *engine_open(const registry *reg, const engine_opts *o, char *err, size_t
         goto fail;
     }
     e->arch = e->arch_p->info->api;
-    if (cache_spec_parse(reg, o->cache, &e->cspec, err, err_len) != 0) goto fail;
-    e->cache_p = e->cspec.p;
-    snprintf(e->cache_format, sizeof e->cache_format, "%s", e->cspec.format);
-    e->cache_api = e->cache_p->info->api;
+    cache_spec cs;
+    if (cache_spec_parse(reg, o->cache, &cs, err, err_len) != 0) goto fail;
 
     /* --gpu-layers 0 is the CPU backend alone */
     const char *bname = o->backend ? o->backend : "cpu";
@@ -1114,8 +1196,11 @@ engine *engine_open(const registry *reg, const engine_opts *o, char *err, size_t
         json_object *m = cfg_lookup(text_config(e), "max_position_embeddings");
         if (m && json_object_is_type(m, json_type_int)) e->max_seq_len = json_object_get_int(m);
     }
-    for (int s = 0; s < e->n_slots; s++)
-        if (make_cache(e, s, s, err, err_len) != 0) goto fail;
+    if (make_locals(e) != 0) {
+        errf(err, err_len, "out of memory");
+        goto fail;
+    }
+    if (cache_start(e, &e->caches[0], &cs, err, err_len) != 0) goto fail;
     describe_chain(e);
     return e;
 fail:
@@ -1143,13 +1228,27 @@ void engine_get_stats(engine *e, engine_stats *s) {
         for (int32_t b = 0; b < e->rec[l].n_bufs; b++)
             s->state_seq_bytes += (uint64_t)lmh_state_buf_elems(&e->rec[l].buf[b]) * sizeof(float);
     s->mm_flops = e->mm_flops;
-    const lmh_cache_api *ca = e->cache_api;
-    s->cache_read_counted =
-        ca->size >= offsetof(lmh_cache_api, bytes_read) + sizeof ca->bytes_read && ca->bytes_read;
+    s->cache_read_counted = 1;
+    for (int i = 0; i < ENGINE_MAX_CACHES; i++) {
+        const ecache *ec = &e->caches[i];
+        const lmh_cache_api *ca = ec->api;
+        if (!ca) continue;
+        int counted = ca->size >= offsetof(lmh_cache_api, bytes_read) + sizeof ca->bytes_read &&
+                      ca->bytes_read;
+        s->cache_read_counted &= counted;
+        engine_cache_stats *cs = &s->cache[s->n_caches++];
+        snprintf(cs->name, sizeof cs->name, "%s", ec->name);
+        snprintf(cs->plugin, sizeof cs->plugin, "%s", ec->spec.p->info->name);
+        cs->index = i;
+        cs->seqs = ec->n_seqs;
+        for (int sl = 0; sl < e->n_slots; sl++) {
+            if (ca->bytes && ec->c[sl]) cs->bytes += ca->bytes(ec->c[sl]);
+            if (counted && ec->c[sl]) cs->read_bytes += ca->bytes_read(ec->c[sl]);
+        }
+        s->cache_bytes += cs->bytes;
+        s->cache_read_bytes += cs->read_bytes;
+    }
     for (int i = 0; i < e->n_slots; i++) {
-        if (ca->bytes && e->cache[i]) s->cache_bytes += ca->bytes(e->cache[i]);
-        if (s->cache_read_counted && e->cache[i])
-            s->cache_read_bytes += ca->bytes_read(e->cache[i]);
         lmh_backend_mem m = {0};
         if (e->slots[i].api->memory) e->slots[i].api->memory(e->slots[i].b, &m);
         s->backend_bytes += m.weights + m.other;
@@ -1184,35 +1283,92 @@ int engine_backend_compute_peak(engine *e, int i, double *flop_per_s, char *what
     return api->compute_peak(e->slots[i].b, flop_per_s, what, what_len);
 }
 
-int engine_seq_add(engine *e, uint64_t seq) {
+int engine_cache_open(engine *e, const char *spec, char *err, size_t err_len) {
+    cache_spec cs;
+    if (cache_spec_parse(e->reg, spec, &cs, err, err_len) != 0) return LMH_EINVAL;
+    char key[sizeof e->caches[0].key];
+    spec_key(&cs, key, sizeof key);
+    int room = -1;
+    for (int i = 0; i < ENGINE_MAX_CACHES; i++) {
+        if (e->caches[i].api && strcmp(e->caches[i].key, key) == 0) return i;
+        if (!e->caches[i].api && room < 0) room = i;
+    }
+    /* full: a cache no sequence uses (not the default) gives way, once the new one runs */
+    int idle = -1;
+    for (int i = 1; i < ENGINE_MAX_CACHES && room < 0 && idle < 0; i++)
+        if (!e->caches[i].n_seqs) idle = i;
+    if (room < 0 && idle < 0) {
+        errf(err, err_len, "cache %s: the %d caches open are all in use", spec ? spec : "plain",
+             ENGINE_MAX_CACHES);
+        return LMH_ENOMEM;
+    }
+    ecache nc;
+    int rc = cache_start(e, &nc, &cs, err, err_len);
+    if (rc) return rc;
+    if (room < 0) {
+        log_msg(LMH_LOG_INFO, "cache %s closes (no sequence uses it) to make room for %s",
+                e->caches[idle].name, nc.name);
+        cache_close(&e->caches[idle]);
+        room = idle;
+    }
+    e->caches[room] = nc;
+    return room;
+}
+
+int engine_seq_add_in(engine *e, uint64_t seq, int cache) {
+    if (cache < 0 || cache >= ENGINE_MAX_CACHES || !e->caches[cache].api || seq_find(e, seq) >= 0)
+        return LMH_EINVAL;
+    if (e->n_seqs == e->cap_seqs) {
+        int cap = e->cap_seqs ? e->cap_seqs * 2 : 16;
+        seq_ent *n = realloc(e->seqs, (size_t)cap * sizeof *n);
+        if (!n) return LMH_ENOMEM;
+        e->seqs = n;
+        e->cap_seqs = cap;
+    }
+    ecache *ec = &e->caches[cache];
     for (int s = 0; s < e->n_slots; s++) {
-        int rc = e->cache_api->seq_add(e->cache[s], seq);
+        int rc = ec->api->seq_add(ec->c[s], seq);
         if (rc != 0) {
-            while (--s >= 0) e->cache_api->seq_remove(e->cache[s], seq);
+            while (--s >= 0) ec->api->seq_remove(ec->c[s], seq);
             return rc;
         }
     }
-    e->n_seqs++;
+    e->seqs[e->n_seqs++] = (seq_ent){.seq = seq, .ci = cache};
+    ec->n_seqs++;
     return 0;
 }
 
+int engine_seq_add(engine *e, uint64_t seq) {
+    return engine_seq_add_in(e, seq, 0);
+}
+
+int engine_seq_cache(const engine *e, uint64_t seq) {
+    int i = seq_find(e, seq);
+    return i < 0 ? -1 : e->seqs[i].ci;
+}
+
 void engine_seq_remove(engine *e, uint64_t seq) {
-    int known = e->cache_api->seq_len(e->cache[0], seq) >= 0;
-    for (int s = 0; s < e->n_slots; s++) e->cache_api->seq_remove(e->cache[s], seq);
-    if (known) e->n_seqs--;
+    int i = seq_find(e, seq);
+    if (i < 0) return;
+    ecache *ec = &e->caches[e->seqs[i].ci];
+    for (int s = 0; s < e->n_slots; s++) ec->api->seq_remove(ec->c[s], seq);
+    ec->n_seqs--;
+    e->seqs[i] = e->seqs[--e->n_seqs];
 }
 
 int32_t engine_seq_len(engine *e, uint64_t seq) {
-    int s = e->first_state >= 0 ? e->layer_slot[e->first_state] : 0;
-    return e->cache_api->seq_len(e->cache[s], seq);
+    const ecache *ec = cache_of(e, seq);
+    return ec ? ec_seq_len(e, ec, seq) : -1;
 }
 
 int engine_seq_trim(engine *e, uint64_t seq, int32_t len) {
+    ecache *ec = cache_of(e, seq);
+    if (!ec) return LMH_EINVAL;
     /* recurrent state cannot go back but to 0: the caches leave it unusable until a
      * snapshot is restored, and the caller hears of it */
-    int rc = e->n_rec && len > 0 && len < engine_seq_len(e, seq) ? LMH_EUNSUPPORTED : 0;
+    int rc = e->n_rec && len > 0 && len < ec_seq_len(e, ec, seq) ? LMH_EUNSUPPORTED : 0;
     for (int s = 0; s < e->n_slots; s++) {
-        int r = e->cache_api->seq_trim(e->cache[s], seq, len);
+        int r = ec->api->seq_trim(ec->c[s], seq, len);
         if (r && !rc) rc = r;
     }
     return rc;
@@ -1222,6 +1378,8 @@ struct engine_snapshot {
     int32_t len;
     int with_kv;
     int n_slots;
+    char key[256]; /* the cache's (ecache.key): state reads back only into the same */
+    char name[ENGINE_CACHE_NAME];
     uint64_t bytes[PL_MAX_SLOTS];
     void *state[PL_MAX_SLOTS]; /* each slot's cache's state_save; NULL: the length alone */
 };
@@ -1248,15 +1406,16 @@ engine_snapshot *engine_seq_snapshot(engine *e, uint64_t seq, int with_kv, char 
         errf(err, err_len, "%d started steps are not finished", e->n_pend);
         return NULL;
     }
-    int32_t len = engine_seq_len(e, seq);
+    ecache *ec = cache_of(e, seq);
+    int32_t len = ec ? ec_seq_len(e, ec, seq) : -1;
     if (len < 0) {
         errf(err, err_len, "unknown sequence %llu", (unsigned long long)seq);
         return NULL;
     }
-    const int saves = has_recur(e->cache_api);
+    const int saves = has_recur(ec->api);
     if (!saves && with_kv) {
         errf(err, err_len, "cache plugin %s takes no snapshots (plugin ABI 1.7)",
-             e->cache_p->info->name);
+             ec->spec.p->info->name);
         return NULL;
     }
     engine_snapshot *sn = calloc(1, sizeof *sn);
@@ -1265,10 +1424,12 @@ engine_snapshot *engine_seq_snapshot(engine *e, uint64_t seq, int with_kv, char 
         return NULL;
     }
     *sn = (engine_snapshot){.len = len, .with_kv = with_kv, .n_slots = e->n_slots};
+    snprintf(sn->key, sizeof sn->key, "%s", ec->key);
+    snprintf(sn->name, sizeof sn->name, "%s", ec->name);
     for (int s = 0; saves && s < e->n_slots; s++) {
-        uint64_t n = e->cache_api->state_size(e->cache[s], seq, with_kv);
+        uint64_t n = ec->api->state_size(ec->c[s], seq, with_kv);
         int rc = n && (sn->state[s] = malloc((size_t)n))
-                     ? e->cache_api->state_save(e->cache[s], seq, with_kv, sn->state[s], n)
+                     ? ec->api->state_save(ec->c[s], seq, with_kv, sn->state[s], n)
                      : LMH_ENOMEM;
         if (rc != LMH_OK) {
             errf(err, err_len, "saving the state of sequence %llu failed (error %d)",
@@ -1284,8 +1445,13 @@ engine_snapshot *engine_seq_snapshot(engine *e, uint64_t seq, int with_kv, char 
 int engine_seq_restore(engine *e, uint64_t seq, const engine_snapshot *sn, char *err,
                        size_t err_len) {
     if (e->n_pend) return errf(err, err_len, "%d started steps are not finished", e->n_pend);
-    int32_t len = engine_seq_len(e, seq);
+    ecache *ec = cache_of(e, seq);
+    int32_t len = ec ? ec_seq_len(e, ec, seq) : -1;
     if (len < 0) return errf(err, err_len, "unknown sequence %llu", (unsigned long long)seq);
+    if (sn->state[0] && strcmp(sn->key, ec->key) != 0)
+        return errf(err, err_len,
+                    "the snapshot was taken in cache %s; sequence %llu lives in cache %s", sn->name,
+                    (unsigned long long)seq, ec->name);
     if (sn->n_slots != e->n_slots)
         return errf(err, err_len, "the snapshot was taken over %d backends; the model runs on %d",
                     sn->n_slots, e->n_slots);
@@ -1295,9 +1461,8 @@ int engine_seq_restore(engine *e, uint64_t seq, const engine_snapshot *sn, char 
                     "holds %d positions",
                     sn->len, (unsigned long long)seq, len);
     for (int s = 0; s < e->n_slots; s++) {
-        int rc = sn->state[s]
-                     ? e->cache_api->state_load(e->cache[s], seq, sn->state[s], sn->bytes[s])
-                     : e->cache_api->seq_trim(e->cache[s], seq, sn->len);
+        int rc = sn->state[s] ? ec->api->state_load(ec->c[s], seq, sn->state[s], sn->bytes[s])
+                              : ec->api->seq_trim(ec->c[s], seq, sn->len);
         if (rc != LMH_OK)
             return errf(err, err_len, "restoring sequence %llu to position %d failed (error %d%s)",
                         (unsigned long long)seq, sn->len, rc,
@@ -1307,28 +1472,30 @@ int engine_seq_restore(engine *e, uint64_t seq, const engine_snapshot *sn, char 
 }
 
 int32_t engine_layer_rows(engine *e, uint64_t seq, int32_t layer) {
-    if (layer < 0 || layer >= e->n_layers) return -1;
+    const ecache *ec = cache_of(e, seq);
+    if (layer < 0 || layer >= e->n_layers || !ec) return -1;
     int s = e->layer_slot[layer];
-    return e->cache_api->layer_rows(e->cache[s], seq, e->local[s][layer]);
+    return ec->api->layer_rows(ec->c[s], seq, e->local[s][layer]);
 }
 
 int engine_layer_row_bytes(const engine *e, int32_t layer, uint64_t *k, uint64_t *v) {
-    const lmh_cache_api *ca = e->cache_api;
+    const ecache *ec = &e->caches[0]; /* the default cache (--cache) */
+    const lmh_cache_api *ca = ec->api;
     if (layer < 0 || layer >= e->n_layers) return LMH_EINVAL;
     if (ca->size < offsetof(lmh_cache_api, row_bytes) + sizeof ca->row_bytes || !ca->row_bytes)
         return LMH_EUNSUPPORTED;
     int s = e->layer_slot[layer]; /* the cache of the backend holding the layer */
     *k = *v = 0;
-    ca->row_bytes(e->cache[s], e->local[s][layer], k, v);
+    ca->row_bytes(ec->c[s], e->local[s][layer], k, v);
     return LMH_OK;
 }
 
 const char *engine_cache_plugin(const engine *e) {
-    return e->cache_p->info->name;
+    return e->caches[0].spec.p->info->name;
 }
 
 const char *engine_cache_format(const engine *e) {
-    return e->cache_format;
+    return e->caches[0].spec.format;
 }
 
 const lmh_layer_state *engine_layer_state(const engine *e, int32_t layer) {
@@ -1415,14 +1582,17 @@ static int run_step(engine *e, const engine_row *rows, int32_t n_rows, const int
                          (unsigned long long)rows[i].seq);
                     goto done;
                 }
-            if (engine_seq_len(e, rows[i].seq) < 0) {
+            int ci = engine_seq_cache(e, rows[i].seq);
+            int32_t len = ci < 0 ? -1 : ec_seq_len(e, &e->caches[ci], rows[i].seq);
+            if (len < 0) {
                 errf(err, err_len, "unknown sequence %llu", (unsigned long long)rows[i].seq);
                 goto done;
             }
-            f.segs[f.n_segs++] = (seg){.seq = rows[i].seq, .r0 = i, .n = 0};
+            f.segs[f.n_segs++] = (seg){.seq = rows[i].seq, .r0 = i, .n = 0, .ci = ci};
+            pos[i] = len; /* the segment's first row */
         }
         seg *g = &f.segs[f.n_segs - 1];
-        pos[i] = engine_seq_len(e, g->seq) + g->n;
+        pos[i] = pos[g->r0] + g->n;
         g->n++;
         if (e->max_seq_len > 0 && pos[i] >= e->max_seq_len) {
             errf(err, err_len, "sequence %llu would reach %d positions; the limit is %d",
@@ -1576,20 +1746,20 @@ int engine_swap_backend(engine *e, const char *name, char *err, size_t err_len) 
     char why[256] = "";
     for (int i = 0; ok && i < e->n_weights; i++)
         ok = pl_on_why(e->slots, e->weights[i], t, 0, why, sizeof why) != NULL;
-    if (ok && make_cache(e, t, 0, err, err_len) != 0) ok = -1;
+    ecache *d = &e->caches[0]; /* the default cache; the others reopen when asked for */
+    if (ok && make_cache(e, d, t, 0, err, err_len) != 0) ok = -1;
     if (ok != 1) {
         if (ok == 0) errf(err, err_len, "moving the weights to %s: %s", name, why);
         for (int i = 0; i < e->n_weights; i++) pl_drop(e->slots, e->weights[i], t);
-        if (e->cache[t]) e->cache_api->destroy(e->cache[t]);
-        e->cache[t] = NULL;
-        free(e->local[t]);
-        e->local[t] = NULL;
+        if (d->c[t]) d->api->destroy(d->c[t]);
+        d->c[t] = NULL;
         stop_backend(e, t);
         return -1;
     }
     /* Commit: drop the old copies and move the new slot into place. */
-    e->cache_api->destroy(e->cache[0]);
-    free(e->local[0]);
+    for (int i = 1; i < ENGINE_MAX_CACHES; i++)
+        if (e->caches[i].api) cache_close(&e->caches[i]);
+    d->api->destroy(d->c[0]);
     for (int i = 0; i < e->n_weights; i++) {
         htensor *w = e->weights[i];
         pl_drop(e->slots, w, 0);
@@ -1600,10 +1770,8 @@ int engine_swap_backend(engine *e, const char *name, char *err, size_t err_len) 
     stop_backend(e, 0);
     e->slots[0] = e->slots[t];
     memset(&e->slots[t], 0, sizeof e->slots[t]);
-    e->cache[0] = e->cache[t];
-    e->local[0] = e->local[t];
-    e->cache[t] = NULL;
-    e->local[t] = NULL;
+    d->c[0] = d->c[t];
+    d->c[t] = NULL;
     describe_chain(e);
     return 0;
 }

@@ -11,7 +11,7 @@
 typedef struct engine_opts {
     const char *model_dir;
     const char *backend; /* backend plugin name; NULL: "cpu" */
-    const char *cache;   /* cache plugin name, optionally "name:format"; NULL: "plain" */
+    const char *cache;   /* the default cache (cache_spec.h's spellings); NULL: "plain" */
     int threads;         /* 0: all cores */
     int device;          /* device index for backends with several */
     int gpu_layers;      /* -1: every layer on `backend`; N: the first N there, the rest
@@ -27,21 +27,36 @@ typedef struct engine_row {
 } engine_row;
 
 #define ENGINE_MAX_BACKENDS 2
+/* Caches open at once: one per cache spec in use (engine_cache_open). */
+#define ENGINE_MAX_CACHES 8
+#define ENGINE_CACHE_NAME 200
+
+typedef struct engine_cache_stats {
+    char name[ENGINE_CACHE_NAME]; /* "FORMAT" or "FORMAT,key=value": the format and its
+                                     settings ("PLUGIN:" before where another plugin has the
+                                     format) */
+    char plugin[32];
+    int index; /* engine_cache_open's */
+    int seqs;  /* sequences living in it */
+    uint64_t bytes, read_bytes;
+} engine_cache_stats;
 
 typedef struct engine_stats {
     uint64_t weight_bytes;      /* all weights of the checkpoint as loaded */
     uint64_t weight_read_bytes; /* weight bytes read by ops so far (all backends) */
     uint64_t mm_flops;          /* 2 x the multiply-adds of matrix products enqueued so far */
-    uint64_t cache_bytes;
-    uint64_t cache_read_bytes; /* stored keys, values and recurrent state read so far */
-    uint64_t state_seq_bytes;  /* recurrent state a sequence keeps; 0 for models without */
-    int cache_read_counted;    /* whether the cache plugin counts them (ABI 1.5) */
-    uint64_t backend_bytes;    /* backend memory beyond mapped weights */
+    uint64_t cache_bytes;       /* every open cache's */
+    uint64_t cache_read_bytes;  /* stored keys, values and recurrent state read so far */
+    uint64_t state_seq_bytes;   /* recurrent state a sequence keeps; 0 for models without */
+    int cache_read_counted;     /* whether every open cache's plugin counts them (ABI 1.5) */
+    uint64_t backend_bytes;     /* backend memory beyond mapped weights */
     int n_backends;
     struct {
         char name[32];
         uint64_t weights, other, mapped; /* device memory by use; mapped: used in place */
     } backend[ENGINE_MAX_BACKENDS];
+    int n_caches;
+    engine_cache_stats cache[ENGINE_MAX_CACHES]; /* the open caches, by index */
 } engine_stats;
 
 engine *engine_open(const registry *reg, const engine_opts *o, char *err, size_t err_len);
@@ -60,7 +75,25 @@ int engine_backend_read_bandwidth(engine *e, int i, double *bytes_per_s);
  * LMH_EUNSUPPORTED where it offers no probe. */
 int engine_backend_compute_peak(engine *e, int i, double *flop_per_s, char *what, size_t what_len);
 
+/* Caches: the engine holds one per cache spec in use (a cache plugin, a format and its
+ * settings), each with an instance on every backend of the model, and every sequence lives
+ * in one of them; one step may mix sequences of several. engine_open opens index 0,
+ * engine_opts.cache's, which stays open. engine_cache_open returns the index of the cache
+ * `spec` names (cache_spec.h's spellings: "FORMAT", "PLUGIN:FORMAT,key=value"...), opened
+ * now or already open with the same plugin, format and settings. On failure it returns a negative
+ * LMH_E* code with err saying why and leaves the engine as it was: LMH_ENOMEM for out of
+ * memory or all ENGINE_MAX_CACHES caches in use by sequences; otherwise an unknown spec
+ * (err names the formats there are), settings the plugin refuses, or a plugin that cannot
+ * run on this backend or model. With every entry taken, a cache no sequence uses (never
+ * index 0) is closed to make room: an index is kept while a sequence lives in its cache,
+ * and otherwise may name another cache after a later engine_cache_open. */
+int engine_cache_open(engine *e, const char *spec, char *err, size_t err_len);
+/* Adds sequence seq in cache `cache` (engine_cache_open's index); engine_seq_add is
+ * engine_seq_add_in(e, seq, 0). An id in use in any cache is refused (LMH_EINVAL). */
+int engine_seq_add_in(engine *e, uint64_t seq, int cache);
 int engine_seq_add(engine *e, uint64_t seq);
+/* The cache index seq lives in; -1 for an unknown sequence. */
+int engine_seq_cache(const engine *e, uint64_t seq);
 void engine_seq_remove(engine *e, uint64_t seq);
 int32_t engine_seq_len(engine *e, uint64_t seq);
 /* Forgets positions >= len. A model with recurrent state can only go back to 0 this way:
@@ -85,9 +118,9 @@ const lmh_recurrent_state *engine_layer_recurrent(const engine *e, int32_t layer
  * recurrent state (which, unlike keys and values, cannot be trimmed back) and, with with_kv,
  * the keys and values it holds. Restoring one takes a sequence there: without keys and
  * values, the same sequence, which must still hold its rows below the length (rows past it
- * are forgotten; a sliding window that moved past them refuses); with them, any sequence,
- * also after engine_swap_backend (same cache plugin and format). Not while steps are
- * started. */
+ * are forgotten; a sliding window that moved past them refuses); with them, any sequence
+ * in a cache of the same plugin, format and settings, also after engine_swap_backend. Not
+ * while steps are started. */
 typedef struct engine_snapshot engine_snapshot;
 engine_snapshot *engine_seq_snapshot(engine *e, uint64_t seq, int with_kv, char *err,
                                      size_t err_len);
@@ -100,7 +133,9 @@ void engine_snapshot_free(engine_snapshot *sn);
 /* Sequences alive now. */
 int engine_seq_count(const engine *e);
 /* Moves the model to backend plugin `name` (no sequence may be alive). On failure the old
- * backend keeps serving and err says why. */
+ * backend keeps serving and err says why. The default cache (index 0) moves with it; the
+ * others are closed, to be opened again (engine_cache_open) when asked for: a format that
+ * cannot run on the new backend is then refused there, not in the move. */
 int engine_swap_backend(engine *e, const char *name, char *err, size_t err_len);
 
 /* One forward step. Each row's position continues its sequence. Writes the logits of

@@ -283,6 +283,63 @@ bad:
 
 #define ERRARGS err, err_len, param, param_len
 
+/* mlx-lm's kv_bits as a cache spec on the group-quantized cache plugin: the one place the
+ * host names cache formats, since kv_bits names them in mlx-lm's terms. NULL: not served. */
+#define KV_BITS_SERVED "4 and 8"
+static const char *kv_bits_spec(int64_t bits) {
+    return bits == 8 ? "quant:q8" : bits == 4 ? "quant:q4" : NULL;
+}
+
+/* The request's cache: "kv_cache" (a cache spec, cache_spec.h's spellings, which the server
+ * checks against the plugins), or mlx-lm's "kv_bits" with "kv_group_size" (the group, as the
+ * plugin's setting group=N; without it the plugin picks it from the head size: 64 where it
+ * divides it, mlx-lm's default). Neither: the server's --cache. Sets j->sr.cache, and
+ * j->cache_field / j->cache_what for the errors of opening it. */
+static int pick_cache(job *j, json_object *b, char *err, size_t err_len, char *param,
+                      size_t param_len) {
+    json_object *v;
+    int64_t bits = 0, group = 0;
+    int r, has_group;
+    if ((r = get_int(b, "kv_bits", 2, 8, &bits, ERRARGS)) < 0) return -1;
+    if ((has_group = get_int(b, "kv_group_size", 1, 1024, &group, ERRARGS)) < 0) return -1;
+    int has_cache = json_object_object_get_ex(b, "kv_cache", &v) && v;
+    if (has_cache && r)
+        return fail(ERRARGS, "kv_bits", "'kv_cache' and 'kv_bits' both choose the cache; give one");
+    if (has_group && !r)
+        return fail(ERRARGS, "kv_group_size",
+                    "'kv_group_size' goes with 'kv_bits' (a 'kv_cache' takes its settings after a "
+                    "comma)");
+    if (has_cache) {
+        int len = json_object_is_type(v, json_type_string) ? json_object_get_string_len(v) : -1;
+        if (len <= 0 || (size_t)len >= sizeof j->sr.cache)
+            return fail(ERRARGS, "kv_cache",
+                        "'kv_cache' must be a string naming a cache format (at most %zu bytes)",
+                        sizeof j->sr.cache - 1);
+        snprintf(j->sr.cache, sizeof j->sr.cache, "%s", json_object_get_string(v));
+        snprintf(j->cache_field, sizeof j->cache_field, "kv_cache");
+        snprintf(j->cache_what, sizeof j->cache_what, "'kv_cache' \"%.64s\"", j->sr.cache);
+    } else if (r) {
+        const char *spec = kv_bits_spec(bits);
+        if (!spec)
+            return fail(ERRARGS, "kv_bits",
+                        "'kv_bits' %lld is not served: this server quantizes the cache to kv_bits "
+                        "%s",
+                        (long long)bits, KV_BITS_SERVED);
+        if (has_group)
+            snprintf(j->sr.cache, sizeof j->sr.cache, "%s,group=%lld", spec, (long long)group);
+        else
+            snprintf(j->sr.cache, sizeof j->sr.cache, "%s", spec);
+        snprintf(j->cache_field, sizeof j->cache_field, "%s",
+                 has_group ? "kv_group_size" : "kv_bits");
+        if (has_group)
+            snprintf(j->cache_what, sizeof j->cache_what,
+                     "'kv_bits' %lld with 'kv_group_size' %lld", (long long)bits, (long long)group);
+        else
+            snprintf(j->cache_what, sizeof j->cache_what, "'kv_bits' %lld", (long long)bits);
+    }
+    return 0;
+}
+
 json_object *api_parse_body(const char *buf, size_t len, int *oom) {
     *oom = 0;
     if (len > INT_MAX) return NULL;
@@ -497,18 +554,7 @@ job *job_from_request(job_kind kind, json_object *b, const server_opts *o, const
         }
     }
     if ((r = get_bool(b, "ignore_eos", &j->ignore_eos, ERRARGS)) < 0) goto bad;
-    /* Group-quantized cache settings: validated now, honoured by a cache plugin that
-     * offers them. */
-    if ((r = get_int(b, "kv_bits", 2, 8, &x, ERRARGS)) < 0) goto bad;
-    if (r && x == 7) {
-        fail(ERRARGS, "kv_bits", "'kv_bits' must be 2, 3, 4, 5, 6 or 8");
-        goto bad;
-    }
-    if ((r = get_int(b, "kv_group_size", 32, 128, &x, ERRARGS)) < 0) goto bad;
-    if (r && x != 32 && x != 64 && x != 128) {
-        fail(ERRARGS, "kv_group_size", "'kv_group_size' must be 32, 64 or 128");
-        goto bad;
-    }
+    if (pick_cache(j, b, ERRARGS) != 0) goto bad;
 
     static atomic_uint_fast64_t ids;
     unsigned long long id = atomic_fetch_add(&ids, 1) + 1;

@@ -62,6 +62,10 @@ typedef struct job {
     json_object *lp_all; /* non-streamed logprobs entries */
     int error_code;
     char error[1024], error_param[64];
+    /* the cache the request asked for (sr.cache): the field that named it, and how errors
+     * quote it ("'kv_bits' 8"); empty for the server's default */
+    char cache_field[16], cache_what[128];
+    int stream_started; /* a stream's 200 and role chunk are sent */
     struct job *prep_next;
 } job;
 

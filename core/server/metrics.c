@@ -70,8 +70,20 @@ static void render_hist(struct evbuffer *b, const char *name, const char *help, 
                         (unsigned long long)acc, name, h->sum, name, (unsigned long long)h->n);
 }
 
+/* A label value as the exposition format writes it: \\, \" and \n escaped. */
+static void label_value(struct evbuffer *b, const char *v) {
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"')
+            evbuffer_add_printf(b, "\\%c", *v);
+        else if (*v == '\n')
+            evbuffer_add(b, "\\n", 2);
+        else
+            evbuffer_add(b, v, 1);
+    }
+}
+
 void metrics_render(const metrics *m, struct evbuffer *b, int running, int waiting,
-                    uint64_t cache_bytes) {
+                    uint64_t cache_bytes, const engine_stats *es) {
     evbuffer_add_printf(b, "# HELP lmhost_requests_total HTTP responses by status code.\n"
                            "# TYPE lmhost_requests_total counter\n");
     for (int i = 0; i < m->n_codes; i++)
@@ -96,6 +108,16 @@ void metrics_render(const metrics *m, struct evbuffer *b, int running, int waiti
         (unsigned long long)m->received, (unsigned long long)m->disconnects,
         (unsigned long long)m->prompt_tokens, (unsigned long long)m->generated_tokens, running,
         waiting, (unsigned long long)cache_bytes);
+    /* by cache format, a family of its own (each cache open; lmhost_cache_bytes is their sum):
+     * labelled and unlabelled samples in one family would be counted twice by sum() */
+    if (es && es->n_caches)
+        evbuffer_add_printf(b, "# HELP lmhost_cache_format_bytes Bytes held by the K/V cache of "
+                               "one format.\n# TYPE lmhost_cache_format_bytes gauge\n");
+    for (int i = 0; es && i < es->n_caches; i++) {
+        evbuffer_add_printf(b, "lmhost_cache_format_bytes{format=\"");
+        label_value(b, es->cache[i].name);
+        evbuffer_add_printf(b, "\"} %llu\n", (unsigned long long)es->cache[i].bytes);
+    }
     render_hist(b, "lmhost_time_to_first_token_seconds",
                 "Time from request to its first generated token.", &m->ttft, ttft_bounds);
     render_hist(b, "lmhost_time_per_output_token_seconds", "Time between generated tokens.",

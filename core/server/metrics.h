@@ -3,6 +3,7 @@
 #define LMHOST_METRICS_H
 
 #include <stdint.h>
+#include "../engine.h"
 
 struct evbuffer;
 
@@ -31,7 +32,8 @@ void metrics_finish(metrics *m, int32_t prompt_tokens, int32_t generated_tokens)
 void metrics_ttft(metrics *m, double seconds);
 void metrics_itl(metrics *m, double seconds);
 void metrics_disconnect(metrics *m);
+/* es: the engine's stats, for the bytes of each open cache */
 void metrics_render(const metrics *m, struct evbuffer *out, int running, int waiting,
-                    uint64_t cache_bytes);
+                    uint64_t cache_bytes, const engine_stats *es);
 
 #endif

@@ -54,12 +54,22 @@ static void finish(sched *s, sched_req *r, finish_reason why) {
 }
 
 static int admit(sched *s, sched_req *r) {
-    char err[256];
+    char err[512];
     r->seq = ++s->next_seq;
     r->n_done = r->n_gen = 0;
+    r->fail_code = 0;
+    r->fail_msg[0] = 0;
+    /* the request's cache, opened here on first use (the engine is this thread's) and kept */
+    int ci = r->cache[0] ? engine_cache_open(s->e, r->cache, r->fail_msg, sizeof r->fail_msg) : 0;
+    if (ci < 0) {
+        r->fail_code = ci == LMH_ENOMEM ? 503 : 400;
+        log_msg(LMH_LOG_WARN, "cache %s refused: %s", r->cache, r->fail_msg);
+        r->emit(r, NULL, FINISH_ERROR, r->user);
+        return -1;
+    }
     r->hist = malloc(((size_t)r->n_prompt + (size_t)r->max_tokens + 1) * sizeof *r->hist);
     r->smp = sampler_new(&r->sp, s->vocab, err, sizeof err);
-    if (!r->hist || !r->smp || engine_seq_add(s->e, r->seq) != 0) {
+    if (!r->hist || !r->smp || engine_seq_add_in(s->e, r->seq, ci) != 0) {
         log_msg(LMH_LOG_ERROR, "cannot start a sequence: %s", r->smp ? "out of memory" : err);
         sampler_free(r->smp);
         free(r->hist);
@@ -69,6 +79,7 @@ static int admit(sched *s, sched_req *r) {
         return -1;
     }
     memcpy(r->hist, r->prompt, (size_t)r->n_prompt * sizeof *r->hist);
+    r->emit(r, NULL, FINISH_NONE, r->user); /* it has joined */
     return 0;
 }
 

@@ -31,8 +31,10 @@ typedef struct sched_token {
 
 typedef struct sched_req sched_req;
 
-/* Called on the engine thread for every generated token (tok != NULL), then once at the
- * end (tok == NULL, reason set). Must not block. */
+/* Called on the engine thread once the request joins the running batch (tok == NULL,
+ * FINISH_NONE), for every generated token (tok != NULL), then once at the end (tok == NULL,
+ * reason set; a request that could not join gets only this, FINISH_ERROR, with fail_code
+ * and fail_msg set where the cause is the request's). Must not block. */
 typedef void (*sched_emit_fn)(sched_req *r, const sched_token *tok, finish_reason reason,
                               void *user);
 
@@ -45,6 +47,12 @@ struct sched_req {
     int32_t stop_ids[8]; /* end-of-sequence ids that finish with FINISH_STOP */
     int32_t n_stop_ids;
     int32_t top_logprobs; /* 0..SCHED_MAX_TOP_LOGPROBS; -1: no logprobs */
+    /* the cache to run in (engine_cache_open's spec, opened at admission on the engine
+     * thread); "": the engine's default */
+    char cache[200];
+    /* set when it cannot join: 400 (a cache that cannot be served) or 503 (out of memory) */
+    int fail_code;
+    char fail_msg[768];
     sched_emit_fn emit;
     void *user;
     /* set from any thread: stop generating at the next step (client gone, stop string) */

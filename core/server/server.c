@@ -6,6 +6,7 @@
  * wakes the loop (event_active). All job state changes happen on the loop thread, so the
  * only locks are around the queues. */
 #include "server.h"
+#include "../cache_spec.h"
 #include "../cli.h"
 #include "../engine.h"
 #include "../log.h"
@@ -36,7 +37,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-typedef enum { EV_PREP_DONE, EV_TOKEN, EV_FINISH, EV_ADMIN_DONE } ev_type;
+typedef enum { EV_PREP_DONE, EV_ADMITTED, EV_TOKEN, EV_FINISH, EV_ADMIN_DONE } ev_type;
 
 /* A backend move requested through the admin API, run on a thread of its own because it
  * waits for the running requests to finish. */
@@ -182,7 +183,7 @@ static void on_emit(sched_req *r, const sched_token *tok, finish_reason why, voi
     ev_item *it = calloc(1, sizeof *it);
     if (!it) return; /* a lost token on OOM; the finish event still comes */
     it->j = j;
-    it->type = tok ? EV_TOKEN : EV_FINISH;
+    it->type = tok ? EV_TOKEN : why == FINISH_NONE ? EV_ADMITTED : EV_FINISH;
     if (tok) it->tok = *tok;
     it->why = why;
     post(j->srv, it);
@@ -237,6 +238,20 @@ static void send_sse(job *j, json_object *chunk) {
 static void release(job *j);
 static json_object *read_body(struct server *s, struct evhttp_request *req, int *code);
 
+/* A stream's 200, headers and (chat) role chunk. */
+static void start_stream(job *j) {
+    j->stream_started = 1;
+    struct evkeyvalq *h = evhttp_request_get_output_headers(j->req);
+    evhttp_add_header(h, "Content-Type", "text/event-stream");
+    evhttp_add_header(h, "Cache-Control", "no-cache");
+    evhttp_send_reply_start(j->req, 200, "OK");
+    if (j->kind == JOB_CHAT) {
+        json_object *c = api_role_chunk(j);
+        send_sse(j, c);
+        json_object_put(c);
+    }
+}
+
 /* The end of a reply: final chunks for a stream, the whole object otherwise. */
 static void finish_reply(job *j, finish_reason why) {
     server *s = j->srv;
@@ -245,9 +260,15 @@ static void finish_reply(job *j, finish_reason why) {
     if (!j->req) return;
     j->fin = why;
     metrics_finish(&s->m, j->n_prompt, j->n_gen);
-    if (why == FINISH_ERROR && !j->stream) {
+    if (why == FINISH_ERROR && j->sr.fail_code && (!j->stream || !j->stream_started)) {
+        /* the request's cache cannot be served: nothing of the reply is out yet */
+        send_error(s, j->req, j->sr.fail_code,
+                   j->sr.fail_code == 400 ? "invalid_request_error" : "server_error",
+                   j->cache_field, "%s: %s", j->cache_what, j->sr.fail_msg);
+    } else if (why == FINISH_ERROR && (!j->stream || !j->stream_started)) {
         send_error(s, j->req, 500, "server_error", NULL, "generation failed");
     } else if (j->stream) {
+        if (!j->stream_started) start_stream(j); /* cancelled before it joined */
         if (why == FINISH_ERROR) {
             json_object *e = api_error("generation failed", "server_error", NULL, 500);
             send_sse(j, e);
@@ -374,17 +395,13 @@ static void on_prep_done(job *j) {
         return;
     }
     j->in_engine = 1;
-    if (j->stream) {
-        struct evkeyvalq *h = evhttp_request_get_output_headers(j->req);
-        evhttp_add_header(h, "Content-Type", "text/event-stream");
-        evhttp_add_header(h, "Cache-Control", "no-cache");
-        evhttp_send_reply_start(j->req, 200, "OK");
-        if (j->kind == JOB_CHAT) {
-            json_object *c = api_role_chunk(j);
-            send_sse(j, c);
-            json_object_put(c);
-        }
-    }
+    /* A stream that names its cache starts when it joins the batch (on_admitted): opening
+     * the cache may fail, and that answer is a 400, not a stream. */
+    if (j->stream && !j->sr.cache[0]) start_stream(j);
+}
+
+static void on_admitted(job *j) {
+    if (j->stream && !j->stream_started && j->req && !j->http_done) start_stream(j);
 }
 
 static int admin_swap(engine *e, void *arg) {
@@ -487,6 +504,9 @@ static void drain_queue(evutil_socket_t fd, short what, void *arg) {
         switch (it->type) {
         case EV_PREP_DONE:
             on_prep_done(it->j);
+            break;
+        case EV_ADMITTED:
+            on_admitted(it->j);
             break;
         case EV_TOKEN:
             on_token(it->j, &it->tok);
@@ -662,6 +682,14 @@ static void handle_generate(server *s, struct evhttp_request *req, job_kind kind
         send_error(s, req, 400, "invalid_request_error", param[0] ? param : NULL, "%s", err);
         return;
     }
+    cache_spec cs;
+    if (j->sr.cache[0] && cache_spec_parse(&s->reg, j->sr.cache, &cs, err, sizeof err) != 0) {
+        /* known here (the registry is read-only); what the plugin thinks comes at admission */
+        send_error(s, req, 400, "invalid_request_error", j->cache_field, "%s: %s", j->cache_what,
+                   err);
+        job_free(j);
+        return;
+    }
     j->srv = s;
     j->req = req;
     j->t_start = now_s();
@@ -715,6 +743,19 @@ static void handle_health(server *s, struct evhttp_request *req) {
     json_object_object_add(o, "running", json_object_new_int(st.running));
     json_object_object_add(o, "waiting", json_object_new_int(st.waiting));
     json_object_object_add(o, "cache_bytes", json_object_new_int64((int64_t)st.cache_bytes));
+    /* each cache open (requests pick theirs; the first is --cache's), as of the last step */
+    json_object *caches = json_object_new_array();
+    for (int i = 0; i < st.engine.n_caches; i++) {
+        const engine_cache_stats *c = &st.engine.cache[i];
+        json_object *b = json_object_new_object();
+        json_object_object_add(b, "format", json_object_new_string(c->name));
+        json_object_object_add(b, "plugin", json_object_new_string(c->plugin));
+        json_object_object_add(b, "default", json_object_new_boolean(c->index == 0));
+        json_object_object_add(b, "bytes", json_object_new_int64((int64_t)c->bytes));
+        json_object_object_add(b, "sequences", json_object_new_int(c->seqs));
+        json_object_array_add(caches, b);
+    }
+    json_object_object_add(o, "caches", caches);
     send_json(s, req, 200, o);
     json_object_put(o);
 }
@@ -737,7 +778,7 @@ static void handle_metrics(server *s, struct evhttp_request *req) {
     sched_stats st;
     sched_get_stats(s->sch, &st);
     struct evbuffer *b = evbuffer_new();
-    metrics_render(&s->m, b, st.running, st.waiting, st.cache_bytes);
+    metrics_render(&s->m, b, st.running, st.waiting, st.cache_bytes, &st.engine);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
                       "text/plain; version=0.0.4");
     track_reply(s, req);

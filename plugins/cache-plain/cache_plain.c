@@ -57,13 +57,12 @@ static int create(const lmh_host_api *host, const lmh_backend_api *be, lmh_backe
         snprintf(err, err_len, "format '%s' is not one of f32, f16", cfg->format);
         return LMH_EINVAL;
     }
-    /* (ABI 1.8) settings: these formats have none to take */
-    const char *opts = cfg->size >= offsetof(lmh_cache_config, options) + sizeof cfg->options
-                           ? cfg->options
-                           : NULL;
-    if (opts && *opts) {
-        snprintf(err, err_len, "format '%s' takes no settings (got '%s')",
-                 cfg->format ? cfg->format : "f32", opts);
+    /* (ABI 1.8) settings: the plain formats have none; read only where the host's struct has
+     * the field */
+    if (cfg->size >= offsetof(lmh_cache_config, options) + sizeof cfg->options && cfg->options &&
+        *cfg->options) {
+        snprintf(err, err_len, "format %s takes no settings (got '%s')",
+                 dt == LMH_F16 ? "f16" : "f32", cfg->options);
         return LMH_EINVAL;
     }
     lmh_cache *c = calloc(1, sizeof *c);

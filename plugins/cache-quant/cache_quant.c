@@ -1,9 +1,9 @@
 /* The group-quantized cache plugin (MLX-style affine, as mlx-lm's quantized KV cache):
  * keys and values stored as 8- or 4-bit codes with an f32 scale and bias for each group
- * of 64 (or 32, 16: what divides the head size) values of a row and head. A row of a head
- * is one run of 32-bit words: its codes, then its scales, then its biases; a store holds
- * each K/V head's rows together ([heads, rows, words]), so that attention reads a head's
- * rows in one stream.
+ * of 64 (or 32, 16: what divides the head size; or 16 to 128 as the setting group=N says)
+ * values of a row and head. A row of a head is one run of 32-bit words: its codes, then its
+ * scales, then its biases; a store holds each K/V head's rows together ([heads, rows,
+ * words]), so that attention reads a head's rows in one stream.
  *
  * The format is the plugin's own, so it brings its kernels (plugin ABI 1.6): quantize the
  * appended rows into their slots; decode's attention straight from the codes (attend,
@@ -187,7 +187,7 @@ row_values(const uint32_t *row, uint32_t n, uint32_t bits, uint32_t group, float
     for (uint32_t g0 = 0; g0 < n; g0 += group) {
         float sc = sb[g0 / group], bi = sb[n / group + g0 / group];
         const uint8_t *c8 = cb + g0;
-        uint8_t c4[64]; /* a 4-bit group's codes a byte each (groups are at most 64) */
+        uint8_t c4[128]; /* a 4-bit group's codes a byte each (groups are at most 128) */
         if (bits == 4) {
             for (uint32_t k = 0; k < group / 2; k++) {
                 c4[2 * k] = cb[g0 / 2 + k] & 15u;
@@ -366,10 +366,47 @@ static int32_t pick_group(int32_t hd) {
     return 0;
 }
 
-static side make_side(int32_t hd, int32_t bits) {
-    side s = {.hd = hd, .group = pick_group(hd)};
+/* group: the one asked for in the settings, 0 for pick_group's */
+static side make_side(int32_t hd, int32_t bits, int32_t group) {
+    side s = {.hd = hd, .group = group ? group : pick_group(hd)};
     if (s.group) s.words = hd * bits / 32 + 2 * (hd / s.group);
     return s;
+}
+
+/* The format's settings (ABI 1.8), "group=N": values a scale and bias, as mlx-lm's
+ * kv_group_size. 16 to 128: quantize.comp takes groups of at most 128, and attend takes any
+ * group that is a multiple of a lane's slice (attend_fits; decode reads the dequantized copy
+ * for others). *group is 0 where the settings name none. */
+static int parse_options(const lmh_cache_config *cfg, const char *fmt, int32_t *group, char *err,
+                         size_t err_len) {
+    static const char *const groups[] = {"16", "32", "64", "128"};
+    *group = 0;
+    /* a host built before ABI 1.8 passes a struct that ends before options */
+    if (cfg->size < offsetof(lmh_cache_config, options) + sizeof cfg->options || !cfg->options)
+        return LMH_OK;
+    const char *p = cfg->options;
+    do {
+        size_t n = strcspn(p, ",");
+        if (n < 6 || strncmp(p, "group=", 6) != 0) {
+            snprintf(err, err_len, "format %s: unknown setting '%.*s' (known: group=16|32|64|128)",
+                     fmt, (int)n, p);
+            return LMH_EINVAL;
+        }
+        if (*group) {
+            snprintf(err, err_len, "format %s: 'group' is given twice", fmt);
+            return LMH_EINVAL;
+        }
+        for (int i = 0; i < 4; i++)
+            if (n - 6 == strlen(groups[i]) && strncmp(p + 6, groups[i], n - 6) == 0)
+                *group = atoi(groups[i]);
+        if (!*group) {
+            snprintf(err, err_len, "format %s: '%.*s': the group must be 16, 32, 64 or 128", fmt,
+                     (int)n, p);
+            return LMH_EINVAL;
+        }
+        p += n;
+    } while (*p++);
+    return LMH_OK;
 }
 
 static uint64_t layer_bytes(const lmh_cache *c, int32_t l, int32_t rows) {
@@ -386,15 +423,9 @@ static int create(const lmh_host_api *host, const lmh_backend_api *be, lmh_backe
         snprintf(err, err_len, "format '%s' is not one of q8, q4", cfg->format);
         return LMH_EINVAL;
     }
-    /* (ABI 1.8) settings: these formats have none to take */
-    const char *opts = cfg->size >= offsetof(lmh_cache_config, options) + sizeof cfg->options
-                           ? cfg->options
-                           : NULL;
-    if (opts && *opts) {
-        snprintf(err, err_len, "format '%s' takes no settings (got '%s')",
-                 cfg->format ? cfg->format : "q8", opts);
-        return LMH_EINVAL;
-    }
+    int32_t group;
+    int orc = parse_options(cfg, bits == 8 ? "q8" : "q4", &group, err, err_len);
+    if (orc != LMH_OK) return orc;
     if (be->size < offsetof(lmh_backend_api, kernel_run) + sizeof be->kernel_run ||
         !be->kernel_add || !be->kernel_run) {
         snprintf(err, err_len, "the backend runs no plugin kernels (plugin ABI 1.6)");
@@ -407,6 +438,11 @@ static int create(const lmh_host_api *host, const lmh_backend_api *be, lmh_backe
                      "layer %d: head sizes %d and %d must be multiples of 16 to quantize", l,
                      s->head_dim_k, s->head_dim_v);
             return LMH_EUNSUPPORTED;
+        }
+        if (s->kind == LMH_STATE_KV && group && (s->head_dim_k % group || s->head_dim_v % group)) {
+            snprintf(err, err_len, "group=%d does not divide layer %d's head sizes (%d and %d)",
+                     group, l, s->head_dim_k, s->head_dim_v);
+            return LMH_EINVAL;
         }
     }
     lmh_cache *c = calloc(1, sizeof *c);
@@ -434,8 +470,8 @@ static int create(const lmh_host_api *host, const lmh_backend_api *be, lmh_backe
     kv_seqs_init(&c->t, c->layers, c->rec, c->n_layers);
     for (int32_t l = 0; l < c->n_layers; l++) {
         if (c->layers[l].kind != LMH_STATE_KV) continue;
-        c->ks[l] = make_side(c->layers[l].head_dim_k, bits);
-        c->vs[l] = make_side(c->layers[l].head_dim_v, bits);
+        c->ks[l] = make_side(c->layers[l].head_dim_k, bits, group);
+        c->vs[l] = make_side(c->layers[l].head_dim_v, bits, group);
     }
     for (int i = 0; i < K_ATTEND; i++) { /* attend's builds when first used (attend_ready) */
         int rc = be->kernel_add(b, &kernel_descs[i], &c->kern[i], err, err_len);

@@ -22,7 +22,8 @@
  * f32 attention's own rounding; an indexing or packing error is O(1), one code a step off
  * about 1e-3 at 8 bits). The cache's bytes must be exactly the format's size, and bad
  * formats and head sizes, and a backend without plugin kernels, are refused with a
- * message.
+ * message. The setting group=N (ABI 1.8) runs the same steps with groups of 16, 32 and 128
+ * on the layers they divide; unknown or bad settings are refused naming what is known.
  * Exit 0 pass, 1 fail. */
 #include "lmhost/lmhost.h"
 
@@ -137,8 +138,10 @@ typedef struct layer {
 
 enum { MAXPOS = 8500, APPEND_ONLY = 1000, NL = 4 };
 
+static int g_group; /* the setting group=N of the run, 0: none */
+
 static int group_of(int hd) {
-    return hd % 64 == 0 ? 64 : hd % 32 == 0 ? 32 : 16;
+    return g_group ? g_group : hd % 64 == 0 ? 64 : hd % 32 == 0 ? 32 : 16;
 }
 
 /* out[n, heads, dv] of queries q at positions pos - n .. pos - 1 over the kept rows */
@@ -191,7 +194,7 @@ static lmh_tensor *upload(const lmh_backend_api *be, lmh_backend *b, lmh_dtype d
 static void check_refusals(const lmh_backend_api *be, lmh_backend *b, lmh_layer_state *st) {
     char err[256];
     lmh_cache *c = NULL;
-    lmh_cache_config cfg = {sizeof cfg, "q3", 1, st, 0, NULL};
+    lmh_cache_config cfg = {.size = sizeof cfg, .format = "q3", .n_layers = 1, .layers = st};
     int rc = g_cache->create(&g_host, be, b, &cfg, &c, err, sizeof err);
     g_checks++;
     if (rc == LMH_OK || !strstr(err, "q3")) {
@@ -199,7 +202,7 @@ static void check_refusals(const lmh_backend_api *be, lmh_backend *b, lmh_layer_
         g_fail++;
     }
     lmh_layer_state odd = {LMH_STATE_KV, 1, 24, 24, 0};
-    cfg = (lmh_cache_config){sizeof cfg, "q8", 1, &odd, 0, NULL};
+    cfg = (lmh_cache_config){.size = sizeof cfg, .format = "q8", .n_layers = 1, .layers = &odd};
     err[0] = 0;
     rc = g_cache->create(&g_host, be, b, &cfg, &c, err, sizeof err);
     g_checks++;
@@ -210,7 +213,7 @@ static void check_refusals(const lmh_backend_api *be, lmh_backend *b, lmh_layer_
     /* a backend built before ABI 1.6: its table ends before kernel_add */
     lmh_backend_api old = *be;
     old.size = (uint32_t)offsetof(lmh_backend_api, kernel_add);
-    cfg = (lmh_cache_config){sizeof cfg, "q8", 1, st, 0, NULL};
+    cfg = (lmh_cache_config){.size = sizeof cfg, .format = "q8", .n_layers = 1, .layers = st};
     err[0] = 0;
     rc = g_cache->create(&g_host, &old, b, &cfg, &c, err, sizeof err);
     g_checks++;
@@ -218,29 +221,78 @@ static void check_refusals(const lmh_backend_api *be, lmh_backend *b, lmh_layer_
         fprintf(stderr, "FAIL: a backend without plugin kernels accepted (%d: %s)\n", rc, err);
         g_fail++;
     }
+    /* settings (ABI 1.8): group=N alone, N one of 16..128 dividing the head sizes (64 here) */
+    static const struct {
+        const char *options, *says;
+    } bad[] = {{"group=48", "16, 32, 64 or 128"},
+               {"group=", "16, 32, 64 or 128"},
+               {"group=064", "16, 32, 64 or 128"},
+               {"bits=4", "unknown setting 'bits=4' (known: group="},
+               {"group=32,hot=0", "unknown setting 'hot=0'"},
+               {"group=32,", "unknown setting ''"},
+               {"group=32,group=32", "given twice"},
+               {"group=128", "group=128 does not divide layer 0's head sizes (64 and 64)"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cfg = (lmh_cache_config){.size = sizeof cfg,
+                                 .format = "q4",
+                                 .n_layers = 1,
+                                 .layers = st,
+                                 .options = bad[i].options};
+        err[0] = 0;
+        c = NULL;
+        rc = g_cache->create(&g_host, be, b, &cfg, &c, err, sizeof err);
+        check(rc == LMH_EINVAL && !c && strstr(err, bad[i].says),
+              "settings '%s' refused saying '%s' (%d: %s)", bad[i].options, bad[i].says, rc, err);
+    }
+    /* a host of ABI 1.7 passes a struct without options: whatever lies past it is not read */
+    cfg = (lmh_cache_config){.size = offsetof(lmh_cache_config, options),
+                             .format = "q4",
+                             .n_layers = 1,
+                             .layers = st,
+                             .options = "bogus"};
+    c = NULL;
+    rc = g_cache->create(&g_host, be, b, &cfg, &c, err, sizeof err);
+    check(rc == LMH_OK && c, "a 1.7 config's options are not read (%d: %s)", rc, err);
+    if (c) g_cache->destroy(c);
 }
 
-static void run_backend(const char *name, const lmh_backend_api *be, lmh_backend *b, int bits) {
+/* group: the setting group=N (0: none, the plugin's pick), on the layers whose heads it
+ * divides: 16 on all four, 32 on the first three, 128 on heads of 128 alone (layer 1 is the
+ * sliding window in each) */
+static void run_backend(const char *name, const lmh_backend_api *be, lmh_backend *b, int bits,
+                        int group) {
     layer L[NL] = {
         {.st = {LMH_STATE_KV, 2, 64, 64, 0}, .heads = 4, .softcap = 0},
         {.st = {LMH_STATE_KV, 1, 128, 128, 5}, .heads = 4, .softcap = 20},
         {.st = {LMH_STATE_KV, 2, 64, 32, 0}, .heads = 2, .softcap = 0},
         {.st = {LMH_STATE_KV, 1, 16, 16, 0}, .heads = 1, .softcap = 0},
     };
+    int nl = group == 32 ? 3 : NL;
+    if (group == 128) {
+        L[0].st = (lmh_layer_state){LMH_STATE_KV, 2, 128, 128, 0};
+        nl = 2;
+    }
     lmh_layer_state st[NL];
-    for (int l = 0; l < NL; l++) st[l] = L[l].st;
-    if (bits == 8) check_refusals(be, b, st);
-    char err[256] = "";
+    for (int l = 0; l < nl; l++) st[l] = L[l].st;
+    if (bits == 8 && !group) check_refusals(be, b, st);
+    char err[256] = "", opt[32] = "", tag[40] = ""; /* "group=N" and " group=N" */
+    if (group) snprintf(opt, sizeof opt, "group=%d", group);
+    if (group) snprintf(tag, sizeof tag, " %s", opt);
+    g_group = group;
     lmh_cache *c = NULL;
-    lmh_cache_config cfg = {sizeof cfg, bits == 8 ? "q8" : "q4", NL, st, 0, NULL};
+    lmh_cache_config cfg = {.size = sizeof cfg,
+                            .format = bits == 8 ? "q8" : "q4",
+                            .n_layers = nl,
+                            .layers = st,
+                            .options = group ? opt : NULL};
     if (g_cache->create(&g_host, be, b, &cfg, &c, err, sizeof err) != LMH_OK) {
-        fprintf(stderr, "FAIL: %s: create: %s\n", name, err);
+        fprintf(stderr, "FAIL: %s%s: create: %s\n", name, tag, err);
         g_fail++;
         return;
     }
     const uint64_t id = 7;
     g_cache->seq_add(c, id);
-    for (int l = 0; l < NL; l++) {
+    for (int l = 0; l < nl; l++) {
         int kvh = L[l].st.n_kv_heads;
         L[l].k = calloc((size_t)MAXPOS * kvh * L[l].st.head_dim_k, sizeof(float));
         L[l].v = calloc((size_t)MAXPOS * kvh * L[l].st.head_dim_v, sizeof(float));
@@ -262,10 +314,10 @@ static void run_backend(const char *name, const lmh_backend_api *be, lmh_backend
                 g_fail++;
             }
             if (g_cache->seq_trim(c, id, 0) != LMH_OK) g_fail++;
-            for (int l = 0; l < NL; l++) L[l].pos = 0;
+            for (int l = 0; l < nl; l++) L[l].pos = 0;
             continue;
         }
-        for (int l = 0; l < NL; l++) {
+        for (int l = 0; l < nl; l++) {
             layer *y = &L[l];
             int kvh = y->st.n_kv_heads, d = y->st.head_dim_k, dv = y->st.head_dim_v;
             float *k = y->k + (size_t)y->pos * kvh * d, *v = y->v + (size_t)y->pos * kvh * dv;
@@ -321,8 +373,8 @@ static void run_backend(const char *name, const lmh_backend_api *be, lmh_backend
                 }
                 if (maxd / maxw > worst) worst = maxd / maxw;
                 if (!(maxd <= tol * maxw)) {
-                    fprintf(stderr, "FAIL: %s q%d: step %zu layer %d: max |d| %.3g of %.3g\n", name,
-                            bits, si, l, maxd, maxw);
+                    fprintf(stderr, "FAIL: %s q%d%s: step %zu layer %d: max |d| %.3g of %.3g\n",
+                            name, bits, tag, si, l, maxd, maxw);
                     g_fail++;
                 }
             }
@@ -347,7 +399,7 @@ static void run_backend(const char *name, const lmh_backend_api *be, lmh_backend
     }
     /* bytes: rows allocated x heads x (codes + a scale and a bias a group) x 4 */
     uint64_t want_bytes = 0;
-    for (int l = 0; l < NL; l++) {
+    for (int l = 0; l < nl; l++) {
         int d = L[l].st.head_dim_k, dv = L[l].st.head_dim_v;
         uint64_t words = (uint64_t)(d * bits / 32 + 2 * d / group_of(d)) +
                          (uint64_t)(dv * bits / 32 + 2 * dv / group_of(dv));
@@ -357,13 +409,13 @@ static void run_backend(const char *name, const lmh_backend_api *be, lmh_backend
     }
     g_checks++;
     if (g_cache->bytes(c) != want_bytes || g_cache->seq_bytes(c, id) != want_bytes) {
-        fprintf(stderr, "FAIL: %s q%d: bytes %llu (sequence %llu), the format's %llu\n", name, bits,
-                (unsigned long long)g_cache->bytes(c),
+        fprintf(stderr, "FAIL: %s q%d%s: bytes %llu (sequence %llu), the format's %llu\n", name,
+                bits, tag, (unsigned long long)g_cache->bytes(c),
                 (unsigned long long)g_cache->seq_bytes(c, id), (unsigned long long)want_bytes);
         g_fail++;
     }
-    printf("%s q%d: worst output error %.2e of the largest value (tolerance %.0e)\n", name, bits,
-           worst, tol);
+    printf("%s q%d%s: worst output error %.2e of the largest value (tolerance %.0e)\n", name, bits,
+           tag, worst, tol);
     g_cache->seq_remove(c, id);
     g_checks++;
     if (g_cache->bytes(c) != 0) {
@@ -372,7 +424,7 @@ static void run_backend(const char *name, const lmh_backend_api *be, lmh_backend
         g_fail++;
     }
     g_cache->destroy(c);
-    for (int l = 0; l < NL; l++) {
+    for (int l = 0; l < nl; l++) {
         free(L[l].k);
         free(L[l].v);
         free(L[l].kq);
@@ -399,8 +451,11 @@ int main(int argc, char **argv) {
         /* LMHOST_VK_KERNEL_SHARED below attend's needs: the Vulkan backend refuses it */
         const char *ks = i == 2 ? NULL : getenv("LMHOST_VK_KERNEL_SHARED");
         int logs = g_copy_logs;
-        run_backend(name, be, b, 8);
-        run_backend(name, be, b, 4);
+        for (int bits = 8; bits >= 4; bits -= 4) {
+            run_backend(name, be, b, bits, 0);
+            for (int group = 16; group <= 128; group *= 2)
+                if (group != 64) run_backend(name, be, b, bits, group);
+        }
         if (ks && atoi(ks) > 0 && atoi(ks) < 16384 + 1024)
             check(g_copy_logs > logs, "%s with LMHOST_VK_KERNEL_SHARED=%s: attend refused", name,
                   ks);
@@ -412,8 +467,8 @@ int main(int argc, char **argv) {
         logs = g_copy_logs;
         char label[64];
         snprintf(label, sizeof label, "%s, attend refused", name);
-        run_backend(label, &refusing, b, 8);
-        run_backend(label, &refusing, b, 4);
+        run_backend(label, &refusing, b, 8, 0);
+        run_backend(label, &refusing, b, 4, 0);
         check(g_copy_logs > logs, "%s: the refusal is logged", label);
         be->destroy(b);
     }

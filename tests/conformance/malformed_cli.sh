@@ -81,7 +81,7 @@ expect config-not-json "$d" "config.json"
 
 d=$(case_dir ok)
 expect unknown-backend "$d" "unknown backend plugin 'nope'" --backend nope
-expect unknown-cache "$d" "unknown cache 'nope'" --cache nope
+expect unknown-cache "$d" "unknown cache 'nope' (formats: f32, f16" --cache nope
 "$lmhost" logits --model "$d" --tokens 1,99999 --out "$tmp/o.npy" 2>"$tmp/err"
 if [ $? -ne 1 ] || ! grep -q "out of range" "$tmp/err"; then
     echo "FAIL token-out-of-range: $(cat "$tmp/err")"

@@ -5,7 +5,7 @@
 //
 // usage: node e2e.mjs LMHOST SCENARIO   (http | https | auth | errors | concurrency | shutdown |
 //                                        swap | swap-quant | swap-kvquant | serve-vulkan |
-//                                        vulkan-oom)
+//                                        vulkan-oom | kv-cache | kv-cache-errors)
 // Needs LMHOST_TOKENIZERS (the fetched tokenizers) and tests/data/e2e. LMHOST_SWAP_BACKEND
 // names the backend swap and swap-quant move to and back from (default cpu).
 import { spawn, execFileSync } from 'node:child_process';
@@ -14,6 +14,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
+
+// The cache formats requests pick in the kv-cache scenarios ("kv_cache": FORMAT), each checked
+// against a server started with --cache FORMAT. Any format a cache plugin offers may go here.
+const CACHE_FORMATS = ['f16', 'q8', 'q4', 'tq3', 'tq4'];
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '../..');
@@ -530,11 +534,188 @@ async function scenarioVulkanOom() {
   }
 }
 
+// The cache chosen per request: requests picking every format of CACHE_FORMATS (by
+// "kv_cache", and q8/q4 by mlx-lm's kv_bits) run together on a server whose --cache is the
+// default, and each greedy answer equals that of a server started with --cache FORMAT;
+// /health and /metrics show each format's bytes while they run and none after; after a
+// backend move the formats open again.
+async function scenarioKvCache() {
+  const n = 3; // cases a format
+  const model = modelDir();
+  const ask = async (url, c, extra) => (await client(url).chat.completions.create(chatBody(c, extra))).choices[0].message.content;
+  // the references: a server for each format, and the default (f32) one
+  const ref = {};
+  for (const f of CACHE_FORMATS) {
+    const p = await startServer(['--cache', f], { model });
+    try {
+      check(new RegExp(`cache=\\w+\\(${f}\\)`).test(health(p).chain), `--cache ${f} serves`, health(p).chain);
+      ref[f] = [];
+      for (const c of cases.slice(0, n)) ref[f].push(await ask(p.url, c));
+    } finally {
+      await stop(p);
+    }
+  }
+  const p = await startServer(['--parallel', '16', '--admin-key', 'adm'], { model });
+  try {
+    const cl = client(p.url);
+    const def = [];
+    for (const c of cases.slice(0, n)) def.push(await ask(p.url, c));
+    def.forEach((t, i) => eq(t, cases[i].greedy_text, `default cache case ${i}`));
+    check(CACHE_FORMATS.some((f) => ref[f].some((t, i) => t !== def[i])),
+      'some format answers otherwise than the default cache (the choice is seen)', JSON.stringify(ref));
+    // every format, every case, streamed and not, all at once, beside default requests
+    const jobs = [];
+    const want = [];
+    const picks = [...CACHE_FORMATS.map((f) => ({ label: `kv_cache ${f}`, extra: { kv_cache: f }, f })),
+      { label: 'kv_bits 8', extra: { kv_bits: 8 }, f: 'q8' }, { label: 'kv_bits 4', extra: { kv_bits: 4 }, f: 'q4' },
+      { label: 'kv_bits 4, kv_group_size 16', extra: { kv_bits: 4, kv_group_size: 16 }, f: 'q4' },
+      { label: 'quant:q8', extra: { kv_cache: 'quant:q8' }, f: 'q8' }, { label: 'default', extra: {}, f: null }]
+      .filter((k) => k.f === null || CACHE_FORMATS.includes(k.f));
+    for (const k of picks)
+      for (const [i, c] of cases.slice(0, n).entries()) {
+        const w = k.f ? ref[k.f][i] : def[i];
+        jobs.push(ask(p.url, c, k.extra).then((t) => [`${k.label} case ${i}`, t]));
+        want.push(w);
+        jobs.push(streamText(cl, chatBody(c, k.extra)).then((r) => [`${k.label} case ${i} streamed`, r.text]));
+        want.push(w);
+      }
+    (await Promise.all(jobs)).forEach(([what, t], j) => eq(t, want[j], `${what}, ${jobs.length} requests together`));
+    // /v1/completions takes kv_cache too
+    for (const f of CACHE_FORMATS) {
+      const r = await cl.completions.create({ model: 'e2e', prompt: cases[0].prompt_ids, max_tokens: 24, temperature: 0, kv_cache: f });
+      eq(r.choices[0].text, ref[f][0], `/v1/completions with kv_cache ${f}`);
+    }
+    // bytes per format while a stream of each runs, none once they end
+    const ctrl = new AbortController();
+    const started = [];
+    const streams = CACHE_FORMATS.map((f) => new Promise((resolve) => {
+      (async () => {
+        const s = await cl.chat.completions.create({ ...chatBody(cases[0], { max_tokens: 3000, kv_cache: f, ignore_eos: true }), stream: true }, { signal: ctrl.signal });
+        let k = 0;
+        try { for await (const ch of s) { if (++k === 4) started.push(f); void ch; } } catch { /* aborted */ }
+      })().finally(resolve);
+    }));
+    for (let k = 0; k < 600 && started.length < CACHE_FORMATS.length; k++) await new Promise((r) => setTimeout(r, 50));
+    eq(started.length, CACHE_FORMATS.length, 'a stream of each format runs');
+    const h = health(p), met = curl([p.url + '/metrics']);
+    ctrl.abort();
+    await Promise.all(streams);
+    const byFormat = Object.fromEntries(h.caches.map((c) => [c.format, c]));
+    check(h.caches[0].default && h.caches[0].format === 'f32' && h.caches[0].plugin === 'plain', '/health: the default cache first', JSON.stringify(h.caches));
+    for (const f of CACHE_FORMATS) {
+      check(byFormat[f]?.bytes > 0 && byFormat[f]?.sequences >= 1, `/health: ${f} holds bytes while its stream runs`, JSON.stringify(byFormat[f]));
+      const m = new RegExp(`^lmhost_cache_format_bytes\\{format="${f}"\\} (\\d+)$`, 'm').exec(met);
+      check(m && Number(m[1]) > 0, `/metrics: lmhost_cache_format_bytes{format="${f}"} while its stream runs`, m?.[0]);
+    }
+    const labelled = [...met.matchAll(/^lmhost_cache_format_bytes\{format="[^"]*"\} (\d+)$/gm)].reduce((a, m) => a + Number(m[1]), 0);
+    const total = Number(/^lmhost_cache_bytes (\d+)$/m.exec(met)?.[1]);
+    check(total > 0 && labelled === total, '/metrics: the formats add up to lmhost_cache_bytes', `${labelled} vs ${total}`);
+    eq(h.caches.reduce((a, c) => a + c.bytes, 0), h.cache_bytes, '/health: the formats add up to cache_bytes');
+    let after = null;
+    for (let k = 0; k < 100; k++) {
+      after = health(p);
+      if (after.running === 0 && after.cache_bytes === 0) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    check(after.caches.every((c) => c.bytes === 0 && c.sequences === 0), '/health: nothing held once the streams end', JSON.stringify(after.caches));
+    check(/^lmhost_cache_format_bytes\{format="q8"\} 0$/m.test(curl([p.url + '/metrics'])) || !CACHE_FORMATS.includes('q8'), '/metrics: q8 back to 0');
+    // a move keeps the default cache; the formats open again when asked for
+    const r = await adminMove(p, 'cpu');
+    check(r.code === 200 && health(p).caches.length === 1, 'after a move only the default cache is open', JSON.stringify(health(p).caches));
+    for (const f of CACHE_FORMATS) eq(await ask(p.url, cases[0], { kv_cache: f }), ref[f][0], `kv_cache ${f} after the move`);
+    eq(health(p).caches.length, 1 + CACHE_FORMATS.length, 'they are open again');
+  } finally {
+    eq(await stop(p), 0, 'server exits 0');
+  }
+}
+
+// Bad cache choices: each answered 400 (in OpenAI's shape, naming the field and saying why)
+// and the server goes on serving; a format the backend cannot run (the noquant test backend
+// runs no plugin kernels) is a 400 naming the reason, and a load error at start.
+async function scenarioKvCacheErrors() {
+  const model = modelDir();
+  const p = await startServer([], { model });
+  try {
+    const post = (b, route = '/v1/chat/completions') => status(p.url + route, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(b) });
+    const msg = { messages: [{ role: 'user', content: 'hi' }], max_tokens: 2, temperature: 0 };
+    const good = async (what) => {
+      const r = await post({ ...msg, kv_cache: CACHE_FORMATS[0] });
+      check(r.code === 200 && r.body.usage?.completion_tokens === 2, `${what}: a good request is answered after it`, JSON.stringify(r));
+    };
+    const bad = [
+      [{ kv_cache: 'tq9' }, 'kv_cache', { test: (m) => /unknown cache 'tq9' \(formats: /.test(m) && CACHE_FORMATS.every((f) => new RegExp(`formats: [^;]*\\b${f}\\b`).test(m)) },
+        'an unknown kv_cache names the formats there are'],
+      [{ kv_cache: 42 }, 'kv_cache', /'kv_cache' must be a string/, 'kv_cache not a string'],
+      [{ kv_cache: '' }, 'kv_cache', /'kv_cache' must be a string/, 'kv_cache empty'],
+      [{ kv_cache: 'x'.repeat(300) }, 'kv_cache', /at most \d+ bytes/, 'kv_cache too long'],
+      [{ kv_cache: 'plain:q8' }, 'kv_cache', /cache plugin 'plain' has no format 'q8'/, 'a format of another plugin'],
+      [{ kv_cache: 'f16,x=1' }, 'kv_cache', /format f16 takes no settings \(got 'x=1'\)/, 'settings f16 has not'],
+      [{ kv_cache: 'q8,bits=4' }, 'kv_cache', /unknown setting 'bits=4' \(known: group=/, 'an unknown setting'],
+      [{ kv_cache: 'q8,group=48' }, 'kv_cache', /the group must be 16, 32, 64 or 128/, 'a bad group'],
+      [{ kv_cache: 'q4,group=64' }, 'kv_cache', /group=64 does not divide layer 0's head sizes \(16 and 16\)/, 'a group the heads do not take'],
+      [{ kv_bits: 9 }, 'kv_bits', /'kv_bits' must be between 2 and 8 \(got 9\)/, 'kv_bits 9'],
+      [{ kv_bits: 1 }, 'kv_bits', /between 2 and 8/, 'kv_bits 1'],
+      [{ kv_bits: -4 }, 'kv_bits', /between 2 and 8/, 'kv_bits -4'],
+      [{ kv_bits: 4.5 }, 'kv_bits', /'kv_bits' must be an integer/, 'kv_bits 4.5'],
+      [{ kv_bits: '8' }, 'kv_bits', /'kv_bits' must be an integer/, 'kv_bits "8"'],
+      ...[2, 3, 5, 6, 7].map((b) => [{ kv_bits: b }, 'kv_bits', new RegExp(`'kv_bits' ${b} is not served: this server quantizes the cache to kv_bits 4 and 8`), `kv_bits ${b}`]),
+      [{ kv_bits: 8, kv_cache: 'q8' }, 'kv_bits', /'kv_cache' and 'kv_bits' both choose the cache/, 'kv_cache with kv_bits'],
+      [{ kv_group_size: 32 }, 'kv_group_size', /'kv_group_size' goes with 'kv_bits'/, 'kv_group_size alone'],
+      [{ kv_cache: 'q8', kv_group_size: 32 }, 'kv_group_size', /'kv_group_size' goes with 'kv_bits'/, 'kv_group_size with kv_cache'],
+      [{ kv_bits: 4, kv_group_size: 48 }, 'kv_group_size', /'kv_bits' 4 with 'kv_group_size' 48: .*the group must be 16, 32, 64 or 128/, 'kv_group_size 48'],
+      [{ kv_bits: 8, kv_group_size: 64 }, 'kv_group_size', /does not divide/, 'kv_group_size 64 on heads of 16'],
+      [{ kv_bits: 8, kv_group_size: 0 }, 'kv_group_size', /between 1 and 1024/, 'kv_group_size 0'],
+    ];
+    for (const [extra, param, re, what] of bad) {
+      for (const route of ['/v1/chat/completions', '/v1/completions']) {
+        const body = route === '/v1/completions' ? { prompt: 'hi', max_tokens: 2, ...extra } : { ...msg, ...extra };
+        const r = await post(body, route);
+        check(r.code === 400 && r.body?.error?.param === param && r.body?.error?.type === 'invalid_request_error' && re.test(r.body.error.message),
+          `${what} (${route}): 400 naming ${param}`, JSON.stringify(r));
+      }
+      await good(what);
+    }
+    // streamed: the 400 comes before any stream (the openai client sees an APIError)
+    let err = null;
+    try {
+      const s = await client(p.url).chat.completions.create({ ...chatBody(cases[0], { kv_cache: 'q8,group=48' }), stream: true });
+      for await (const ch of s) void ch;
+    } catch (e) { err = e; }
+    check(err?.status === 400 && /the group must be/.test(err?.message), 'a streamed request with a bad cache: 400, not a stream', String(err));
+    await good('the streamed one');
+    eq((await status(p.url + '/health')).code, 200, 'still serving');
+  } finally {
+    eq(await stop(p), 0, 'server exits 0');
+  }
+  if (!process.env.LMHOST_TEST_INNER_BACKEND) return;
+  // a backend without plugin kernels: the quantized formats are refused there, plain ones run
+  const q = await startServer(['--backend', 'noquant'], { model });
+  try {
+    const post = (b) => status(q.url + '/v1/chat/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(b) });
+    const msg = { messages: [{ role: 'user', content: 'hi' }], max_tokens: 2, temperature: 0 };
+    for (const extra of [{ kv_cache: 'q8' }, { kv_bits: 4 }]) {
+      const r = await post({ ...msg, ...extra });
+      check(r.code === 400 && /cache quant failed to start on noquant: the backend runs no plugin kernels/.test(r.body?.error?.message),
+        `${JSON.stringify(extra)} on a backend without plugin kernels: 400 saying why`, JSON.stringify(r));
+      const g = await post({ ...msg, kv_cache: 'f16' });
+      eq(g.code, 200, `f16 still served there after ${JSON.stringify(extra)}`);
+    }
+  } finally {
+    eq(await stop(q), 0, 'noquant server exits 0');
+  }
+  let startErr = null;
+  try {
+    await stop(await startServer(['--backend', 'noquant', '--cache', 'q8'], { model }));
+  } catch (e) { startErr = String(e.message); }
+  check(/server exited 1/.test(startErr ?? '') && /cache quant failed to start on noquant: the backend runs no plugin kernels/.test(startErr ?? ''),
+    '--cache q8 on a backend without plugin kernels: a load error saying why', startErr);
+}
+
 async function scenarioHttpsClient() {
   await greedyCases(client(process.argv[4], { key: 'sekrit' }), 'https');
 }
 
-const scenarios = { swap: scenarioSwap, 'swap-quant': scenarioSwapQuant, 'swap-kvquant': scenarioSwapKvQuant, 'serve-vulkan': scenarioServeVulkan, 'vulkan-oom': scenarioVulkanOom, 'https-client': scenarioHttpsClient, http: scenarioHttp, https: scenarioHttps, auth: scenarioAuth, errors: scenarioErrors, concurrency: () => scenarioConcurrency(), 'concurrency-hybrid': () => scenarioConcurrency(hybridDir()), shutdown: scenarioShutdown };
+const scenarios = { swap: scenarioSwap, 'swap-quant': scenarioSwapQuant, 'swap-kvquant': scenarioSwapKvQuant, 'serve-vulkan': scenarioServeVulkan, 'vulkan-oom': scenarioVulkanOom, 'https-client': scenarioHttpsClient, http: scenarioHttp, https: scenarioHttps, auth: scenarioAuth, errors: scenarioErrors, concurrency: () => scenarioConcurrency(), 'concurrency-hybrid': () => scenarioConcurrency(hybridDir()), shutdown: scenarioShutdown, 'kv-cache': scenarioKvCache, 'kv-cache-errors': scenarioKvCacheErrors };
 if (!scenarios[scenario]) { console.error('unknown scenario ' + scenario); process.exit(2); }
 try {
   await scenarios[scenario]();

@@ -1,6 +1,6 @@
 #version 450
-// Quantizes rows of keys or values: one workgroup a group of `group` (<= 64) values of one
-// row and head, a thread a value; affine (value = code * scale + bias, bias the group's
+// Quantizes rows of keys or values: one workgroup a group of `group` (<= 128) values of one
+// row and head, a thread a value or two; affine (value = code * scale + bias, bias the group's
 // minimum), codes packed little end first into 32-bit words, then the row's scales and
 // biases as f32 bits. Must give what quantize_group in cache_quant.c gives.
 layout(local_size_x = 64) in;
@@ -30,7 +30,7 @@ uint code_of(float v, float mn, float scale, float inv, float nb) {
 }
 
 shared float smn[64], smx[64];
-shared uint scode[64];
+shared uint scode[128];
 
 void main() {
     uint item = gl_WorkGroupID.x + gl_NumWorkGroups.x * gl_WorkGroupID.y;
@@ -41,9 +41,11 @@ void main() {
     uint x = pc.off[0] + rh * pc.hd + grp * pc.group;
     uint slot = pc.ring != 0u ? (pc.first + r) % pc.ring : pc.first + r;
     uint row = pc.off[1] + (h * pc.cap + slot) * pc.words;
+    // values t and t + 64 (a group of more than 64), the group's first where past its end
     float v = t < pc.group ? src[x + t] : src[x];
-    smn[t] = v;
-    smx[t] = v;
+    float v2 = t + 64u < pc.group ? src[x + t + 64u] : v;
+    smn[t] = min(v, v2);
+    smx[t] = max(v, v2);
     barrier();
     for (uint s = 32u; s > 0u; s >>= 1) { // min and max are exact in any order
         if (t < s) {
@@ -59,11 +61,12 @@ void main() {
     float inv = 1.0 / scale;
     uint per = 32u / pc.bits;
     scode[t] = t < pc.group ? code_of(v, mn, scale, inv, nb) : 0u;
+    scode[t + 64u] = t + 64u < pc.group ? code_of(v2, mn, scale, inv, nb) : 0u;
     barrier();
-    if (t < pc.group && t % per == 0u) { // one thread a word packs its codes
+    if (t < pc.group / per) { // one thread a word packs its codes
         uint word = 0u;
-        for (uint j = 0u; j < per; j++) word |= scode[t + j] << (j * pc.bits);
-        dst[row + (grp * pc.group + t) / per] = word;
+        for (uint j = 0u; j < per; j++) word |= scode[t * per + j] << (j * pc.bits);
+        dst[row + grp * pc.group / per + t] = word;
     }
     if (t == 0u) {
         uint codes = pc.hd * pc.bits / 32u;
