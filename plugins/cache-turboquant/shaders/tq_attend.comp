@@ -6,21 +6,24 @@
 #extension GL_KHR_shader_subgroup_shuffle : require
 // Decode attention for one query row over the codes, without decoding them (spec 7.2): a
 // workgroup a K/V head and chunk of rows, for the G query heads that read that K/V head,
-// HG of them at a time (HG x head size within QCAP). Computes what tq_attend_item in
-// tq_kernels.h computes (in another order of sums):
+// HG of them at a time (at most HGMAX, 8 or 4 by the build, and HG x head size within
+// QCAP: heads of 512 take 4). Computes what tq_attend_item in tq_kernels.h computes (in
+// another order of sums):
 // - the queries are rotated once (qR = R q and, for tq3 keys, qP = P q) into shared
 //   memory, padded 4 floats after every 32 so that the four lanes of a row, reading the
 //   same element of four different slices, hit different banks;
-// - a tile is TR = 64 rows; four lanes a row, each taking slices of 32 values (3 or 4
-//   whole words of codes, one word of signs) and scoring them against every head's qR
-//   and qP: a code is turned into its centroid once for all heads. The lanes' sums meet
-//   through subgroup shuffles, the tile's maximum through subgroupMax and shared memory;
-// - the weights (online softmax, as the C's blocks) go to shared memory and the values
-//   are summed in the rotated basis: a thread takes 4 values of the head for all HG heads
-//   over every RS-th row of the tile (RS = 256 / (dv / 4)), so that a code's centroid and
-//   a row's norm serve every head; the RS slices are summed and rotated back (R^T) once
-//   at the end of the chunk.
+// - a tile is TR = 128 rows; four lanes a row and two rows a lane, each lane taking slices
+//   of 32 values (3 or 4 whole words of codes, one word of signs; both rows' words loaded
+//   before either is used) and scoring them against every head's qR and qP: a code is
+//   turned into its centroid once for all heads. The lanes' sums meet through subgroup
+//   shuffles, the tile's maximum through subgroupMax and shared memory;
+// - the weights (online softmax, a tile at a time) go to shared memory and the values are
+//   summed in the rotated basis: a thread takes 4 values of the head for all HG heads
+//   over every RS-th row of the tile (RS = 256 / (dv / 4)), four rows' words loaded
+//   together, so that a code's centroid and a row's norm serve every head; the RS slices
+//   are summed and rotated back (R^T) once at the end of the chunk.
 // Hot chunks read the f16 ring's rows (position p in row p % hcap) with the plain query.
+// Shared memory: 27 KB (HGMAX 8), 24 KB (4).
 layout(local_size_x = 256) in;
 layout(binding = 0) readonly buffer Q { float q[]; };      // [1, heads, dk]
 layout(binding = 1) readonly buffer KS { uint ks[]; };     // keys' store
@@ -48,7 +51,8 @@ layout(push_constant) uniform PC {
 #ifndef HGMAX
 #define HGMAX 8u // heads a pass, at most: registers for the sums (score and values)
 #endif
-const uint WG = 256u, TR = 64u, LPR = 4u;
+const uint WG = 256u, LPR = 4u; // threads; lanes a row in the score pass
+const uint TR = 128u, RSTEP = WG / LPR, RPT = TR / RSTEP; // rows a tile; a lane takes RPT, RSTEP apart
 const uint QCAP = 2048u;            // a pass's heads x dk (and x dv), at most
 const uint QPAD = QCAP + QCAP / 8u; // with 4 floats of padding after every 32
 const uint SWS = HGMAX + 4u;        // a row's weights, padded (the lanes' writes)
@@ -65,14 +69,11 @@ shared float scbk[16], scbv[16];
 uint qat(uint h, uint e, uint dkp) { return h * dkp + e + (e >> 5) * 4u; }
 
 // One cold slice of 32 key values for every head of the pass: the centroids and signs of
-// its codes against qR and qP. Built for each code width B (a macro, so that the words and
-// shifts are constants).
+// its codes (words w, signs sg) against qR and qP. Built for each code width B (a macro, so
+// that the words and shifts are constants).
 #define COLD_SLICE(NAME, B)                                                                   \
-    void NAME(uint cwd, uint sg, uint qa, uint nh, uint dkp, bool useq, inout float a[HGMAX], \
+    void NAME(uint w[5], uint sg, uint qa, uint nh, uint dkp, bool useq, inout float a[HGMAX], \
               inout float z[HGMAX]) {                                                         \
-        uint w[B + 1u];                                                                       \
-        [[unroll]] for (uint k = 0u; k < B; k++) w[k] = ks[cwd + k];                          \
-        w[B] = 0u;                                                                            \
         [[unroll]] for (uint j4 = 0u; j4 < 8u; j4++) {                                        \
             vec4 cv, zs;                                                                      \
             [[unroll]] for (uint u = 0u; u < 4u; u++) {                                       \
@@ -90,6 +91,17 @@ uint qat(uint h, uint e, uint dkp) { return h * dkp + e + (e >> 5) * 4u; }
     }
 COLD_SLICE(cold_slice3, 3u)
 COLD_SLICE(cold_slice4, 4u)
+
+// One hot slice of 32 key values (16 words of halves) against every head's q
+void hot_slice(uint w[16], uint qa, uint nh, uint dkp, inout float a[HGMAX]) {
+    [[unroll]] for (uint j4 = 0u; j4 < 8u; j4++) {
+        vec4 kv = vec4(unpackHalf2x16(w[2u * j4]), unpackHalf2x16(w[2u * j4 + 1u]));
+        [[unroll]] for (uint h = 0u; h < HGMAX; h++) {
+            if (h >= nh) break;
+            a[h] += dot(sq4[(qat(h, 0u, dkp) + qa + j4 * 4u) >> 2], kv);
+        }
+    }
+}
 
 void main() {
     uint item = gl_WorkGroupID.x + gl_NumWorkGroups.x * gl_WorkGroupID.y;
@@ -157,52 +169,66 @@ void main() {
         [[unroll]] for (uint i = 0u; i < HGMAX / 4u; i++) lsum[i] = 0.0;
 
         for (uint r0 = first; r0 < last; r0 += TR) {
-            // scores of row r0 + rr, every head of the pass
-            uint row = r0 + rr;
-            bool valid = row < last;
-            float s[HGMAX];
-            [[unroll]] for (uint h = 0u; h < HGMAX; h++) s[h] = 0.0;
-            if (valid) {
-                for (uint sl_ = lq; sl_ * 32u < dk; sl_ += LPR) {
-                    uint e0 = sl_ * 32u, b = e0 / mk, eb = e0 % mk, qa = e0 + (e0 >> 5) * 4u;
-                    float a[HGMAX], z[HGMAX];
-                    [[unroll]] for (uint h = 0u; h < HGMAX; h++) a[h] = z[h] = 0.0;
-                    if (cold) {
-                        uint base = pc.off[1] + (g * nbk + b) * cap * (cwk + swk + 1u);
+            // scores of rows r0 + rr + RSTEP k (k < RPT), every head of the pass; each slice's
+            // words for all of them are loaded before any is used
+            float s[RPT * HGMAX];
+            [[unroll]] for (uint i = 0u; i < RPT * HGMAX; i++) s[i] = 0.0;
+            for (uint sl_ = lq; sl_ * 32u < dk; sl_ += LPR) {
+                uint e0 = sl_ * 32u, b = e0 / mk, eb = e0 % mk, qa = e0 + (e0 >> 5) * 4u;
+                if (cold) {
+                    uint base = pc.off[1] + (g * nbk + b) * cap * (cwk + swk + 1u);
+                    uint w[RPT][5], sg[RPT], nw[RPT];
+                    [[unroll]] for (uint k = 0u; k < RPT; k++) {
+                        uint row = min(r0 + rr + RSTEP * k, last - 1u); // (past the end: scored, then masked)
                         uint cwd = base + row * cwk + eb * bits / 32u;
-                        uint sg = useq ? ks[base + cap * cwk + row * swk + eb / 32u] : 0u;
-                        uint nw = ks[base + cap * (cwk + swk) + row];
+                        [[unroll]] for (uint i = 0u; i < 4u; i++) w[k][i] = i < bits ? ks[cwd + i] : 0u;
+                        w[k][4] = 0u;
+                        sg[k] = useq ? ks[base + cap * cwk + row * swk + eb / 32u] : 0u;
+                        nw[k] = ks[base + cap * (cwk + swk) + row];
+                    }
+                    [[unroll]] for (uint k = 0u; k < RPT; k++) {
+                        float a[HGMAX], z[HGMAX];
+                        [[unroll]] for (uint h = 0u; h < HGMAX; h++) a[h] = z[h] = 0.0;
                         if (bits == 3u)
-                            cold_slice3(cwd, sg, qa, nh, dkp, useq, a, z);
+                            cold_slice3(w[k], sg[k], qa, nh, dkp, useq, a, z);
                         else
-                            cold_slice4(cwd, sg, qa, nh, dkp, useq, a, z);
-                        float n = tq_float(nw & 0xffffu);
-                        float gk = useq ? tq_float(nw >> 16) * tq_kappa(mk) : 0.0;
-                        [[unroll]] for (uint h = 0u; h < HGMAX; h++) s[h] += n * (a[h] + gk * z[h]);
-                    } else {
+                            cold_slice4(w[k], sg[k], qa, nh, dkp, useq, a, z);
+                        float n = tq_float(nw[k] & 0xffffu);
+                        float gk = useq ? tq_float(nw[k] >> 16) * tq_kappa(mk) : 0.0;
+                        [[unroll]] for (uint h = 0u; h < HGMAX; h++) s[k * HGMAX + h] += n * (a[h] + gk * z[h]);
+                    }
+                } else {
+                    uint w[RPT][16];
+                    [[unroll]] for (uint k = 0u; k < RPT; k++) {
+                        uint row = min(r0 + rr + RSTEP * k, last - 1u);
                         uint hb = pc.off[3] + (row % pc.hcap * pc.kvh + g) * dk + e0;
-                        [[unroll]] for (uint j4 = 0u; j4 < 8u; j4++) {
-                            uint i = hb + j4 * 4u;
-                            vec4 kv = vec4(tq_float(TQ_LOAD16(hk, i)), tq_float(TQ_LOAD16(hk, i + 1u)),
-                                           tq_float(TQ_LOAD16(hk, i + 2u)), tq_float(TQ_LOAD16(hk, i + 3u)));
-                            [[unroll]] for (uint h = 0u; h < HGMAX; h++) {
-                                if (h >= nh) break;
-                                a[h] += dot(sq4[(qat(h, 0u, dkp) + qa + j4 * 4u) >> 2], kv);
-                            }
-                        }
-                        [[unroll]] for (uint h = 0u; h < HGMAX; h++) s[h] += a[h];
+                        [[unroll]] for (uint i = 0u; i < 16u; i++)
+                            w[k][i] = (hb & 1u) == 0u ? hk[(hb >> 1) + i] // aligned: whole words
+                                                      : TQ_LOAD16(hk, hb + 2u * i) | TQ_LOAD16(hk, hb + 2u * i + 1u) << 16;
+                    }
+                    [[unroll]] for (uint k = 0u; k < RPT; k++) {
+                        float a[HGMAX];
+                        [[unroll]] for (uint h = 0u; h < HGMAX; h++) a[h] = 0.0;
+                        hot_slice(w[k], qa, nh, dkp, a);
+                        [[unroll]] for (uint h = 0u; h < HGMAX; h++) s[k * HGMAX + h] += a[h];
                     }
                 }
             }
-            // the row's four lanes sum their slices; then scale, soft-cap, the tile's max
+            // each row's four lanes sum their slices; then scale, soft-cap, the tile's max
             [[unroll]] for (uint h = 0u; h < HGMAX; h++) {
                 if (h >= nh) break;
-                s[h] += subgroupShuffleXor(s[h], 1u);
-                s[h] += subgroupShuffleXor(s[h], 2u);
-                float v = s[h] * pc.scale;
-                if (pc.softcap > 0.0) v = pc.softcap * tanh(v / pc.softcap);
-                s[h] = valid ? v : -1.0 / 0.0;
-                float mx = subgroupMax(s[h]);
+                float mx = -1.0 / 0.0;
+                [[unroll]] for (uint k = 0u; k < RPT; k++) {
+                    float v = s[k * HGMAX + h];
+                    v += subgroupShuffleXor(v, 1u);
+                    v += subgroupShuffleXor(v, 2u);
+                    v *= pc.scale;
+                    if (pc.softcap > 0.0) v = pc.softcap * tanh(v / pc.softcap);
+                    v = r0 + rr + RSTEP * k < last ? v : -1.0 / 0.0;
+                    s[k * HGMAX + h] = v;
+                    mx = max(mx, v);
+                }
+                mx = subgroupMax(mx);
                 if (subgroupElect()) sred[gl_SubgroupID * HGMAX + h] = mx;
             }
             barrier();
@@ -218,9 +244,13 @@ void main() {
             [[unroll]] for (uint h = 0u; h < HGMAX; h++) {
                 if (h >= nh) break;
                 if (h % LPR == lq) {
-                    float w = valid ? exp(s[h] - sm[h]) : 0.0;
-                    sw4[(rr * SWS + h) >> 2][h & 3u] = w;
-                    lsum[h / 4u] = lsum[h / 4u] * sal[h] + w;
+                    float l = lsum[h / 4u] * sal[h];
+                    [[unroll]] for (uint k = 0u; k < RPT; k++) {
+                        float w = exp(s[k * HGMAX + h] - sm[h]); // 0 past the end
+                        sw4[((rr + RSTEP * k) * SWS + h) >> 2][h & 3u] = w;
+                        l += w;
+                    }
+                    lsum[h / 4u] = l;
                 }
             }
             barrier();
@@ -230,29 +260,42 @@ void main() {
                 float al = sal[h];
                 [[unroll]] for (uint u = 0u; u < 4u; u++) acc[h * 4u + u] *= al;
             }
-            for (uint vr = rs; vr < vend; vr += RS) {
-                uint row_ = r0 + vr;
-                if (row_ >= last) break;
-                vec4 val;
-                if (cold) {
+            for (uint v0 = rs; v0 < vend && r0 + v0 < last; v0 += 4u * RS) {
+                vec4 val[4];
+                if (cold) { // four rows' words and norms, then their centroids
                     uint base = pc.off[2] + (g * nbv + vb) * (cap * cwv + cap / 2u);
-                    uint bit = veb * bits, sh = bit & 31u, cwd = base + row_ * cwv + (bit >> 5);
-                    uint lo = vs[cwd], hi = sh + 4u * bits > 32u ? vs[cwd + 1u] : 0u;
-                    uint v4 = sh == 0u ? lo : (lo >> sh) | (hi << (32u - sh));
+                    uint bit = veb * bits, sh = bit & 31u, lo[4], hi[4], nv[4];
+                    [[unroll]] for (uint k = 0u; k < 4u; k++) {
+                        uint row = min(r0 + v0 + k * RS, last - 1u), cwd = base + row * cwv + (bit >> 5);
+                        lo[k] = vs[cwd];
+                        hi[k] = sh + 4u * bits > 32u ? vs[cwd + 1u] : 0u;
+                        nv[k] = vs[base + cap * cwv + row / 2u] >> ((row & 1u) * 16u);
+                    }
                     uint msk = (1u << bits) - 1u;
-                    float sc = tq_float((vs[base + cap * cwv + row_ / 2u] >> ((row_ & 1u) * 16u)) & 0xffffu);
-                    val = vec4(scbv[v4 & msk], scbv[(v4 >> bits) & msk], scbv[(v4 >> (2u * bits)) & msk],
-                               scbv[(v4 >> (3u * bits)) & msk]) * sc;
+                    [[unroll]] for (uint k = 0u; k < 4u; k++) {
+                        uint v4 = sh == 0u ? lo[k] : (lo[k] >> sh) | (hi[k] << (32u - sh));
+                        val[k] = vec4(scbv[v4 & msk], scbv[(v4 >> bits) & msk], scbv[(v4 >> (2u * bits)) & msk],
+                                      scbv[(v4 >> (3u * bits)) & msk]) *
+                                 tq_float(nv[k] & 0xffffu);
+                    }
                 } else {
-                    uint i = pc.off[4] + (row_ % pc.hcap * pc.kvh + g) * dv + ve;
-                    val = vec4(tq_float(TQ_LOAD16(hv, i)), tq_float(TQ_LOAD16(hv, i + 1u)),
-                               tq_float(TQ_LOAD16(hv, i + 2u)), tq_float(TQ_LOAD16(hv, i + 3u)));
+                    uint w0[4], w1[4];
+                    [[unroll]] for (uint k = 0u; k < 4u; k++) {
+                        uint row = min(r0 + v0 + k * RS, last - 1u);
+                        uint i = pc.off[4] + (row % pc.hcap * pc.kvh + g) * dv + ve;
+                        w0[k] = (i & 1u) == 0u ? hv[i >> 1] : TQ_LOAD16(hv, i) | TQ_LOAD16(hv, i + 1u) << 16;
+                        w1[k] = (i & 1u) == 0u ? hv[(i >> 1) + 1u] : TQ_LOAD16(hv, i + 2u) | TQ_LOAD16(hv, i + 3u) << 16;
+                    }
+                    [[unroll]] for (uint k = 0u; k < 4u; k++) val[k] = vec4(unpackHalf2x16(w0[k]), unpackHalf2x16(w1[k]));
                 }
-                [[unroll]] for (uint h4 = 0u; h4 < HGMAX; h4 += 4u) {
-                    if (h4 >= nh) break;
-                    vec4 w = sw4[(vr * SWS + h4) >> 2];
-                    [[unroll]] for (uint k = 0u; k < 4u; k++)
-                        [[unroll]] for (uint u = 0u; u < 4u; u++) acc[(h4 + k) * 4u + u] += w[k] * val[u];
+                [[unroll]] for (uint k = 0u; k < 4u; k++) {
+                    uint vr = v0 + k * RS; // rows past the end have weight 0
+                    [[unroll]] for (uint h4 = 0u; h4 < HGMAX; h4 += 4u) {
+                        if (h4 >= nh) break;
+                        vec4 w = sw4[(vr * SWS + h4) >> 2];
+                        [[unroll]] for (uint j = 0u; j < 4u; j++)
+                            [[unroll]] for (uint u = 0u; u < 4u; u++) acc[(h4 + j) * 4u + u] += w[j] * val[k][u];
+                    }
                 }
             }
         }
