@@ -4,10 +4,11 @@
 // or 128 values, a thread a value. Computes what tq_encode_item in tq_kernels.h computes,
 // bit for bit: every step of the codec is a single rounding as in the C (precise: nothing
 // fused), the butterflies of the Walsh-Hadamard transform are the C's own pairs (each
-// stage's sums do not depend on the order they are done in), the three sums of squares are
-// summed by one thread in the C's order, and division and square root are rounded
-// correctly (common.glsl), so the records are the C's on any conforming device (one
-// that flushes subnormals aside: those can only come from subnormal inputs).
+// stage's sums do not depend on the order they are done in), the sums of squares (|x|^2,
+// |C[code]|^2, the residual's) are summed by one thread in the C's order, and division
+// and square root are rounded correctly (common.glsl). So the records are the C's on any
+// device (Vulkan makes add, subtract and multiply IEEE), except that one which flushes
+// subnormals can differ where a value falls below 2^-126.
 layout(local_size_x = 128) in;
 layout(binding = 0) readonly buffer Src { uint src[]; }; // f32 rows [n, kvh, hd] or f16 ring [hcap, kvh, hd]
 layout(binding = 1) buffer Dst { uint st[]; };           // the store
