@@ -4,7 +4,7 @@
  *
  * usage: test_cache_tq CACHE_PLUGIN CPU_PLUGIN [VULKAN_PLUGIN]
  *
- * One layer of 2 K/V heads; 4 or 8 query heads (16 and 32 in a few settings); heads of 64,
+ * One layer of 2 K/V heads; 4 or 8 query heads (2, 16 and 32 in a few settings); heads of 64,
  * 128 and 256 values (one, one and two blocks; 384 and 512 in a few); tq3 and tq4; every row
  * encoded when appended (hot=0,start=0,step=1) or the hot window's policy with a small start
  * (hot=16,start=32,step=8: rows encoded straight from a long step, then from the f16 ring in steps
@@ -274,6 +274,7 @@ static const setting g_settings[] = {
     {"tq3", "hot=0,start=0,step=1", 8, 512, 0, 0},
     {"tq3", "hot=16,start=32,step=8", 16, 512, 0, 0},
     {"tq3", "hot=0,start=0,step=1", 6, 384, 0, 0},
+    {"tq4", "hot=16,start=32,step=8", 2, 64, 0, 0}, /* one query a K/V head */
 };
 enum { NS = sizeof g_settings / sizeof *g_settings };
 
