@@ -191,7 +191,7 @@ static lmh_tensor *upload(const lmh_backend_api *be, lmh_backend *b, lmh_dtype d
 static void check_refusals(const lmh_backend_api *be, lmh_backend *b, lmh_layer_state *st) {
     char err[256];
     lmh_cache *c = NULL;
-    lmh_cache_config cfg = {sizeof cfg, "q3", 1, st, 0, NULL};
+    lmh_cache_config cfg = {sizeof cfg, "q3", 1, st, 0, NULL, NULL, 0};
     int rc = g_cache->create(&g_host, be, b, &cfg, &c, err, sizeof err);
     g_checks++;
     if (rc == LMH_OK || !strstr(err, "q3")) {
@@ -199,7 +199,7 @@ static void check_refusals(const lmh_backend_api *be, lmh_backend *b, lmh_layer_
         g_fail++;
     }
     lmh_layer_state odd = {LMH_STATE_KV, 1, 24, 24, 0};
-    cfg = (lmh_cache_config){sizeof cfg, "q8", 1, &odd, 0, NULL};
+    cfg = (lmh_cache_config){sizeof cfg, "q8", 1, &odd, 0, NULL, NULL, 0};
     err[0] = 0;
     rc = g_cache->create(&g_host, be, b, &cfg, &c, err, sizeof err);
     g_checks++;
@@ -210,7 +210,7 @@ static void check_refusals(const lmh_backend_api *be, lmh_backend *b, lmh_layer_
     /* a backend built before ABI 1.6: its table ends before kernel_add */
     lmh_backend_api old = *be;
     old.size = (uint32_t)offsetof(lmh_backend_api, kernel_add);
-    cfg = (lmh_cache_config){sizeof cfg, "q8", 1, st, 0, NULL};
+    cfg = (lmh_cache_config){sizeof cfg, "q8", 1, st, 0, NULL, NULL, 0};
     err[0] = 0;
     rc = g_cache->create(&g_host, &old, b, &cfg, &c, err, sizeof err);
     g_checks++;
@@ -232,7 +232,7 @@ static void run_backend(const char *name, const lmh_backend_api *be, lmh_backend
     if (bits == 8) check_refusals(be, b, st);
     char err[256] = "";
     lmh_cache *c = NULL;
-    lmh_cache_config cfg = {sizeof cfg, bits == 8 ? "q8" : "q4", NL, st, 0, NULL};
+    lmh_cache_config cfg = {sizeof cfg, bits == 8 ? "q8" : "q4", NL, st, 0, NULL, NULL, 0};
     if (g_cache->create(&g_host, be, b, &cfg, &c, err, sizeof err) != LMH_OK) {
         fprintf(stderr, "FAIL: %s: create: %s\n", name, err);
         g_fail++;
