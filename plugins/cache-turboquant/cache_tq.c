@@ -27,6 +27,7 @@
 
 #ifdef HAVE_SPIRV
 #include "spv_tq_attend.h"
+#include "spv_tq_attend4.h"
 #include "spv_tq_decode.h"
 #include "spv_tq_encode.h"
 #include "spv_tq_merge.h"
@@ -36,13 +37,16 @@
 #define SPIRV(n) .spirv = NULL
 #endif
 
-enum { K_ENCODE, K_DECODE, K_MOVE, K_ATTEND, K_MERGE, K_COUNT };
+/* Decode attention's two builds (the same function on a CPU): query heads 8 at a time, or 4
+ * where a K/V head has no more (fewer registers); added when first used (attend_ready). */
+enum { K_ENCODE, K_DECODE, K_MOVE, K_MERGE, K_ATTEND, K_ATTEND4, K_COUNT };
 static const lmh_kernel_desc kernel_descs[K_COUNT] = {
     {sizeof(lmh_kernel_desc), "cache-tq encode", tq_encode_cpu, SPIRV(tq_encode)},
     {sizeof(lmh_kernel_desc), "cache-tq decode", tq_decode_cpu, SPIRV(tq_decode)},
     {sizeof(lmh_kernel_desc), "cache-tq move", tq_move_cpu, SPIRV(tq_move)},
-    {sizeof(lmh_kernel_desc), "cache-tq attend", tq_attend_cpu, SPIRV(tq_attend)},
     {sizeof(lmh_kernel_desc), "cache-tq attend_merge", tq_merge_cpu, SPIRV(tq_merge)},
+    {sizeof(lmh_kernel_desc), "cache-tq attend", tq_attend_cpu, SPIRV(tq_attend)},
+    {sizeof(lmh_kernel_desc), "cache-tq attend4", tq_attend_cpu, SPIRV(tq_attend4)},
 };
 
 enum {
@@ -58,6 +62,7 @@ struct lmh_cache {
     const lmh_backend_api *be;
     lmh_backend *b;
     lmh_kernel *kern[K_COUNT];
+    uint8_t refused[K_COUNT]; /* attend builds the backend refused (attend_ready) */
     int32_t bits;
     int qjl;                  /* tq3: keys carry QJL signs */
     int use_qjl;              /* and attention counts them (qjl=on) */
@@ -235,7 +240,7 @@ static int create(const lmh_host_api *host, const lmh_backend_api *be, lmh_backe
                   "cache turboquant: %d of %d attention layers keep f16 rows (%s%s%s)", n_plain,
                   n_plain + n_tq, odd ? "head sizes other than 64 or a multiple of 128" : "",
                   odd && why_window ? "; " : "", why_window ? "sliding-window layers" : "");
-    for (int i = 0; i < K_COUNT && rc == LMH_OK; i++)
+    for (int i = 0; i < K_ATTEND && rc == LMH_OK; i++)
         rc = be->kernel_add(b, &kernel_descs[i], &c->kern[i], err, err_len);
     if (rc != LMH_OK) goto fail;
     *out = c;
@@ -627,8 +632,23 @@ static uint32_t chunk_rows(uint32_t rows, uint32_t kvh) {
     return chunk;
 }
 
-static int attend_codes(lmh_cache *c, int32_t l, layer_kv *kv, lmh_tensor *q, lmh_tensor *out,
-                        const lmh_attn_params *p) {
+/* Whether attend's build kern runs here, made ready on first use. A backend may refuse one
+ * (a device with less shared memory than it takes): decode then reads decoded rows, as
+ * prefill does, and the refusal is logged once. */
+static int attend_ready(lmh_cache *c, int kern) {
+    if (c->kern[kern]) return 1;
+    if (c->refused[kern]) return 0;
+    char err[256] = "";
+    int rc = c->be->kernel_add(c->b, &kernel_descs[kern], &c->kern[kern], err, sizeof err);
+    if (rc == LMH_OK && c->kern[kern]) return 1;
+    c->refused[kern] = 1;
+    if (c->host && c->host->log)
+        c->host->log(LMH_LOG_WARN, "cache turboquant: %s; decode reads decoded rows instead", err);
+    return 0;
+}
+
+static int attend_codes(lmh_cache *c, int32_t l, int kern, layer_kv *kv, lmh_tensor *q,
+                        lmh_tensor *out, const lmh_attn_params *p) {
     const lmh_layer_state *st = &c->layers[l];
     uint32_t heads = (uint32_t)q->ne[1], kvh = (uint32_t)st->n_kv_heads;
     uint32_t c0 = (uint32_t)kv->cpos, pos = (uint32_t)kv->pos, dv = (uint32_t)st->head_dim_v;
@@ -660,7 +680,7 @@ static int attend_codes(lmh_cache *c, int32_t l, layer_kv *kv, lmh_tensor *q, lm
                       (uint32_t)c->use_qjl};
     memcpy(&v[10], &p->scale, 4);
     memcpy(&v[11], &p->softcap, 4);
-    int rc = run(c, K_ATTEND, t, 6, 1u << 5, (uint64_t)kvh * nch, 1, v, 15);
+    int rc = run(c, kern, t, 6, 1u << 5, (uint64_t)kvh * nch, 1, v, 15);
     uint32_t m[2] = {nch, dv};
     lmh_tensor *t2[2] = {part, out};
     if (rc == LMH_OK) rc = run(c, K_MERGE, t2, 2, 2u, heads, 1, m, 2);
@@ -693,9 +713,11 @@ static int attend(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *q, lmh_tenso
     row_bytes(c, l, &rk, &rv);
     int64_t G = q->ne[1] / st->n_kv_heads;
     int rc;
+    int kern = G <= 4 ? K_ATTEND4 : K_ATTEND;
     if (nq == 1 && q->ndim == 3 && q->dtype == LMH_F32 && p->window == 0 && G >= 1 &&
-        G <= TQ_ATT_G && G * st->n_kv_heads == q->ne[1] && q->ne[2] == st->head_dim_k) {
-        rc = attend_codes(c, l, kv, q, out, p);
+        G <= TQ_ATT_G && G * st->n_kv_heads == q->ne[1] && q->ne[2] == st->head_dim_k &&
+        attend_ready(c, kern)) {
+        rc = attend_codes(c, l, kern, kv, q, out, p);
     } else { /* several query rows: the stored rows in f32, then the backend's attention */
         lmh_tensor *fk =
             f32_room(c, &c->fk, &c->fk_floats, kv->pos, st->n_kv_heads, st->head_dim_k);
