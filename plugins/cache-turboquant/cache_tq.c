@@ -714,7 +714,18 @@ static int attend(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *q, lmh_tenso
     int64_t G = q->ne[1] / st->n_kv_heads;
     int rc;
     int kern = G <= 4 ? K_ATTEND4 : K_ATTEND;
-    if (nq == 1 && q->ndim == 3 && q->dtype == LMH_F32 && p->window == 0 && G >= 1 &&
+    if (kv->cpos == 0 && kv->pos <= kv->cap) {
+        /* nothing encoded yet and the ring not wrapped: its rows are positions 0.. in
+         * order, as the f16 cache keeps them, so the backend's attention reads them as it
+         * reads that cache's (short prompts cost what they cost there) */
+        lmh_op op = {.code = LMH_OP_ATTENTION, .dst = out, .src = {q, kv->k, kv->v, q_pos}};
+        op.p.i[0] = kv->pos;
+        op.p.i[2] = p->window;
+        op.p.i[4] = kv->pos;
+        op.p.f[0] = p->scale;
+        op.p.f[1] = p->softcap;
+        rc = c->be->enqueue(c->b, &op);
+    } else if (nq == 1 && q->ndim == 3 && q->dtype == LMH_F32 && p->window == 0 && G >= 1 &&
         G <= TQ_ATT_G && G * st->n_kv_heads == q->ne[1] && q->ne[2] == st->head_dim_k &&
         attend_ready(c, kern)) {
         rc = attend_codes(c, l, kern, kv, q, out, p);

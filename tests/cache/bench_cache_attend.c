@@ -7,7 +7,8 @@
  * Appends ROWS random rows (in steps of up to 4096), then runs STEPS (default 200) decode
  * steps, each appending one row and attending with one query row, after 20 untimed ones,
  * and prints the mean milliseconds a step (from the first enqueue to the download of the
- * last output). BENCH_NO_APPEND=1: the steps only attend. Exit 0 when every call
+ * last output). BENCH_NO_APPEND=1: the steps only attend; BENCH_THREADS=N: the CPU
+ * backend's threads. Exit 0 when every call
  * succeeded. Example, tq3 against f16 at 32K for 8 K/V heads of 128 and 32 queries:
  *   bench_cache_attend build/backends/vulkan/lmhost-backend-vulkan.so \
  *       build/plugins/cache-turboquant/lmhost-cache-turboquant.so tq3 8 32 128 32768
@@ -78,7 +79,9 @@ int main(int argc, char **argv) {
     if ((opts = strchr(format, ','))) *opts++ = 0;
     int kvh = atoi(argv[4]), heads = atoi(argv[5]), hd = atoi(argv[6]), rows = atoi(argv[7]);
     int steps = argc > 8 ? atoi(argv[8]) : 200, warm = 20;
-    lmh_backend_opts o = {sizeof o, 4, 0};
+    /* BENCH_THREADS: CPU threads (default: the backend's, every core) */
+    const char *th = getenv("BENCH_THREADS");
+    lmh_backend_opts o = {sizeof o, th ? atoi(th) : 0, 0};
     lmh_backend *b = NULL;
     char err[256] = "";
     if (be->create(&g_host, &o, &b, err, sizeof err) != LMH_OK) {
