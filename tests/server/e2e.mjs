@@ -693,9 +693,9 @@ async function scenarioKvCacheErrors() {
   try {
     const post = (b) => status(q.url + '/v1/chat/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(b) });
     const msg = { messages: [{ role: 'user', content: 'hi' }], max_tokens: 2, temperature: 0 };
-    for (const extra of [{ kv_cache: 'q8' }, { kv_bits: 4 }]) {
+    for (const extra of [{ kv_cache: 'q8' }, { kv_bits: 4 }, { kv_cache: 'tq3' }]) {
       const r = await post({ ...msg, ...extra });
-      check(r.code === 400 && /cache quant failed to start on noquant: the backend runs no plugin kernels/.test(r.body?.error?.message),
+      check(r.code === 400 && /cache (quant|turboquant) failed to start on noquant: the backend runs no plugin kernels/.test(r.body?.error?.message),
         `${JSON.stringify(extra)} on a backend without plugin kernels: 400 saying why`, JSON.stringify(r));
       const g = await post({ ...msg, kv_cache: 'f16' });
       eq(g.code, 200, `f16 still served there after ${JSON.stringify(extra)}`);
