@@ -166,7 +166,22 @@ typedef struct seq_kv_io {
     int (*alloc)(lmh_cache *c, int32_t l, kv_layer *kv, int32_t cap);
     int (*rows)(lmh_cache *c, int32_t l, kv_layer *kv, int32_t slot, int32_t n, void *kbuf,
                 void *vbuf, int save);
+    /* Optional (NULL: none): layers whose keys and values the plugin lays out itself, after
+     * the layer's recurrent buffers, in place of the first position, count and rows: own()
+     * says which; own_size the bytes (seq, l) takes now; own_save writes them; own_check
+     * checks a snapshot's at src (avail bytes there) for a sequence of length len and says
+     * how many it takes; own_load takes the layer to them (its rows in place of its own). */
+    int (*own)(lmh_cache *c, int32_t l);
+    uint64_t (*own_size)(lmh_cache *c, int32_t l, kv_layer *kv);
+    int (*own_save)(lmh_cache *c, int32_t l, kv_layer *kv, uint8_t *dst);
+    int (*own_check)(lmh_cache *c, int32_t l, const uint8_t *src, uint64_t avail, int32_t len,
+                     uint64_t *used);
+    int (*own_load)(lmh_cache *c, int32_t l, kv_layer *kv, const uint8_t *src, int32_t len);
 } seq_kv_io;
+
+static inline int snap_own(lmh_cache *c, const seq_kv_io *io, int32_t l) {
+    return io->own && io->own(c, l);
+}
 
 /* The first position and the count of rows (seq, layer) holds. */
 static inline void snap_held(const kv_layer *kv, int32_t *first, int32_t *n) {
@@ -182,6 +197,10 @@ static inline uint64_t snap_size(lmh_cache *c, const seq_kv_io *io, kv_seqs *t, 
     uint64_t n = SNAP_HEADER + rec_seq_bytes(t);
     for (int32_t l = 0; with_kv && l < t->n_layers; l++) {
         if (t->layers[l].kind != LMH_STATE_KV) continue;
+        if (snap_own(c, io, l)) {
+            n += io->own_size(c, l, &s->layers[l]);
+            continue;
+        }
         int32_t first, rows;
         snap_held(&s->layers[l], &first, &rows);
         n += 8 + (uint64_t)rows * (io->k_row(c, l) + io->v_row(c, l));
@@ -225,6 +244,13 @@ static inline int snap_save(lmh_cache *c, const seq_kv_io *io, const lmh_backend
             if (rc != LMH_OK) return rc;
         }
         if (!with_kv || t->layers[l].kind != LMH_STATE_KV) continue;
+        if (snap_own(c, io, l)) {
+            uint64_t bytes = io->own_size(c, l, kv);
+            int rc = io->own_save(c, l, kv, o);
+            if (rc != LMH_OK) return rc;
+            o += bytes;
+            continue;
+        }
         int32_t first, rows;
         snap_held(kv, &first, &rows);
         memcpy(o, &first, 4);
@@ -259,6 +285,13 @@ static inline int snap_check(lmh_cache *c, const seq_kv_io *io, const kv_seqs *t
             if (kv->pos < *len) return LMH_EINVAL;
             if (t->layers[l].window > 0 && *len > 0 && *len < kv->pos && kv->pos > kv->cap)
                 return LMH_EUNSUPPORTED;
+            continue;
+        }
+        if (snap_own(c, io, l)) {
+            uint64_t used = 0;
+            if (o > n || io->own_check(c, l, src + o, n - o, *len, &used) != LMH_OK)
+                return LMH_EINVAL;
+            o += used;
             continue;
         }
         int32_t first, rows;
@@ -299,6 +332,13 @@ static inline int snap_load(lmh_cache *c, const seq_kv_io *io, const lmh_backend
             p += rec_buf_bytes(sb);
         }
         if (rc != LMH_OK || !with_kv || t->layers[l].kind != LMH_STATE_KV) continue;
+        if (snap_own(c, io, l)) { /* checked whole by snap_check */
+            uint64_t used = 0;
+            rc = io->own_check(c, l, p, n - (uint64_t)(p - (const uint8_t *)src), len, &used);
+            if (rc == LMH_OK) rc = io->own_load(c, l, kv, p, len);
+            p += used;
+            continue;
+        }
         const lmh_layer_state *st = &t->layers[l];
         int32_t first, rows;
         memcpy(&first, p, 4);

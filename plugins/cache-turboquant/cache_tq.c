@@ -726,8 +726,8 @@ static int attend(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *q, lmh_tenso
         op.p.f[1] = p->softcap;
         rc = c->be->enqueue(c->b, &op);
     } else if (nq == 1 && q->ndim == 3 && q->dtype == LMH_F32 && p->window == 0 && G >= 1 &&
-        G <= TQ_ATT_G && G * st->n_kv_heads == q->ne[1] && q->ne[2] == st->head_dim_k &&
-        attend_ready(c, kern)) {
+               G <= TQ_ATT_G && G * st->n_kv_heads == q->ne[1] && q->ne[2] == st->head_dim_k &&
+               attend_ready(c, kern)) {
         rc = attend_codes(c, l, kern, kv, q, out, p);
     } else { /* several query rows: the stored rows in f32, then the backend's attention */
         lmh_tensor *fk =
@@ -799,14 +799,11 @@ static int recur(lmh_cache *c, uint64_t id, int32_t l, int32_t buf, const lmh_op
     return rec_recur(c->be, c->b, &c->t, id, l, buf, op, &c->bytes, &c->read);
 }
 
-/* ---- snapshots: recurrent state and lengths; with K/V rows only where no layer holds
- * codes (those would need a record layout of their own in seq_state.h) ---- */
-
-static int any_tq(const lmh_cache *c) {
-    for (int32_t l = 0; l < c->n_layers; l++)
-        if (is_tq(c, l)) return 1;
-    return 0;
-}
+/* ---- snapshots (seq_state.h): f16 layers' rows as the f16 cache keeps them; a layer
+ * holding codes lays out its own (own_*): its first position (0), its length and the
+ * rows encoded, then the codes of those rows as the planes hold them, virtual head by
+ * virtual head (keys: codes, signs, norm words; values: codes, then the fp16 norms), then
+ * the hot rows as f16, keys then values. The same bytes from any backend. ---- */
 
 static uint64_t k_row(lmh_cache *c, int32_t l) {
     return (uint64_t)c->layers[l].n_kv_heads * (uint64_t)c->layers[l].head_dim_k * 2;
@@ -828,26 +825,146 @@ static int rows_io(lmh_cache *c, int32_t l, layer_kv *kv, int32_t slot, int32_t 
     return rc;
 }
 
-static const seq_kv_io kv_io = {
-    .k_row = k_row, .v_row = v_row, .alloc = grow_plain, .rows = rows_io};
+static int own(lmh_cache *c, int32_t l) {
+    return is_tq(c, l);
+}
+
+static uint64_t own_bytes(lmh_cache *c, int32_t l, int32_t len, int32_t cpos) {
+    uint64_t rk, rv;
+    row_bytes(c, l, &rk, &rv);
+    return 12 + (uint64_t)cpos * (rk + rv) + (uint64_t)(len - cpos) * (k_row(c, l) + v_row(c, l));
+}
+
+static uint64_t own_size(lmh_cache *c, int32_t l, kv_layer *kv) {
+    return own_bytes(c, l, kv->pos, kv->cpos);
+}
+
+/* The hot rows [cpos, pos) between the ring and n rows of keys at kb, values at vb. */
+static int hot_io(lmh_cache *c, int32_t l, layer_kv *kv, uint8_t *kb, uint8_t *vb, int save) {
+    for (int32_t p = kv->cpos; p < kv->pos;) {
+        int32_t slot = p % kv->cap,
+                run = kv->pos - p < kv->cap - slot ? kv->pos - p : kv->cap - slot;
+        int rc = rows_io(c, l, kv, slot, run, kb + (uint64_t)(p - kv->cpos) * k_row(c, l),
+                         vb + (uint64_t)(p - kv->cpos) * v_row(c, l), save);
+        if (rc != LMH_OK) return rc;
+        p += run;
+    }
+    return LMH_OK;
+}
+
+/* Rows [0, n) of the planes of a compressed store (whole tensor image img, cap rows a
+ * head) to or from their snapshot layout at buf; returns the bytes of that layout. */
+static uint64_t planes_io(const tq_side *sd, int keys, uint32_t heads, int32_t cap, int32_t n,
+                          uint32_t *img, uint8_t *buf, int save) {
+    uint64_t o = 0, cw = (uint64_t)sd->cw, sw = keys ? (uint64_t)sd->sw : 0;
+    uint64_t head = keys ? (uint64_t)cap * (uint64_t)sd->kw : tq_v_head_words(sd->cw, cap);
+    for (uint32_t h = 0; h < heads; h++) {
+        uint32_t *base = img + h * head;
+        struct {
+            void *at;
+            uint64_t bytes;
+        } part[3] = {{base, (uint64_t)n * cw * 4},
+                     {base + (uint64_t)cap * cw, keys ? (uint64_t)n * sw * 4 : (uint64_t)n * 2},
+                     {base + (uint64_t)cap * (cw + sw), keys ? (uint64_t)n * 4 : 0}};
+        for (int i = 0; i < 3; i++) {
+            if (save)
+                memcpy(buf + o, part[i].at, part[i].bytes);
+            else
+                memcpy(part[i].at, buf + o, part[i].bytes);
+            o += part[i].bytes;
+        }
+    }
+    return o;
+}
+
+static int own_save(lmh_cache *c, int32_t l, kv_layer *kv, uint8_t *dst) {
+    int32_t h3[3] = {0, kv->pos, kv->cpos};
+    memcpy(dst, h3, sizeof h3);
+    uint8_t *o = dst + sizeof h3;
+    uint32_t kvh = (uint32_t)c->layers[l].n_kv_heads;
+    for (int keys = 1; keys >= 0 && kv->cpos > 0; keys--) {
+        const tq_side *sd = keys ? &c->ks[l] : &c->vs[l];
+        lmh_tensor *t = keys ? kv->ck : kv->cv;
+        uint32_t heads = kvh * (uint32_t)sd->nb;
+        uint64_t head =
+            keys ? (uint64_t)kv->ccap * (uint64_t)sd->kw : tq_v_head_words(sd->cw, kv->ccap);
+        uint32_t *img = malloc(heads * head * 4);
+        if (!img) return LMH_ENOMEM;
+        int rc = c->be->download(c->b, t, 0, img, heads * head * 4);
+        if (rc == LMH_OK) o += planes_io(sd, keys, heads, kv->ccap, kv->cpos, img, o, 1);
+        free(img);
+        if (rc != LMH_OK) return rc;
+    }
+    return hot_io(c, l, kv, o, o + (uint64_t)(kv->pos - kv->cpos) * k_row(c, l), 1);
+}
+
+static int own_check(lmh_cache *c, int32_t l, const uint8_t *src, uint64_t avail, int32_t len,
+                     uint64_t *used) {
+    int32_t h3[3];
+    if (avail < sizeof h3) return LMH_EINVAL;
+    memcpy(h3, src, sizeof h3);
+    if (h3[0] != 0 || h3[1] != len || h3[2] < 0 || h3[2] > len) return LMH_EINVAL;
+    *used = own_bytes(c, l, len, h3[2]);
+    return *used <= avail ? LMH_OK : LMH_EINVAL;
+}
+
+static int own_load(lmh_cache *c, int32_t l, kv_layer *kv, const uint8_t *src, int32_t len) {
+    int32_t h3[3];
+    memcpy(h3, src, sizeof h3);
+    const uint8_t *p = src + sizeof h3;
+    int32_t cpos = h3[2], hot = len - cpos;
+    free_layer(c, l, kv); /* the snapshot's rows in place of the layer's own */
+    kv->pos = kv->cpos = 0;
+    uint32_t kvh = (uint32_t)c->layers[l].n_kv_heads;
+    int rc = LMH_OK;
+    if (cpos > 0) {
+        int32_t cap = COLD_MIN;
+        while (cap < cpos) cap = cap > (1 << 29) ? (cpos + 1) & ~1 : cap * 2;
+        rc = cold_resize(c, l, kv, cap);
+        for (int keys = 1; keys >= 0 && rc == LMH_OK; keys--) {
+            const tq_side *sd = keys ? &c->ks[l] : &c->vs[l];
+            uint32_t heads = kvh * (uint32_t)sd->nb;
+            uint64_t head = keys ? (uint64_t)cap * (uint64_t)sd->kw : tq_v_head_words(sd->cw, cap);
+            uint32_t *img = calloc(heads * head, 4);
+            if (!img) return LMH_ENOMEM;
+            p += planes_io(sd, keys, heads, cap, cpos, img, (uint8_t *)p, 0);
+            rc = c->be->upload(c->b, keys ? kv->ck : kv->cv, 0, img, heads * head * 4);
+            free(img);
+        }
+    }
+    if (rc == LMH_OK && hot > 0) {
+        int32_t hs = c->hot + c->step, cap = hot > hs ? hot : hs;
+        rc = ring_resize(c, l, kv, cap < 16 ? 16 : cap);
+    }
+    kv->cpos = cpos;
+    kv->pos = len;
+    if (rc == LMH_OK && hot > 0)
+        rc = hot_io(c, l, kv, (uint8_t *)p, (uint8_t *)p + (uint64_t)hot * k_row(c, l), 0);
+    return rc;
+}
+
+static const seq_kv_io kv_io = {.k_row = k_row,
+                                .v_row = v_row,
+                                .alloc = grow_plain,
+                                .rows = rows_io,
+                                .own = own,
+                                .own_size = own_size,
+                                .own_save = own_save,
+                                .own_check = own_check,
+                                .own_load = own_load};
 
 static uint64_t state_size(lmh_cache *c, uint64_t id, int with_kv) {
-    if (with_kv && any_tq(c)) return 0;
     return snap_size(c, &kv_io, &c->t, id, with_kv);
 }
 
 static int state_save(lmh_cache *c, uint64_t id, int with_kv, void *dst, uint64_t n) {
-    if (with_kv && any_tq(c)) return LMH_EUNSUPPORTED;
     return snap_save(c, &kv_io, c->be, c->b, &c->t, id, with_kv, dst, n, &c->bytes);
 }
 
 static int state_load(lmh_cache *c, uint64_t id, const void *src, uint64_t n) {
-    uint32_t h[4] = {0};
-    if (n >= sizeof h) memcpy(h, src, sizeof h);
-    if (h[2] && any_tq(c)) return LMH_EUNSUPPORTED;
     int rc = snap_load(c, &kv_io, c->be, c->b, &c->t, id, src, n, &c->bytes);
     seq *s = kv_find(&c->t, id);
-    for (int32_t l = 0; s && l < c->n_layers; l++)
+    for (int32_t l = 0; s && l < c->n_layers; l++) /* a shorter length drops encoded rows */
         if (s->layers[l].cpos > s->layers[l].pos) s->layers[l].cpos = s->layers[l].pos;
     return rc;
 }
