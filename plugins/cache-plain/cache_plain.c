@@ -4,6 +4,7 @@
  * runs as the backend's own attention op, which knows both layouts. Recurrent state and
  * snapshots as seq_state.h keeps them. */
 #include "lmhost/lmhost.h"
+#include "kv_copy.h"
 #include "kv_seqs.h"
 #include "seq_state.h"
 
@@ -131,21 +132,7 @@ static int seq_trim(lmh_cache *c, uint64_t id, int32_t len) {
  * dtype where they differ). */
 static int copy_rows(lmh_cache *c, lmh_tensor *dst, int32_t at, lmh_tensor *src, int32_t from,
                      int32_t n) {
-    if (n == 0) return LMH_OK;
-    int64_t row = dst->ne[1] * dst->ne[2];
-    int64_t ne[3] = {n, dst->ne[1], dst->ne[2]};
-    lmh_tensor *dv = c->be->tensor_view(
-        c->b, dst, (size_t)at * (size_t)row * lmh_dtype_size(dst->dtype), dst->dtype, 3, ne);
-    lmh_tensor *sv = c->be->tensor_view(
-        c->b, src, (size_t)from * (size_t)row * lmh_dtype_size(src->dtype), src->dtype, 3, ne);
-    int rc = LMH_ENOMEM;
-    if (dv && sv) {
-        lmh_op op = {.code = LMH_OP_COPY, .dst = dv, .src = {sv}};
-        rc = c->be->enqueue(c->b, &op);
-    }
-    if (dv) c->be->tensor_free(c->b, dv);
-    if (sv) c->be->tensor_free(c->b, sv);
-    return rc;
+    return kv_copy_rows(c->be, c->b, dst, at, src, from, n);
 }
 
 /* Reallocates (seq, layer) to `cap` rows and moves the positions still needed there. */

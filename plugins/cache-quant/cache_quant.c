@@ -14,6 +14,7 @@
  * where kv_seqs.h puts them (every position, or a ring for a sliding window), as in the
  * plain cache. */
 #include "lmhost/lmhost.h"
+#include "kv_copy.h"
 #include "kv_seqs.h"
 #include "seq_state.h"
 
@@ -623,19 +624,7 @@ static int append(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *k, lmh_tenso
 /* A view of the shared f32 buffer *buf ([rows, heads, hd]), grown to hold it. */
 static lmh_tensor *f32_room(lmh_cache *c, lmh_tensor **buf, size_t *have, int64_t rows,
                             int64_t heads, int64_t hd) {
-    size_t need = (size_t)rows * (size_t)heads * (size_t)hd;
-    if (need > *have) {
-        size_t n = *have ? *have : 4096;
-        while (n < need) n *= 2;
-        int64_t ne[1] = {(int64_t)n};
-        lmh_tensor *t = c->be->tensor_new(c->b, LMH_F32, 1, ne, 0);
-        if (!t) return NULL;
-        if (*buf) c->be->tensor_free(c->b, *buf);
-        *buf = t;
-        *have = n;
-    }
-    int64_t ne[3] = {rows, heads, hd};
-    return c->be->tensor_view(c->b, *buf, 0, LMH_F32, 3, ne);
+    return kv_f32_room(c->be, c->b, buf, have, rows, heads, hd);
 }
 
 /* Rows slots first.. of a store (a ring of `ring` slots, or in order where 0) into f32

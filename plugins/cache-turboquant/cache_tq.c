@@ -17,6 +17,7 @@
  * does. Layers the codes do not fit (head sizes other than 64 or multiples of 128, and
  * sliding-window layers, whose memory the window bounds already) keep plain f16 rows. */
 #include "lmhost/lmhost.h"
+#include "kv_copy.h"
 #include "kv_seqs.h"
 #include "seq_state.h"
 #include "tq_kernels.h"
@@ -330,21 +331,7 @@ static int run(lmh_cache *c, int k, lmh_tensor *const *t, int n, uint32_t writes
  * [kv_heads, hd] (converting where the dtypes differ), through the backend's copy op. */
 static int copy_rows(lmh_cache *c, lmh_tensor *dst, int32_t at, lmh_tensor *src, int32_t from,
                      int32_t n) {
-    if (n == 0) return LMH_OK;
-    int64_t row = dst->ne[1] * dst->ne[2];
-    int64_t ne[3] = {n, dst->ne[1], dst->ne[2]};
-    lmh_tensor *dv = c->be->tensor_view(
-        c->b, dst, (size_t)at * (size_t)row * lmh_dtype_size(dst->dtype), dst->dtype, 3, ne);
-    lmh_tensor *sv = c->be->tensor_view(
-        c->b, src, (size_t)from * (size_t)row * lmh_dtype_size(src->dtype), src->dtype, 3, ne);
-    int rc = LMH_ENOMEM;
-    if (dv && sv) {
-        lmh_op op = {.code = LMH_OP_COPY, .dst = dv, .src = {sv}};
-        rc = c->be->enqueue(c->b, &op);
-    }
-    if (dv) c->be->tensor_free(c->b, dv);
-    if (sv) c->be->tensor_free(c->b, sv);
-    return rc;
+    return kv_copy_rows(c->be, c->b, dst, at, src, from, n);
 }
 
 /* Positions [p0, p0 + n) between a ring of rcap rows (position p in row p % rcap) and rows
@@ -361,8 +348,10 @@ static int ring_rows(lmh_cache *c, lmh_tensor *ring, int32_t rcap, int32_t p0, l
     return LMH_OK;
 }
 
-/* The plain f16 storage of a layer the codes do not take, as the plain cache keeps it. */
-static int grow_plain(lmh_cache *c, int32_t l, layer_kv *kv, int32_t cap) {
+/* A layer's f16 rows to `cap` rows, keeping those still needed: as the plain cache keeps
+ * them (kv_keep) for a layer the codes do not take, or positions [cpos, pos) of the hot
+ * ring (row p % cap) for one they do. */
+static int f16_resize(lmh_cache *c, int32_t l, layer_kv *kv, int32_t cap) {
     const lmh_layer_state *st = &c->layers[l];
     int64_t kne[3] = {cap, st->n_kv_heads, st->head_dim_k};
     int64_t vne[3] = {cap, st->n_kv_heads, st->head_dim_v};
@@ -374,33 +363,8 @@ static int grow_plain(lmh_cache *c, int32_t l, layer_kv *kv, int32_t cap) {
         return LMH_ENOMEM;
     }
     int rc = LMH_OK;
-    if (kv->k) {
-        rc = kv_keep(c, copy_rows, st, kv, k, v, cap);
-        c->be->tensor_free(c->b, kv->k);
-        c->be->tensor_free(c->b, kv->v);
-        c->bytes -= (uint64_t)kv->cap * f16_row(c, l);
-    }
-    kv->k = k;
-    kv->v = v;
-    kv->cap = cap;
-    c->bytes += (uint64_t)cap * f16_row(c, l);
-    return rc;
-}
-
-/* The hot ring of a compressed layer to `cap` rows, keeping positions [cpos, pos). */
-static int ring_resize(lmh_cache *c, int32_t l, layer_kv *kv, int32_t cap) {
-    const lmh_layer_state *st = &c->layers[l];
-    int64_t kne[3] = {cap, st->n_kv_heads, st->head_dim_k};
-    int64_t vne[3] = {cap, st->n_kv_heads, st->head_dim_v};
-    lmh_tensor *k = c->be->tensor_new(c->b, LMH_F16, 3, kne, 0);
-    lmh_tensor *v = c->be->tensor_new(c->b, LMH_F16, 3, vne, 0);
-    if (!k || !v) {
-        if (k) c->be->tensor_free(c->b, k);
-        if (v) c->be->tensor_free(c->b, v);
-        return LMH_ENOMEM;
-    }
-    int rc = LMH_OK;
-    for (int32_t p = kv->cpos; kv->k && p < kv->pos && rc == LMH_OK;) {
+    if (kv->k && !is_tq(c, l)) rc = kv_keep(c, copy_rows, st, kv, k, v, cap);
+    for (int32_t p = kv->cpos; kv->k && is_tq(c, l) && p < kv->pos && rc == LMH_OK;) {
         int32_t so = p % kv->cap, sn = p % cap, n = kv->pos - p;
         if (n > kv->cap - so) n = kv->cap - so;
         if (n > cap - sn) n = cap - sn;
@@ -532,7 +496,7 @@ static int append_tq(lmh_cache *c, int32_t l, layer_kv *kv, lmh_tensor *k, lmh_t
             want = kv->cap ? kv->cap : 16;
             while (want < need) want = want > (1 << 29) ? need : want * 2;
         }
-        if (want != kv->cap) rc = ring_resize(c, l, kv, want);
+        if (want != kv->cap) rc = f16_resize(c, l, kv, want);
     }
     if (rc == LMH_OK && c1 > kv->ccap) {
         int32_t cap = kv->ccap ? kv->ccap : COLD_MIN;
@@ -575,7 +539,7 @@ static int append(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *k, lmh_tenso
     if (c->max_len > 0 && kv->pos + n > c->max_len) return LMH_ENOMEM;
     if (is_tq(c, l)) return append_tq(c, l, kv, k, v, n);
     int32_t cap = kv_capacity_for(st, kv, n, c->max_len);
-    int rc = cap ? grow_plain(c, l, kv, cap) : LMH_OK;
+    int rc = cap ? f16_resize(c, l, kv, cap) : LMH_OK;
     if (rc == LMH_OK)
         rc = ring_rows(c, kv->k, st->window > 0 ? kv->cap : INT32_MAX, kv->pos, k, 0, n, 1);
     if (rc == LMH_OK)
@@ -588,19 +552,7 @@ static int append(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *k, lmh_tenso
 
 static lmh_tensor *f32_room(lmh_cache *c, lmh_tensor **buf, size_t *have, int64_t rows,
                             int64_t heads, int64_t hd) {
-    size_t need = (size_t)rows * (size_t)heads * (size_t)hd;
-    if (need > *have) {
-        size_t n = *have ? *have : 4096;
-        while (n < need) n *= 2;
-        int64_t ne[1] = {(int64_t)n};
-        lmh_tensor *t = c->be->tensor_new(c->b, LMH_F32, 1, ne, 0);
-        if (!t) return NULL;
-        if (*buf) c->be->tensor_free(c->b, *buf);
-        *buf = t;
-        *have = n;
-    }
-    int64_t ne[3] = {rows, heads, hd};
-    return c->be->tensor_view(c->b, *buf, 0, LMH_F32, 3, ne);
+    return kv_f32_room(c->be, c->b, buf, have, rows, heads, hd);
 }
 
 /* Positions [first, first + n) of a compressed layer as f32 rows of kd and vd (decoded
@@ -934,7 +886,7 @@ static int own_load(lmh_cache *c, int32_t l, kv_layer *kv, const uint8_t *src, i
     }
     if (rc == LMH_OK && hot > 0) {
         int32_t hs = c->hot + c->step, cap = hot > hs ? hot : hs;
-        rc = ring_resize(c, l, kv, cap < 16 ? 16 : cap);
+        rc = f16_resize(c, l, kv, cap < 16 ? 16 : cap);
     }
     kv->cpos = cpos;
     kv->pos = len;
@@ -945,7 +897,7 @@ static int own_load(lmh_cache *c, int32_t l, kv_layer *kv, const uint8_t *src, i
 
 static const seq_kv_io kv_io = {.k_row = k_row,
                                 .v_row = v_row,
-                                .alloc = grow_plain,
+                                .alloc = f16_resize,
                                 .rows = rows_io,
                                 .own = own,
                                 .own_size = own_size,
