@@ -18,25 +18,29 @@ int cli_parse(int argc, char **argv, const cli_opt *opts);
 /* Strict numeric values: the whole string must parse and lie in range. */
 int cli_int(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out);
 int cli_float(const char *opt, const char *s, double lo, double hi, double *out);
+/* --precision's value: "exact" (1) or "fast" (2), as lmh_precision; NULL leaves 0 (each
+ * backend's default). Prints the error and returns 2 on anything else. */
+int cli_precision(const char *s, int *out);
 /* "1,2,3" into a malloc'd array. */
 int cli_ids(const char *opt, const char *s, int32_t **ids, int32_t *n);
 
 /* Options every model command takes. */
 typedef struct model_args {
     const char *model, *backend, *cache, *threads, *plugin_dir, *tokens, *gpu_layers, *device;
+    const char *precision;
 } model_args;
 
 /* The option-table rows of model_args (placed in each command's table). */
 #define MODEL_ARG_OPTS(a)                                                                          \
     {"--backend", &(a).backend, NULL, 0}, {"--cache", &(a).cache, NULL, 0},                        \
         {"--threads", &(a).threads, NULL, 0}, {"--plugin-dir", &(a).plugin_dir, NULL, 0},          \
-        {"--gpu-layers", &(a).gpu_layers, NULL, 0}, {                                              \
-        "--device", &(a).device, NULL, 0                                                           \
+        {"--gpu-layers", &(a).gpu_layers, NULL, 0}, {"--device", &(a).device, NULL, 0}, {          \
+        "--precision", &(a).precision, NULL, 0                                                     \
     }
 
 #define MODEL_ARG_HELP                                                                             \
     "[--backend NAME] [--gpu-layers N] [--device N] [--cache NAME] [--threads N] "                 \
-    "[--plugin-dir DIR]"
+    "[--precision exact|fast] [--plugin-dir DIR]"
 
 struct engine;
 struct registry;

@@ -71,6 +71,19 @@ int cli_float(const char *opt, const char *s, double lo, double hi, double *out)
     return 0;
 }
 
+int cli_precision(const char *s, int *out) {
+    if (!s) return 0;
+    if (strcmp(s, "exact") == 0)
+        *out = LMH_PRECISION_EXACT;
+    else if (strcmp(s, "fast") == 0)
+        *out = LMH_PRECISION_FAST;
+    else {
+        fprintf(stderr, "lmhost: --precision must be exact or fast (got '%s')\n", s);
+        return 2;
+    }
+    return 0;
+}
+
 int cli_ids(const char *opt, const char *s, int32_t **ids, int32_t *n) {
     size_t cap = 16, len = 0;
     int32_t *v = malloc(cap * sizeof *v);
@@ -162,13 +175,16 @@ engine *cli_open_engine(const model_args *a, registry *reg) {
     if (a->threads && cli_int("--threads", a->threads, 1, 1024, &th)) return NULL;
     if (a->gpu_layers && cli_int("--gpu-layers", a->gpu_layers, 0, 1 << 20, &gl)) return NULL;
     if (a->device && cli_int("--device", a->device, 0, 255, &dev)) return NULL;
+    int prec = 0;
+    if (cli_precision(a->precision, &prec)) return NULL;
     if (registry_load(reg, a->plugin_dir)) return NULL;
     engine_opts o = {.model_dir = a->model,
                      .backend = a->backend,
                      .cache = a->cache,
                      .threads = (int)th,
                      .gpu_layers = (int)gl,
-                     .device = (int)dev};
+                     .device = (int)dev,
+                     .precision = prec};
     char err[2048];
     engine *e = engine_open(reg, &o, err, sizeof err);
     if (!e) fprintf(stderr, "lmhost: %s\n", err);

@@ -96,6 +96,7 @@ struct engine {
     uint64_t mm_flops; /* 2 x the multiply-adds of the matrix products enqueued so far */
     int max_seq_len;
     char chain[512];
+    char precision[16];                 /* engine_precision */
     pend_step pend[ENGINE_MAX_PENDING]; /* started steps, oldest first */
     int n_pend;
 };
@@ -1109,7 +1110,22 @@ static int32_t ec_seq_len(const engine *e, const ecache *ec, uint64_t seq) {
     return ec->api->seq_len(ec->c[s], seq);
 }
 
+/* The mode a backend took (EXACT for those built before ABI 1.9). */
+static int32_t slot_precision(const pl_slot *sl) {
+    const lmh_backend_api *api = sl->api;
+    if (api->size < offsetof(lmh_backend_api, precision) + sizeof api->precision || !api->precision)
+        return LMH_PRECISION_EXACT;
+    return api->precision(sl->b);
+}
+
 static void describe_chain(engine *e) {
+    e->precision[0] = 0;
+    for (int s = 0; s < e->n_slots; s++) {
+        const char *m = slot_precision(&e->slots[s]) == LMH_PRECISION_FAST ? "fast" : "exact";
+        if (s && strcmp(e->precision, m) == 0) continue; /* "fast+fast" says nothing more */
+        size_t o = strlen(e->precision);
+        snprintf(e->precision + o, sizeof e->precision - o, "%s%s", s ? "+" : "", m);
+    }
     char be[256] = "";
     for (int s = 0; s < e->n_slots; s++) {
         const pl_slot *sl = &e->slots[s];
@@ -1126,8 +1142,13 @@ static void describe_chain(engine *e) {
         else
             snprintf(be + o, sizeof be - o, "%s%s[layers %d-%d]", s ? "+" : "", d, first, last);
     }
-    snprintf(e->chain, sizeof e->chain, "arch=%s backend=%s cache=%s(%s)", e->arch_p->info->name,
-             be, e->caches[0].spec.p->info->name, e->caches[0].spec.format);
+    snprintf(e->chain, sizeof e->chain, "arch=%s backend=%s cache=%s(%s) precision=%s",
+             e->arch_p->info->name, be, e->caches[0].spec.p->info->name, e->caches[0].spec.format,
+             e->precision);
+}
+
+const char *engine_precision(const engine *e) {
+    return e->precision;
 }
 
 engine *engine_open(const registry *reg, const engine_opts *o, char *err, size_t err_len) {
@@ -1138,8 +1159,10 @@ engine *engine_open(const registry *reg, const engine_opts *o, char *err, size_t
     }
     e->reg = reg;
     e->gpu_layers = o->gpu_layers;
-    e->bopts =
-        (lmh_backend_opts){.size = sizeof e->bopts, .threads = o->threads, .device = o->device};
+    e->bopts = (lmh_backend_opts){.size = sizeof e->bopts,
+                                  .threads = o->threads,
+                                  .device = o->device,
+                                  .precision = o->precision};
     char merr[1024];
     e->md = md_open(o->model_dir, merr, sizeof merr);
     if (!e->md) {

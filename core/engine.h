@@ -17,6 +17,7 @@ typedef struct engine_opts {
     int gpu_layers;      /* -1: every layer on `backend`; N: the first N there, the rest
                             on the CPU backend; 0: the CPU backend alone */
     int max_seq_len;     /* 0: the model's max_position_embeddings or unbounded */
+    int precision;       /* lmh_precision: 0 each backend's default, 1 exact, 2 fast */
 } engine_opts;
 
 typedef struct engine engine;
@@ -67,6 +68,9 @@ int32_t engine_n_layers(const engine *e);
 json_object *engine_config(const engine *e);
 /* "arch=NAME backend=DESC cache=NAME(FORMAT)": the plugin chain in use. */
 const char *engine_chain(const engine *e);
+/* "exact" or "fast": the precision mode the backends run in ("fast+exact" where a split
+ * model's backends differ, in slot order). */
+const char *engine_precision(const engine *e);
 void engine_get_stats(engine *e, engine_stats *s);
 /* Backend i's (engine_stats order) memory read bandwidth in bytes/s, measured by the
  * backend; LMH_EUNSUPPORTED where it offers no probe. */

@@ -15,11 +15,30 @@ extern "C" {
 
 typedef struct lmh_backend lmh_backend;
 
+/* (ABI 1.9) How a backend's arithmetic may round. EXACT: f32 operands and sums, one
+ * reduction order whatever the batch (the conformance suite's 1e-3 tolerance). FAST: the
+ * device's fast operands where it has them (f16/bf16 matrix cores, int8 activations
+ * against quantized weights), f32 sums, still one reduction order per mode, so a row
+ * gets the same bits in any batch. DEFAULT: the backend chooses (exact on CPUs, fast on
+ * GPUs); lmh_backend_api.precision tells which it took. */
+typedef enum lmh_precision {
+    LMH_PRECISION_DEFAULT = 0,
+    LMH_PRECISION_EXACT = 1,
+    LMH_PRECISION_FAST = 2,
+} lmh_precision;
+
 typedef struct lmh_backend_opts {
-    uint32_t size;   /* sizeof(lmh_backend_opts) as the host knows it */
-    int32_t threads; /* CPU worker threads; 0: all cores */
-    int32_t device;  /* device index for backends with several; 0 by default */
+    uint32_t size;     /* sizeof(lmh_backend_opts) as the host knows it */
+    int32_t threads;   /* CPU worker threads; 0: all cores */
+    int32_t device;    /* device index for backends with several; 0 by default */
+    int32_t precision; /* (ABI 1.9) lmh_precision; read only where size covers it */
 } lmh_backend_opts;
+
+/* opts->precision where the host's struct has it, else DEFAULT (for backends). */
+static inline int32_t lmh_opts_precision(const lmh_backend_opts *o) {
+    return o && o->size >= sizeof(uint32_t) + 3 * sizeof(int32_t) ? o->precision
+                                                                  : LMH_PRECISION_DEFAULT;
+}
 
 typedef struct lmh_backend_mem {
     uint64_t weights;           /* bytes of tensors made with LMH_TENSOR_WEIGHT */
@@ -160,11 +179,16 @@ typedef struct lmh_backend_api {
      * LMH_EUNSUPPORTED when desc has no implementation for this backend, or one this
      * device cannot run (a Vulkan kernel's shared memory or workgroup size past the
      * device's limits, read from its SPIR-V); err says why, and the plugin should take
-     * another way where it has one. Both may be NULL (or absent by size): the backend runs no plugin kernels. */
+     * another way where it has one. Both may be NULL (or absent by size): the backend runs no
+     * plugin kernels. */
     int (*kernel_add)(lmh_backend *b, const lmh_kernel_desc *desc, lmh_kernel **out, char *err,
                       size_t err_len);
     /* Enqueues a run of k, ordered with the ops enqueued before and after it. */
     int (*kernel_run)(lmh_backend *b, lmh_kernel *k, const lmh_kernel_call *call);
+
+    /* (ABI 1.9) The precision mode this backend runs in (LMH_PRECISION_EXACT or _FAST),
+     * its default resolved. NULL (or absent by size): EXACT. */
+    int32_t (*precision)(lmh_backend *b);
 } lmh_backend_api;
 
 #ifdef __cplusplus

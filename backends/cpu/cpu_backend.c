@@ -33,6 +33,7 @@ struct lmh_backend {
     const cpu_kernels *k;
     const cpu_qkernels *qk;
     cpu_pool *pool;
+    int32_t precision; /* LMH_PRECISION_EXACT or _FAST (the default on a CPU: exact) */
     char desc[96];
     atomic_uint_fast64_t weight_bytes, other_bytes, mapped_bytes, weight_read;
     /* Per-worker blocks of dequantized weight rows for cpu_q_matmul, kept between ops (a
@@ -1220,6 +1221,10 @@ static const char *cpu_describe(lmh_backend *b) {
     return b->desc;
 }
 
+static int32_t cpu_precision(lmh_backend *b) {
+    return b->precision;
+}
+
 static int cpu_create(const lmh_host_api *host, const lmh_backend_opts *o, lmh_backend **out,
                       char *err, size_t err_len) {
     (void)host;
@@ -1234,6 +1239,8 @@ static int cpu_create(const lmh_host_api *host, const lmh_backend_opts *o, lmh_b
     if (!b) return LMH_ENOMEM;
     b->k = k;
     b->qk = cpu_qkernels_for(k->name);
+    b->precision =
+        lmh_opts_precision(o) == LMH_PRECISION_FAST ? LMH_PRECISION_FAST : LMH_PRECISION_EXACT;
     b->pool = cpu_pool_new(o && o->threads > 0 ? o->threads : 0);
     if (!b->pool) {
         free(b);
@@ -1387,6 +1394,7 @@ static const lmh_backend_api api = {
     .compute_peak = cpu_compute_peak,
     .kernel_add = cpu_kernel_add,
     .kernel_run = cpu_kernel_run,
+    .precision = cpu_precision,
 };
 
 static const lmh_plugin_info info = {

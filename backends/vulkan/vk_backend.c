@@ -1694,14 +1694,13 @@ static int has_device_ext(VkPhysicalDevice pd, const char *name) {
     return found;
 }
 
-/* Whether matmul_coop runs: asked for with LMHOST_VK_COOPMAT=1 (its f16 operands cost
- * accuracy: see matmul_coop.comp), and the NV cooperative matrix extension with a 16x16x16
+/* Whether matmul_coop runs: in the fast precision mode (its f16 operands round at 2^-11:
+ * see matmul_coop.comp), with the NV cooperative matrix extension in a 16x16x16
  * f16 x f16 -> f32 subgroup configuration, f16 arithmetic and subgroups of 32. (The KHR
  * form would serve as well, but Debian 12's glslang cannot compile shaders for it.) */
 static int coopmat_usable(lmh_backend *b) {
-    const char *on = getenv("LMHOST_VK_COOPMAT");
     /* subgroups of 32, and up to 45 KB of shared memory (attn_coop.comp; matmul_coop.comp 44) */
-    if (!on || !*on || !strcmp(on, "0") || b->subgroup_size != 32 || b->max_shared < 46080 ||
+    if (b->precision != LMH_PRECISION_FAST || b->subgroup_size != 32 || b->max_shared < 46080 ||
         !has_device_ext(b->pd, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME))
         return 0;
     VkPhysicalDeviceCooperativeMatrixFeaturesNV cmf = {
@@ -2023,6 +2022,11 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
         .cooperativeMatrix = VK_TRUE};
     VkPhysicalDeviceVulkan12Features f12 = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    /* the precision mode: as asked, else exact on CPU devices (lavapipe: nothing to gain)
+     * and fast on GPUs */
+    if (!b->precision)
+        b->precision = b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? LMH_PRECISION_EXACT
+                                                                          : LMH_PRECISION_FAST;
     b->coopmat = coopmat_usable(b);
     /* and prefill attention there (attn_coop.comp), which takes its rows' softmax across a
      * subgroup */
@@ -2151,6 +2155,9 @@ static int vk_create(const lmh_host_api *host, const lmh_backend_opts *o, lmh_ba
     pthread_mutex_init(&b->mu, NULL);
     int32_t want = 0;
     if (o && o->size >= offsetof(lmh_backend_opts, device) + sizeof o->device) want = o->device;
+    b->precision = lmh_opts_precision(o) == LMH_PRECISION_FAST    ? LMH_PRECISION_FAST
+                   : lmh_opts_precision(o) == LMH_PRECISION_EXACT ? LMH_PRECISION_EXACT
+                                                                  : 0;
     if (mem_cap() < 0) {
         snprintf(err, err_len, "LMHOST_VK_MAX_MEMORY=%s: want bytes, or a number with K, M or G",
                  getenv("LMHOST_VK_MAX_MEMORY"));
@@ -2166,6 +2173,10 @@ static int vk_create(const lmh_host_api *host, const lmh_backend_opts *o, lmh_ba
     vk_log(b, LMH_LOG_INFO, "%s", b->desc);
     *out = b;
     return LMH_OK;
+}
+
+static int32_t vk_precision(lmh_backend *b) {
+    return b->precision;
 }
 
 /* LMHOST_VK_PROFILE=3 at destroy: each kind of step, the largest total first */
@@ -2344,6 +2355,7 @@ static const lmh_backend_api api = {
     .download_wait = vk_download_wait,
     .kernel_add = vk_kernel_add,
     .kernel_run = vk_kernel_run,
+    .precision = vk_precision,
 };
 
 static const lmh_plugin_info info = {

@@ -227,6 +227,7 @@ struct lmh_backend {
     VkPhysicalDeviceProperties props;
     VkPhysicalDeviceMemoryProperties mem;
     int subgroup_arith; /* subgroupAdd in compute shaders */
+    int32_t precision;  /* LMH_PRECISION_EXACT or _FAST (0 until the device is known) */
     int coopmat;        /* VK_NV_cooperative_matrix 16x16x16 f16 -> f32, subgroups of 32 */
     int attn_coop;      /* and subgroup arithmetic, shuffles and votes: attn_coop.comp */
     uint32_t subgroup_size;

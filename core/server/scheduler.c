@@ -22,6 +22,7 @@ struct sched {
     uint64_t next_seq, steps, cache_bytes;
     engine_stats es;
     char chain[512];
+    char precision[16];
     int32_t vocab;
     /* per-step buffers, sized for max_running + chunk rows */
     engine_row *rows;
@@ -286,6 +287,7 @@ static void *thread_main(void *arg) {
             pthread_mutex_lock(&s->mu);
             s->es = es;
             snprintf(s->chain, sizeof s->chain, "%s", engine_chain(s->e));
+            snprintf(s->precision, sizeof s->precision, "%s", engine_precision(s->e));
             s->call_rc = rc;
             s->call_pending = 0;
             pthread_cond_broadcast(&s->call_done);
@@ -359,6 +361,7 @@ sched *sched_new(engine *e, int32_t max_running, int32_t max_waiting, int32_t ch
     s->lsm = malloc((size_t)s->vocab * sizeof(float));
     engine_get_stats(e, &s->es);
     snprintf(s->chain, sizeof s->chain, "%s", engine_chain(e));
+    snprintf(s->precision, sizeof s->precision, "%s", engine_precision(e));
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->call_done, NULL);
@@ -428,6 +431,7 @@ void sched_get_stats(sched *s, sched_stats *st) {
     st->steps = s->steps;
     st->engine = s->es;
     snprintf(st->chain, sizeof st->chain, "%s", s->chain);
+    snprintf(st->precision, sizeof st->precision, "%s", s->precision);
     pthread_mutex_unlock(&s->mu);
 }
 

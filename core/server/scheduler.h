@@ -75,6 +75,7 @@ typedef struct sched_stats {
     uint64_t steps;
     engine_stats engine; /* as of the last step (read on the engine thread) */
     char chain[512];
+    char precision[16]; /* engine_precision */
 } sched_stats;
 
 typedef struct sched sched;

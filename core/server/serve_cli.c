@@ -60,6 +60,7 @@ int cli_serve(int argc, char **argv) {
                       {"--backend", &o.backend, NULL, 0},
                       {"--gpu-layers", &o.gpu_layers, NULL, 0},
                       {"--device", &o.device, NULL, 0},
+                      {"--precision", &o.precision, NULL, 0},
                       {"--admin-key", &o.admin_key, NULL, 0},
                       {"--cache", &o.cache, NULL, 0},
                       {"--threads", &o.threads, NULL, 0},
@@ -76,7 +77,7 @@ int cli_serve(int argc, char **argv) {
                "--tls-key F] [--api-key K | --api-key-file F] [--max-tokens 2048] [--ctx-size N] "
                "[--parallel 4] [--queue 64] [--chunk 256] [--timeout 60] [--shutdown-grace 30] "
                "[--max-body BYTES] [--backend NAME] [--gpu-layers N] [--device N] "
-               "[--admin-key K] [--cache NAME] [--threads N] [--top-k 0] "
+               "[--precision exact|fast] [--admin-key K] [--cache NAME] [--threads N] [--top-k 0] "
                "[--top-p 1.0] [--min-p 0] [--temperature 1.0] [--model-name NAME] "
                "[--plugin-dir DIR]\n");
         return 0;

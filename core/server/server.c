@@ -727,6 +727,7 @@ static void handle_health(server *s, struct evhttp_request *req) {
     json_object_array_add(caps, json_object_new_string("logprobs"));
     json_object_object_add(o, "capabilities", caps);
     json_object_object_add(o, "chain", json_object_new_string(st.chain));
+    json_object_object_add(o, "precision", json_object_new_string(st.precision));
     json_object *mem = json_object_new_array();
     for (int i = 0; i < st.engine.n_backends; i++) {
         json_object *b = json_object_new_object();
@@ -955,7 +956,8 @@ int server_run(const server_opts *o) {
                     .threads = o->threads,
                     .plugin_dir = o->plugin_dir,
                     .gpu_layers = o->gpu_layers,
-                    .device = o->device};
+                    .device = o->device,
+                    .precision = o->precision};
     s->e = cli_open_engine(&a, &s->reg);
     if (!s->e) goto out;
     s->tio = textio_open(o->model_dir, err, sizeof err);

@@ -8,6 +8,7 @@
 typedef struct server_opts {
     const char *model_dir, *model_name, *host, *tls_cert, *tls_key, *api_key;
     const char *backend, *cache, *threads, *plugin_dir, *gpu_layers, *device;
+    const char *precision; /* exact|fast; NULL: each backend's default */
     const char *admin_key; /* POST /admin/backend needs it; unset: admin routes off */
     int port;
     int max_tokens;     /* default max_tokens of a request */

@@ -81,7 +81,7 @@ int main(int argc, char **argv) {
     int steps = argc > 8 ? atoi(argv[8]) : 200, warm = 20;
     /* BENCH_THREADS: CPU threads (default: the backend's, every core) */
     const char *th = getenv("BENCH_THREADS");
-    lmh_backend_opts o = {sizeof o, th ? atoi(th) : 0, 0};
+    lmh_backend_opts o = {.size = sizeof o, .threads = th ? atoi(th) : 0};
     lmh_backend *b = NULL;
     char err[256] = "";
     if (be->create(&g_host, &o, &b, err, sizeof err) != LMH_OK) {

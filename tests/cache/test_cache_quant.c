@@ -440,7 +440,7 @@ int main(int argc, char **argv) {
     g_cache = load(argv[1])->api;
     for (int i = 2; i < argc; i++) {
         const lmh_backend_api *be = load(argv[i])->api;
-        lmh_backend_opts o = {sizeof o, 2, 0};
+        lmh_backend_opts o = {.size = sizeof o, .threads = 2};
         lmh_backend *b = NULL;
         char err[256] = "";
         if (be->create(&g_host, &o, &b, err, sizeof err) != LMH_OK) {

@@ -312,7 +312,7 @@ int main(int argc, char **argv) {
     static const fmt fmts[] = {{"f32", 32}, {"f16", 16}, {"q8", 8}, {"q4", 4}};
     for (int i = 3; i < argc; i++) {
         const lmh_backend_api *be = load(argv[i])->api;
-        lmh_backend_opts o = {sizeof o, 2, 0};
+        lmh_backend_opts o = {.size = sizeof o, .threads = 2};
         lmh_backend *b = NULL;
         char err[256] = "";
         if (be->create(&g_host, &o, &b, err, sizeof err) != LMH_OK) {

@@ -320,7 +320,7 @@ int main(int argc, char **argv) {
     int ran[2] = {0, 0};
     for (int i = 2; i < argc && i < 4; i++) {
         const lmh_backend_api *be = load(argv[i])->api;
-        lmh_backend_opts o = {sizeof o, 2, 0};
+        lmh_backend_opts o = {.size = sizeof o, .threads = 2};
         lmh_backend *b = NULL;
         char err[256] = "";
         if (be->create(&g_host, &o, &b, err, sizeof err) != LMH_OK) {
