@@ -2,14 +2,18 @@
 """Writes a model directory with random bf16 weights in a given Llama-style shape, for
 benchmarks (no download, no numpy: bytes come from os.urandom).
 
-usage: make_random_model.py OUT [--preset qwen3-0.6b|qwen3-1.7b|mixtral-2g|granite-4.0-h-tiny]
-                             [--layers N] [--vocab N] [--set KEY=N ...]
+usage: make_random_model.py OUT [--preset qwen3-0.6b|qwen3-1.7b|llama-2-7b|mixtral-2g|
+                                          granite-4.0-h-tiny]
+                             [--layers N] [--vocab N] [--set KEY=N ...] [--mlx BITS[:GROUP]]
 
 --set overrides any integer of the preset's config (e.g. hidden_size=256 intermediate_size=256
 for a model whose decode time is the dispatch chain's fixed cost, not its weight reads).
 
 Weights are uniform in magnitude over [2^-7, 2^-5) with random signs (like a trained
-matrix's spread); norm weights are in [1, 2). The tokenizer is not written: `lmhost bench`
+matrix's spread); norm weights are in [1, 2). --mlx writes every matrix (the embedding
+and head too) as mlx-lm's quantized checkpoints hold them: random BITS-bit codes with bf16
+scales of the weights' magnitude and biases (default group 64), with no quantize step
+between (a 7B shape in seconds rather than minutes). The tokenizer is not written: `lmhost bench`
 feeds token ids directly.
 """
 import json
@@ -30,6 +34,12 @@ PRESETS = {
                        head_dim=128, intermediate_size=6144, vocab_size=151936,
                        max_position_embeddings=40960, rms_norm_eps=1e-6,
                        rope_theta=1000000.0, tie_word_embeddings=True, hidden_act="silu"),
+    # Llama-2-7B: hidden 4096, 32 layers, 32 heads of 128 (no GQA), MLP 11008; 12.6 GiB.
+    "llama-2-7b": dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=4096,
+                       num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
+                       head_dim=128, intermediate_size=11008, vocab_size=32000,
+                       max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=10000.0,
+                       tie_word_embeddings=False, hidden_act="silu"),
     # A Mixtral-shaped MoE of about 2.3 GB: 8 experts, top-2, for decode bytes/token.
     "mixtral-2g": dict(model_type="mixtral", architectures=["MixtralForCausalLM"], hidden_size=2048,
                        num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
@@ -133,11 +143,16 @@ HI_NORM = bytes([0x3F] * 256)
 LO_NORM = bytes((0x80 | (b & 0x7F)) for b in range(256))  # exponent 127: [1, 2)
 
 
-def random_bf16(n, norm):
+HI_SCALE = bytes([0x3B] * 256)  # positive, exponent 118/119: [2^-9, 2^-7), a code step
+
+
+def random_bf16(n, kind):
+    """kind: "weight", "norm", "scale" (positive, a code step) or "bias" (a weight)."""
+    norm = kind == "norm"
     raw = os.urandom(2 * n)
     out = bytearray(2 * n)
     out[0::2] = raw[0::2].translate(LO_NORM if norm else LO_ANY)
-    out[1::2] = raw[1::2].translate(HI_NORM if norm else HI_WEIGHT)
+    out[1::2] = raw[1::2].translate(HI_NORM if norm else HI_SCALE if kind == "scale" else HI_WEIGHT)
     return out
 
 
@@ -145,7 +160,7 @@ def main():
     args = sys.argv[1:]
     if not args or args[0].startswith("-"):
         sys.exit(__doc__)
-    out, preset, layers, vocab, sets = args[0], "qwen3-0.6b", None, None, {}
+    out, preset, layers, vocab, sets, mlx = args[0], "qwen3-0.6b", None, None, {}, None
     i = 1
     while i < len(args):
         if args[i] == "--preset":
@@ -154,6 +169,11 @@ def main():
             layers = int(args[i + 1]); i += 2
         elif args[i] == "--vocab":
             vocab = int(args[i + 1]); i += 2
+        elif args[i] == "--mlx":
+            b, _, g = args[i + 1].partition(":")
+            mlx = (int(b), int(g or 64)); i += 2
+            if mlx[0] not in (2, 3, 4, 5, 6, 8) or mlx[1] not in (32, 64, 128):
+                sys.exit("--mlx: BITS 2, 3, 4, 5, 6 or 8; GROUP 32, 64 or 128")
         elif args[i] == "--set" and "=" in args[i + 1]:
             k, v = args[i + 1].split("=", 1)
             sets[k] = int(v); i += 2
@@ -171,26 +191,46 @@ def main():
     if c["model_type"] == "granitemoehybrid":
         c["layer_types"] = ["attention" if i % 10 == 5 else "mamba"
                             for i in range(c["num_hidden_layers"])]
+    if mlx:
+        c["quantization"] = {"group_size": mlx[1], "bits": mlx[0]}
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(c, f, indent=2)
     header, off, plan = {}, 0, []
+
+    def add(name, dtype, shape, nbytes, kind):
+        nonlocal off
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + nbytes]}
+        plan.append((nbytes, kind))
+        off += nbytes
+
     for name, shape, norm in tensors(c):
         n = 1
         for d in shape:
             n *= d
-        header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [off, off + 2 * n]}
-        plan.append((n, norm))
-        off += 2 * n
+        if mlx and len(shape) == 2 and name.endswith(".weight") and shape[-1] % mlx[1] == 0:
+            bits, group = mlx
+            rows, cols = shape[0], shape[1]
+            add(name, "U32", [rows, cols * bits // 32], rows * cols * bits // 8, "codes")
+            base = name[: -len(".weight")]
+            add(base + ".scales", "BF16", [rows, cols // group], 2 * rows * (cols // group), "scale")
+            add(base + ".biases", "BF16", [rows, cols // group], 2 * rows * (cols // group), "bias")
+        else:
+            add(name, "BF16", shape, 2 * n, "norm" if norm else "weight")
     h = json.dumps(header, separators=(",", ":")).encode()
     h += b" " * ((8 - len(h) % 8) % 8)
     with open(os.path.join(out, "model.safetensors"), "wb") as f:
         f.write(struct.pack("<Q", len(h)))
         f.write(h)
-        for n, norm in plan:
-            for at in range(0, n, 1 << 24):
-                f.write(random_bf16(min(1 << 24, n - at), norm))
-    print(f"wrote {out}: {off / 2**30:.2f} GiB of bf16 weights")
+        for nbytes, kind in plan:
+            for at in range(0, nbytes, 1 << 25):
+                m = min(1 << 25, nbytes - at)
+                if kind == "codes":
+                    f.write(os.urandom(m))
+                else:
+                    f.write(random_bf16(m // 2, kind))
+    what = f"MLX {mlx[0]}-bit g{mlx[1]}" if mlx else "bf16"
+    print(f"wrote {out}: {off / 2**30:.2f} GiB of {what} weights")
 
 
 if __name__ == "__main__":

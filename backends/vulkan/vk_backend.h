@@ -14,7 +14,7 @@
  * words 5..8. */
 #define VK_NBIND          9
 #define VK_PC_WORDS       32 /* 128 bytes, the push constant size every device offers */
-#define VK_NSPEC          9
+#define VK_NSPEC          10
 #define VK_ATTN_CNT_SLOTS 16 /* sets of attention's split counters (vk_backend.c) */
 #define VK_NBATCH         3
 #define VK_NREAD          4  /* downloads started and not yet waited for */
@@ -81,9 +81,10 @@ enum vk_shader {
     VK_SH_QMATVEC_MOE,
     VK_SH_QMATMUL_MOE,
     VK_SH_QGET_ROWS,
-    VK_SH_MATMUL_COOP, /* prefill on matrix cores (VK_NV_cooperative_matrix) */
-    VK_SH_ATTN_COOP,   /* and its attention */
-    VK_SH_BW_READ,     /* the memory read bandwidth probe */
+    VK_SH_MATMUL_COOP,  /* prefill on matrix cores (VK_NV_cooperative_matrix) */
+    VK_SH_QMATMUL_COOP, /* the same with MLX-quantized weights */
+    VK_SH_ATTN_COOP,    /* and its attention */
+    VK_SH_BW_READ,      /* the memory read bandwidth probe */
     VK_SH_ARGMAX,
     VK_SH_MATMUL_BIG,  /* prefill: f32 tiles of 128 outputs x 64 or 128 rows (matmul_big.comp) */
     VK_SH_QMATMUL_BIG, /* the same with MLX-quantized weights */

@@ -328,6 +328,12 @@ static uint64_t row_bytes(const lmh_tensor *w) {
 
 /* The specialization constants and push constants (after the matmul ones) of the q*.comp
  * shaders: see quant.glsl. */
+/* qmatvec.comp's WVEC: every 32-value chunk of W's rows starts on 16 bytes */
+static uint32_t qchunks_aligned(const lmh_tensor *w) {
+    const vk_tensor *t = VT(w);
+    return t->off % 16 == 0 && t->q_wpr % 4 == 0 && (t->q_bits == 4 || t->q_bits == 8);
+}
+
 static void quant_args(vk_dispatch *x, const lmh_tensor *w) {
     const vk_tensor *t = VT(w);
     x->spec[2] = t->q_sdt;
@@ -493,8 +499,12 @@ static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
                                              : VK_SH_QMATVEC8;
             x.spec[0] = MATVEC_WG; /* one row too: 128 threads were slower (README) */
             x.spec[1] = QMATVEC_NR;
+            x.spec[9] = qchunks_aligned(W);
             x.spec[3] = (uint32_t)vec_ok(xt, in);
             grid(&x, cdiv((uint64_t)out, QMATVEC_NR) * row_groups(rows));
+        } else if (coop_tiles(b, &x, rows, in, out)) {
+            x.shader = VK_SH_QMATMUL_COOP; /* the codes dequantized into the f16 tiles */
+            x.spec[3] = (uint32_t)(vec_ok(xt, in) && in % 8 == 0);
         } else if (big_tiles(b, &x, VK_SH_QMATMUL_BIG, 6, rows, in, out)) {
             x.spec[3] = (uint32_t)(vec_ok(xt, in) && in % 8 == 0);
         } else {
@@ -525,7 +535,7 @@ static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
      * split (a shared dummy would make side-by-side products look dependent to the
      * validation layer) */
     if (x.shader == VK_SH_MATMUL_BIG || x.shader == VK_SH_QMATMUL_BIG ||
-        x.shader == VK_SH_MATMUL_COOP)
+        x.shader == VK_SH_MATMUL_COOP || x.shader == VK_SH_QMATMUL_COOP)
         x.bind[4] = VT(op->dst);
     count_read(b, W, (uint64_t)out * row_bytes(W));
     if (bias) count_read(b, bias, (uint64_t)out * lmh_dtype_size(bias->dtype));
@@ -1188,6 +1198,7 @@ static int op_moe_matmul(lmh_backend *b, const lmh_op *op) {
             x.shader = VK_SH_QMATVEC_MOE;
             x.spec[0] = MATVEC_WG;
             x.spec[1] = QMATVEC_NR;
+            x.spec[9] = qchunks_aligned(W);
             x.spec[3] = (uint32_t)vec_ok(xt, in);
         } else if (quant) {
             x.shader = VK_SH_QMATMUL_MOE;

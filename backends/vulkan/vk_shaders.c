@@ -27,6 +27,7 @@
 #include "spv_matmul.h"
 #include "spv_matmul_big.h"
 #include "spv_matmul_coop.h"
+#include "spv_qmatmul_coop.h"
 #include "spv_matmul_moe.h"
 #include "spv_matvec.h"
 #include "spv_matvec_moe.h"
@@ -103,6 +104,7 @@ const vk_spirv vk_shaders[VK_SH_COUNT] = {
     [VK_SH_QMATMUL_MOE] = SH(qmatmul_moe),
     [VK_SH_QGET_ROWS] = SH(qget_rows),
     [VK_SH_MATMUL_COOP] = SH(matmul_coop),
+    [VK_SH_QMATMUL_COOP] = SH(qmatmul_coop),
     [VK_SH_ATTN_COOP] = SH(attn_coop),
     [VK_SH_BW_READ] = SH(bw_read),
     [VK_SH_ARGMAX] = SH(argmax),

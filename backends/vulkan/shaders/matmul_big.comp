@@ -97,7 +97,7 @@ void load_w(uint n, uint k, out float wv[8]) {
         uint word = W[wat + (bit >> 5)] >> sh;
         if (sh + 4u * BITS > 32u) word |= W[wat + (bit >> 5) + 1u] << (32u - sh);
         [[unroll]] for (uint i = 0; i < 4u; i++)
-            wv[h * 4u + i] = nok ? s * float((word >> (i * BITS)) & QMASK) + b : 0.0;
+            wv[h * 4u + i] = nok ? s * QFLOAT((word >> (i * BITS)) & QMASK) + b : 0.0;
     }
 }
 #else

@@ -22,18 +22,31 @@
 // binding 4, and split_sum.comp adds them and the bias. On an H100 at 4096 rows: the
 // gate product 1077 us (96 TFLOP/s), against 1621 for 128 x 128 tiles of 8 subgroups of 2 x
 // 4 matrices, a row a thread.
-// Rounding the operands to f16 costs about 2^-11 relative per product: over the
-// conformance tolerance (1e-3 x max |logit|) for most fixtures, and enough to flip a
-// near-tied MoE routing choice, so the backend uses it only when asked
-// (LMHOST_VK_COOPMAT=1). Splitting each operand into two f16 parts did not recover the
-// accuracy on the H100 and was slower. The KHR extension would do the same, but Debian 12's
-// glslang (12.0) cannot compile it.
+// With QUANT, W is MLX-quantized (quant.glsl): a thread takes 8 codes of a row a step (one
+// or two 32-bit words: 8 codes are BITS bytes from a multiple of BITS bytes), with their
+// group's scale and bias, and dequantizes them (s * q + b in f32) to f16 as it stores them,
+// so the weights reach the tiles as f16 and never as a full dequantized copy.
+// Rounding the operands to f16 costs about 2^-11 relative per product: over the exact mode's
+// conformance tolerance (1e-3 x max |logit|) for most fixtures, so the backend runs it in
+// the fast precision mode only. Splitting each operand into two f16 parts did not recover
+// the accuracy on the H100 and was slower. The KHR extension would do the same, but Debian
+// 12's glslang (12.0) cannot compile it.
 layout(constant_id = 0) const uint WG = 256; // BN: 4 or 8 subgroups (of 32: the host checks)
+#ifdef QUANT
+layout(constant_id = 2) const uint SDT = 0;
+layout(constant_id = 4) const uint BITS = 4;
+layout(constant_id = 5) const uint GROUP = 64;
+const uint WDT = 99u; // (none of the float dtypes)
+#else
 layout(constant_id = 2) const uint WDT = 0;
+#endif
 layout(constant_id = 3) const uint VEC = 0; // x and W rows start on 16 bytes, in % 8 == 0
 layout(local_size_x_id = 0) in;
 #include "common.glsl"
 #include "coop.glsl"
+#ifdef QUANT
+#include "quant.glsl"
+#endif
 
 #define BM 128u
 #define BN WG
@@ -63,7 +76,15 @@ layout(push_constant) uniform PC {
     uint rows;
     uint has_bias;
     uint tbias;
+#ifdef QUANT
+    uint pad_[4]; // (matmul_big.comp's layout)
+    uint wpr;     // words per weight row
+    uint gpr;     // groups per weight row
+    uint sc;      // word offsets of the scales and biases from the tensor's start
+    uint bi;
+#else
     uint pad_[8]; // (matmul_big.comp's layout)
+#endif
     uint kchunk;  // columns a split, a multiple of BK
 } pc;
 
@@ -83,6 +104,20 @@ void load(uint m0, uint n0, uint l, uint k, out uvec4 xr[8], out uvec4 wr[8]) {
         uint w = l + i * WG, kq = k + (w % 4u) * 8u;
         uint r = m0 + w / 4u, n = n0 + w / 4u;
         bool xi = i < XW, rok = xi && r < pc.rows, nok = n < pc.out_;
+#ifdef QUANT
+        // in is a multiple of the group (>= 32 = BK), so a step's 8 codes are all in the
+        // row and in one group: the words, the scale and the bias, zeros past the outputs
+        if (nok) {
+            uint wat = pc.ob + n * pc.wpr, bit = kq * BITS, g = n * pc.gpr + kq / GROUP;
+            uint sh = bit & 31u;
+            wr[i] = uvec4(W[wat + (bit >> 5)],
+                          sh + 8u * BITS > 32u ? W[wat + (bit >> 5) + 1u] : 0u,
+                          floatBitsToUint(QSB(W, pc.ob + pc.sc, g)),
+                          floatBitsToUint(QSB(W, pc.ob + pc.bi, g)));
+        } else {
+            wr[i] = uvec4(0u);
+        }
+#endif
         if (full) {
             uint qx = (pc.oa + r * pc.in_ + kq) / 4u;
             if (xi) {
@@ -93,7 +128,7 @@ void load(uint m0, uint n0, uint l, uint k, out uvec4 xr[8], out uvec4 wr[8]) {
                 uint qw = (pc.ob + n * pc.in_ + kq) / 4u;
                 wr[2u * i] = nok ? W4[qw] : uvec4(0u);
                 wr[2u * i + 1u] = nok ? W4[qw + 1u] : uvec4(0u);
-            } else {
+            } else if (WDT != 99u) {
                 wr[i] = nok ? W4[(pc.ob + n * pc.in_ + kq) / 8u] : uvec4(0u);
             }
         } else {
@@ -103,7 +138,7 @@ void load(uint m0, uint n0, uint l, uint k, out uvec4 xr[8], out uvec4 wr[8]) {
                 if (WDT == DT_F32)
                     wr[2u * i + e / 4u][e % 4u] = nok && kx < pc.in_ ? W[pc.ob + n * pc.in_ + kx] : 0u;
             }
-            if (WDT != DT_F32)
+            if (WDT != DT_F32 && WDT != 99u)
                 [[unroll]] for (uint e = 0; e < 4u; e++) {
                     uint kw = kq + e * 2u, j = pc.ob + n * pc.in_ + kw;
                     uint lo = nok && kw < pc.in_ ? LOAD16(W, j) : 0u;
@@ -120,11 +155,27 @@ void put(uint buf, uint l, uvec4 xr[8], uvec4 wr[8]) {
         uint w = l + i * WG, t = (w / 4u) * LD4 + w % 4u;
         if (i < XW) xs[buf * (BM * LD4) + t] = f32_word(xr[2u * i], xr[2u * i + 1u]);
         uvec4 v = wr[i];
+#ifdef QUANT
+        // the 8 codes from bit sh of words v.x, v.y; then s * q + b, as f16
+        {
+            uint sh = ((w % 4u) * 8u * BITS) & 31u; // (the step starts on a whole word)
+            float s = uintBitsToFloat(v.z), b = uintBitsToFloat(v.w);
+            float f[8];
+            [[unroll]] for (uint e = 0; e < 8u; e++) {
+                uint p = sh + e * BITS;
+                uint c = p >= 32u ? v.y >> (p - 32u)
+                                  : (v.x >> p) | (p + BITS > 32u ? v.y << (32u - p) : 0u);
+                f[e] = s * QFLOAT(c & QMASK) + b;
+            }
+            v = uvec4(h2(f[0], f[1]), h2(f[2], f[3]), h2(f[4], f[5]), h2(f[6], f[7]));
+        }
+#else
         if (WDT == DT_F32) {
             v = f32_word(wr[2u * i], wr[2u * i + 1u]);
         } else if (WDT == DT_BF16) {
             v = bf16_word(v);
         }
+#endif
         ws[buf * (BN * LD4) + t] = v;
     }
 }

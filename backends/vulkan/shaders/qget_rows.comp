@@ -34,7 +34,7 @@ void main() {
     float v = 0.0;
     if (id >= 0 && uint(id) < pc.V) {
         uint row = uint(id), g = row * pc.gpr + c / GROUP;
-        float q = float(QCODE_AT(T, pc.oa + row * pc.wpr, c));
+        float q = QFLOAT(QCODE_AT(T, pc.oa + row * pc.wpr, c));
         v = QSB(T, pc.oa + pc.sc, g) * q + QSB(T, pc.oa + pc.bi, g);
     }
     D[pc.od + i] = floatBitsToUint(v);

@@ -95,7 +95,7 @@ void main() {
             uint g = wrow * pc.gpr + k0 / GROUP;
             float s = QSB(W, pc.ob + pc.sc, g), b = QSB(W, pc.ob + pc.bi, g);
             [[unroll]] for (uint i = 0; i < 4u; i++)
-                ws[wc + i][wr] = wvalid ? s * float((word >> (i * BITS)) & QMASK) + b : 0.0;
+                ws[wc + i][wr] = wvalid ? s * QFLOAT((word >> (i * BITS)) & QMASK) + b : 0.0;
         }
         barrier();
         [[unroll]] for (uint c = 0; c < BK; c++) {

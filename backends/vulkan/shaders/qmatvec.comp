@@ -4,8 +4,8 @@
 // matvec.comp), with W quantized (see quant.glsl), straight from the packed words. Like matvec.comp: each workgroup computes
 // NR output columns, its threads split the inner dimension a 32-value chunk at a time,
 // and the partial sums are reduced over the workgroup (subgroupAdd where available).
-// Per chunk a thread loads the BITS words of each of its NR weight rows (32-bit loads),
-// and accumulates d = sum q * x and sx = sum x; the chunk then adds s * d + b * sx, so the
+// Per chunk a thread loads the BITS words of each of its NR weight rows (16-byte loads
+// for 4 and 8 bits where W allows, else 32-bit ones), and accumulates d = sum q * x and sx = sum x; the chunk then adds s * d + b * sx, so the
 // scale and bias cost two multiplies per 32 values rather than one per value.
 // With MOE: one work item (an expert and up to MAXR of its (row, slot) pairs) per
 // gl_WorkGroupID.y, from the list moe_sort.comp made. With FUSED (and MAXR 1): the norm or
@@ -16,7 +16,10 @@ layout(constant_id = 2) const uint SDT = 0;  // dtype of scales and biases
 layout(constant_id = 3) const uint VEC = 0;  // 16-byte loads of x are aligned
 layout(constant_id = 4) const uint BITS = 4;
 layout(constant_id = 5) const uint GROUP = 64;
+layout(constant_id = 9) const uint WVEC = 0; // every chunk of W starts on 16 bytes
 layout(local_size_x_id = 0) in;
+// chunks a thread loads at once: 4 (2 of 8 words or more, for registers)
+const uint U = BITS <= 4u ? 4u : 2u;
 #include "common.glsl"
 #include "quant.glsl"
 
@@ -28,6 +31,7 @@ BUF(0, D)
 RBUF(1, X)
 RBUF4(1, X)
 RBUF(2, W)
+RBUF4(2, W)
 RBUF(3, BIAS)
 #ifdef MOE
 RBUF(5, S) // moe_sort's output: see there
@@ -55,6 +59,45 @@ layout(push_constant) uniform PC {
 
 #include "matvec_reduce.glsl"
 
+// One chunk (32 values) of the NR weight rows, whose words are w, against each x row.
+void chunk(uint c, uint w[NR][9], uint nrows, uint xrow[MAXR], uint wrow0, uint o0,
+           inout float acc[NR][MAXR]) {
+    float d[NR][MAXR], sx[MAXR];
+    [[unroll]] for (uint j = 0; j < MAXR; j++) {
+        sx[j] = 0.0;
+        [[unroll]] for (uint r = 0; r < NR; r++) d[r][j] = 0.0;
+    }
+    // 4 values at a time: x as one vec4 per row, codes decoded to a vec4
+    [[unroll]] for (uint q = 0; q < 8u; q++) {
+        vec4 xv[MAXR];
+        [[unroll]] for (uint j = 0; j < MAXR; j++) {
+            xv[j] = vec4(0.0);
+            if (j < nrows) {
+                uint xo = pc.oa + xrow[j] * pc.in_ + c * 32u + q * 4u;
+                xv[j] = VEC != 0u ? uintBitsToFloat(X4[xo / 4u])
+                                  : vec4(uintBitsToFloat(X[xo]), uintBitsToFloat(X[xo + 1u]),
+                                         uintBitsToFloat(X[xo + 2u]), uintBitsToFloat(X[xo + 3u]));
+#ifdef FUSED
+                xv[j] = pro4(xv[j], c * 32u + q * 4u);
+#endif
+            }
+            sx[j] += xv[j].x + xv[j].y + xv[j].z + xv[j].w;
+        }
+        [[unroll]] for (uint r = 0; r < NR; r++) {
+            vec4 qv = vec4(QFLOAT(QCODE(w[r], q * 4u)), QFLOAT(QCODE(w[r], q * 4u + 1u)),
+                           QFLOAT(QCODE(w[r], q * 4u + 2u)), QFLOAT(QCODE(w[r], q * 4u + 3u)));
+            [[unroll]] for (uint j = 0; j < MAXR; j++) d[r][j] += dot(qv, xv[j]);
+        }
+    }
+    uint g = c * 32u / GROUP;
+    [[unroll]] for (uint r = 0; r < NR; r++) {
+        uint row = wrow0 + min(o0 + r, pc.out_ - 1u);
+        float s = QSB(W, pc.ob + pc.sc, row * pc.gpr + g);
+        float b = QSB(W, pc.ob + pc.bi, row * pc.gpr + g);
+        [[unroll]] for (uint j = 0; j < MAXR; j++) acc[r][j] += s * d[r][j] + b * sx[j];
+    }
+}
+
 void main() {
     uint l = gl_LocalInvocationID.x;
     uint nrows, wrow0 = 0u; // wrow0: the stacked row of output column 0 (MOE: the expert's)
@@ -78,50 +121,33 @@ void main() {
     [[unroll]] for (uint r = 0; r < NR; r++)
         [[unroll]] for (uint j = 0; j < MAXR; j++) acc[r][j] = 0.0;
 
+    // A thread's chunks U at a time, every weight load of the U issued before the first
+    // chunk is used: a 4096-wide row is 128 chunks, two for each of 64 threads, so loading
+    // and using them one by one waited for memory twice a product (0.7 TB/s on an H100).
+    // Chunks past the row load the last one again (in bounds, never used).
     uint nch = pc.in_ / 32u;
-    for (uint c = l; c < nch; c += WG) {
-        // the chunk's words of each weight row; columns past out_ repeat the last one
-        // (computed, never stored) so the loops below need no bounds test
-        uint w[NR][9];
-        [[unroll]] for (uint r = 0; r < NR; r++) {
-            uint at = pc.ob + (wrow0 + min(o0 + r, pc.out_ - 1u)) * pc.wpr + c * BITS;
-            [[unroll]] for (uint i = 0; i < 9u; i++) w[r][i] = i < BITS ? W[at + i] : 0u;
-        }
-        float d[NR][MAXR], sx[MAXR];
-        [[unroll]] for (uint j = 0; j < MAXR; j++) {
-            sx[j] = 0.0;
-            [[unroll]] for (uint r = 0; r < NR; r++) d[r][j] = 0.0;
-        }
-        // 4 values at a time: x as one vec4 per row, codes decoded to a vec4
-        [[unroll]] for (uint q = 0; q < 8u; q++) {
-            vec4 xv[MAXR];
-            [[unroll]] for (uint j = 0; j < MAXR; j++) {
-                xv[j] = vec4(0.0);
-                if (j < nrows) {
-                    uint xo = pc.oa + xrow[j] * pc.in_ + c * 32u + q * 4u;
-                    xv[j] = VEC != 0u ? uintBitsToFloat(X4[xo / 4u])
-                                      : vec4(uintBitsToFloat(X[xo]), uintBitsToFloat(X[xo + 1u]),
-                                             uintBitsToFloat(X[xo + 2u]),
-                                             uintBitsToFloat(X[xo + 3u]));
-#ifdef FUSED
-                    xv[j] = pro4(xv[j], c * 32u + q * 4u);
-#endif
-                }
-                sx[j] += xv[j].x + xv[j].y + xv[j].z + xv[j].w;
-            }
+    for (uint c0 = l; c0 < nch; c0 += U * WG) {
+        uint w[4][NR][9];
+        [[unroll]] for (uint u = 0; u < U; u++) {
+            uint c = min(c0 + u * WG, nch - 1u);
             [[unroll]] for (uint r = 0; r < NR; r++) {
-                vec4 qv = vec4(float(QCODE(w[r], q * 4u)), float(QCODE(w[r], q * 4u + 1u)),
-                               float(QCODE(w[r], q * 4u + 2u)), float(QCODE(w[r], q * 4u + 3u)));
-                [[unroll]] for (uint j = 0; j < MAXR; j++) d[r][j] += dot(qv, xv[j]);
+                uint at = pc.ob + (wrow0 + min(o0 + r, pc.out_ - 1u)) * pc.wpr + c * BITS;
+                if (WVEC != 0u && (BITS == 4u || BITS == 8u)) {
+                    [[unroll]] for (uint h = 0; h < BITS / 4u; h++) {
+                        uvec4 v = W4[at / 4u + h];
+                        w[u][r][4u * h] = v.x;
+                        w[u][r][4u * h + 1u] = v.y;
+                        w[u][r][4u * h + 2u] = v.z;
+                        w[u][r][4u * h + 3u] = v.w;
+                    }
+                    w[u][r][8] = 0u;
+                } else {
+                    [[unroll]] for (uint i = 0; i < 9u; i++) w[u][r][i] = i < BITS ? W[at + i] : 0u;
+                }
             }
         }
-        uint g = c * 32u / GROUP;
-        [[unroll]] for (uint r = 0; r < NR; r++) {
-            uint row = wrow0 + min(o0 + r, pc.out_ - 1u);
-            float s = QSB(W, pc.ob + pc.sc, row * pc.gpr + g);
-            float b = QSB(W, pc.ob + pc.bi, row * pc.gpr + g);
-            [[unroll]] for (uint j = 0; j < MAXR; j++) acc[r][j] += s * d[r][j] + b * sx[j];
-        }
+        [[unroll]] for (uint u = 0; u < U; u++)
+            if (c0 + u * WG < nch) chunk(c0 + u * WG, w[u], nrows, xrow, wrow0, o0, acc);
     }
 
     reduce_store(acc, o0, nrows, drow);
