@@ -40,7 +40,12 @@ struct lmh_backend {
      * fresh allocation per op would be mapped and faulted in each time). Ops on one backend
      * run one at a time (its pool runs one job), so one buffer serves them all. */
     float *qbuf;
-    int64_t qbuf_per;           /* floats per worker */
+    int64_t qbuf_per; /* floats per worker */
+    /* Fast mode: the int8 kernel, and the op's activations quantized once (cpu_q8act),
+     * kept between ops like qbuf. */
+    const cpu_q8kernel *q8;
+    void *q8mem;
+    size_t q8mem_bytes;
     struct lmh_kernel *kernels; /* plugin kernels made ready here (kernel_add) */
     /* The recurrent ops' small weight vectors (conv weights, biases, -exp(A_log), D, dt_bias)
      * in f32, made at their first use and kept while the weight lives: a Mamba-1 layer's
@@ -72,6 +77,25 @@ static float *qbuf_for(lmh_backend *b, int64_t in) {
     b->qbuf = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     b->qbuf_per = b->qbuf ? per : 0;
     return b->qbuf;
+}
+
+/* In fast mode, the int8 activations of x [n, in] for the quantized weight W: quantized
+ * once per op into b->q8mem; NULL (the exact path) in exact mode, for groups the fast
+ * kernels do not take, or when memory runs out. */
+static const cpu_q8act *q8_for(lmh_backend *b, const cpu_qmat *W, const float *x, int64_t n,
+                               cpu_q8act *a) {
+    if (b->precision != LMH_PRECISION_FAST || !b->q8) return NULL;
+    if (W->group != 32 && W->group != 64 && W->group != 128) return NULL;
+    size_t need = cpu_q8_bytes(n, W->in, W->group);
+    need = (need + 63) & ~(size_t)63;
+    if (b->q8mem_bytes < need) {
+        free(b->q8mem);
+        b->q8mem = aligned_alloc(64, need);
+        b->q8mem_bytes = b->q8mem ? need : 0;
+        if (!b->q8mem) return NULL;
+    }
+    cpu_q8_quantize(x, n, W->in, W->group, b->q8mem, a);
+    return a;
 }
 
 #define CT(x)   ((cpu_tensor *)(x))
@@ -290,6 +314,7 @@ typedef struct job {
     const lmh_op *op;
     float *scratch; /* per-worker buffers for attention */
     int64_t scratch_per;
+    const cpu_q8act *q8a; /* fast mode's int8 activations of a quantized matmul, or NULL */
 } job;
 
 static void row_to_f32(const cpu_kernels *k, const lmh_tensor *t, int64_t row, int64_t d,
@@ -345,8 +370,11 @@ static void do_matmul(void *arg, int64_t o0, int64_t o1, int w) {
         k->matmul_bf16((const float *)DATA(x), n, in, (const uint16_t *)DATA(W), o0, o1, y, out);
         break;
     default: /* quantized */
-        cpu_q_matmul(k, j->b->qk, (const float *)DATA(x), n, &CT(W)->qm, o0, o1, y, out,
-                     j->b->qbuf ? j->b->qbuf + (int64_t)w * j->b->qbuf_per : NULL);
+        if (j->q8a)
+            cpu_q8_matmul(j->b->q8, j->q8a, &CT(W)->qm, o0, o1, y, out);
+        else
+            cpu_q_matmul(k, j->b->qk, (const float *)DATA(x), n, &CT(W)->qm, o0, o1, y, out,
+                         j->b->qbuf ? j->b->qbuf + (int64_t)w * j->b->qbuf_per : NULL);
         break;
     }
     if (op->src[2])
@@ -628,6 +656,7 @@ typedef struct moe_job {
     const int64_t *start, *count;
     const int64_t (*tasks)[3]; /* expert, o0, o1 */
     int64_t in, out;
+    const cpu_q8act *q8a; /* fast mode: xg as int8 */
 } moe_job;
 
 static void do_moe_tasks(void *arg, int64_t t0, int64_t t1, int w) {
@@ -646,6 +675,17 @@ static void do_moe_tasks(void *arg, int64_t t0, int64_t t1, int w) {
             q.scales = (const uint8_t *)q.scales + (size_t)(e * m->out * q.gpr) * sbs;
             q.biases = (const uint8_t *)q.biases + (size_t)(e * m->out * q.gpr) * sbs;
             q.rows = m->out;
+            if (m->q8a) { /* expert e's rows of the int8 activations */
+                const int64_t gpr = m->in / q.group, s0 = m->start[e];
+                cpu_q8act a = *m->q8a;
+                a.n = n;
+                a.q += s0 * m->in;
+                a.d += s0 * gpr;
+                a.xs += s0 * gpr;
+                a.isum += s0 * gpr;
+                cpu_q8_matmul(m->b->q8, &a, &q, o0, o1, y, m->out);
+                continue;
+            }
             cpu_q_matmul(m->k, m->b->qk, x, n, &q, o0, o1, y, m->out,
                          m->b->qbuf ? m->b->qbuf + (int64_t)w * m->b->qbuf_per : NULL);
             continue;
@@ -709,8 +749,14 @@ static int moe_matmul(lmh_backend *b, const lmh_op *op) {
             nt++;
         }
     }
-    if (lmh_dtype_is_quant(W->dtype)) qbuf_for(b, in);
+    cpu_q8act q8a;
+    const cpu_q8act *q8 = NULL;
+    if (lmh_dtype_is_quant(W->dtype)) {
+        q8 = q8_for(b, &CT(W)->qm, xg, start[E], &q8a);
+        if (!q8) qbuf_for(b, in);
+    }
     moe_job m = {.b = b,
+                 .q8a = q8,
                  .k = b->k,
                  .W = W,
                  .xg = xg,
@@ -1126,7 +1172,12 @@ static int cpu_enqueue(lmh_backend *b, const lmh_op *op) {
         int64_t g = grain_for(out, th, 16);
         g = (g + 15) & ~(int64_t)15;
         int quant = lmh_dtype_is_quant(W->dtype);
-        if (quant) qbuf_for(b, CT(W)->qm.in);
+        cpu_q8act q8a;
+        if (quant) {
+            j.q8a =
+                q8_for(b, &CT(W)->qm, (const float *)DATA(a), lmh_nelem(a) / lmh_inner(a), &q8a);
+            if (!j.q8a) qbuf_for(b, CT(W)->qm.in);
+        }
         cpu_pool_run(b->pool, out, g, do_matmul, &j);
         count_read(b, W, quant ? qbytes(W, out) : (size_t)lmh_nelem(W) * lmh_dtype_size(W->dtype));
         if (op->src[2]) count_read(b, op->src[2], (size_t)out * lmh_dtype_size(op->src[2]->dtype));
@@ -1239,6 +1290,7 @@ static int cpu_create(const lmh_host_api *host, const lmh_backend_opts *o, lmh_b
     if (!b) return LMH_ENOMEM;
     b->k = k;
     b->qk = cpu_qkernels_for(k->name);
+    b->q8 = cpu_q8kernel_for(b->qk);
     b->precision =
         lmh_opts_precision(o) == LMH_PRECISION_FAST ? LMH_PRECISION_FAST : LMH_PRECISION_EXACT;
     b->pool = cpu_pool_new(o && o->threads > 0 ? o->threads : 0);
@@ -1261,6 +1313,7 @@ static void cpu_destroy(lmh_backend *b) {
     }
     cpu_pool_free(b->pool);
     free(b->qbuf);
+    free(b->q8mem);
     drop_vecs(b, NULL, 0);
     free(b);
 }

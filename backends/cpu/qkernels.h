@@ -55,6 +55,63 @@ void cpu_q_matmul(const struct cpu_kernels *k, const cpu_qkernels *qk, const flo
  * portable table when this build has no such path. */
 const cpu_qkernels *cpu_qkernels_for(const char *name);
 
+/* ---- Fast mode (LMH_PRECISION_FAST): int8 activations, integer dot products ---------
+ *
+ * The activations of an op are quantized once (cpu_q8_quantize) to int8 per block of
+ * `group` values, the weight's own groups: q = round_half_even(x * 127 / max|x|), d =
+ * max|x| / 127, and xs = d * sum(q) (the sum of the quantized values, not of x: then the
+ * bias term is exactly b * sum(d q), the result is the product of the dequantized weights
+ * with the dequantized activations and its error is sum(w e) over the centred weights w =
+ * s q + b, not sum((w - b) e), which is larger for MLX's biases near -s 2^(bits-1)). A
+ * weight-group-wide block (not 32) costs one float step per group instead of one per 32
+ * codes; its accuracy is measured in test_q8 (the worst relative error is printed).
+ *
+ * A row then is y[o] = sum_g s[o,g] d[g] isum[o,g] + b[o,g] xs[g], isum the exact integer
+ * dot product of the (unsigned) codes with the int8 activations of group g.
+ *
+ * Invariance: the integer sums are exact, whatever instructions form them, and each path
+ * has ONE row function (cpu_q8kernel.rows) that does the float steps of a row in one fixed
+ * order (over the groups in order, lane-wise, then one fixed reduction), reading nothing
+ * but that row of W and that row of the activations. Decode (n == 1) calls it for each
+ * weight row, prefill (cpu_q8_matmul, n > 1) calls the same function for each activation
+ * row over a block of CPU_Q8_ROWS weight rows that stays in cache. So, within one path, a
+ * row's bits do not depend on the batch size n, the thread count or how the output rows
+ * are split. Different paths (avx512-i8, avx2-i8, neon-i8, portable-i8) may differ in the
+ * last bits; the exact mode above is untouched. */
+typedef struct cpu_q8act {
+    int64_t n, in;
+    int32_t group;
+    int8_t *q;     /* n x in, in [-127, 127] */
+    float *d;      /* n x (in / group) scales */
+    float *xs;     /* n x (in / group): d * isum */
+    int32_t *isum; /* n x (in / group): sum of q (exact) */
+} cpu_q8act;
+
+/* One activation row (its q, d, xs, isum) against weight rows [o0, o1): y[o]. */
+typedef void (*cpu_q8_rows_fn)(const cpu_qmat *w, const int8_t *xq, const float *xd,
+                               const float *xs, const int32_t *xi, int64_t o0, int64_t o1,
+                               float *y);
+typedef struct cpu_q8kernel {
+    const char *name; /* "avx512-i8", "avx2-i8", "neon-i8", "neon-dot-i8", "portable-i8" */
+    cpu_q8_rows_fn rows;
+} cpu_q8kernel;
+
+/* Bytes cpu_q8_quantize needs for n rows of `in` in groups of `group`. */
+size_t cpu_q8_bytes(int64_t n, int64_t in, int32_t group);
+/* Quantizes x [n, in] into `mem` (cpu_q8_bytes of it, 64-byte aligned) and fills a. */
+void cpu_q8_quantize(const float *x, int64_t n, int64_t in, int32_t group, void *mem, cpu_q8act *a);
+/* Rows of W per block of cpu_q8_matmul (n > 1): 16 rows of 4096 8-bit codes are 64 KiB. */
+#define CPU_Q8_ROWS 16
+/* y[r * ldy + o] = row r of a against W[o] for r in [0, a->n), o in [o0, o1). */
+void cpu_q8_matmul(const cpu_q8kernel *k, const cpu_q8act *a, const cpu_qmat *w, int64_t o0,
+                   int64_t o1, float *y, int64_t ldy);
+/* The fast kernel for the exact table qk (by its name), checked against this CPU: the
+ * avx512 table gets avx512-i8 only where the CPU has AVX512-VNNI and AVX512-VBMI, else
+ * avx2-i8; neon gets the dot-product kernel where the build targets it. */
+const cpu_q8kernel *cpu_q8kernel_for(const cpu_qkernels *qk);
+/* Every fast kernel this build has that this CPU can run, NULL-terminated (for tests). */
+const cpu_q8kernel *const *cpu_q8kernels_available(void);
+
 /* Shared by every path (qkernels_portable.c). */
 /* Code j of a packed row. */
 static inline uint32_t cpu_q_code(const uint32_t *row, int64_t j, int bits) {

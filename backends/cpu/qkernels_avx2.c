@@ -270,3 +270,158 @@ const cpu_qkernels cpu_qkernels_avx2 = {
     .dequant = dequant_avx2,
     .matvec = matvec_avx2,
 };
+
+/* ---- fast mode (qkernels.h, cpu_q8kernel): codes times int8 activations --------------
+ * 32 codes per step as bytes in order:
+ *  - 8 bits: the 32 bytes.
+ *  - 4 bits: 16 bytes, low and high nibbles interleaved back into order.
+ *  - 2, 3, 5, 6 bits: the step's 4 b bytes (b dwords, a masked load that never reads past
+ *    them), copied so that each 128-bit half holds the bytes of its 8 codes, a byte
+ *    shuffle that gives code i the 16-bit lane of its two bytes, a multiply by
+ *    2^(16 - sh - b) that puts its top bit at bit 15 (sh + b <= 13: in the lane) and a
+ *    uniform shift right by 16 - b; packed to bytes and put back in order.
+ * Products: codes of b <= 6 bits are <= 63, activations in [-127, 127], so vpmaddubsw's
+ * int16 pair sums are at most 2 * 63 * 127 = 16002 < 32767: no saturation; vpmaddwd by
+ * ones widens them to int32. 8-bit codes (<= 255) could reach 2 * 255 * 127 = 64770, so
+ * they are widened to int16 instead and multiplied with vpmaddwd, whose int32 pair sums
+ * (at most 64770) cannot overflow. A group of G codes sums at most 128 * 255 * 127 < 2^23.
+ * Float order of a row: per group in order, acc = fma(isum lanes, s d, acc) over 8 lanes,
+ * accb += b xs as scalars; y = the fixed reduction of acc (cpu_hsum_256) + accb. */
+typedef struct unpack32 {
+    __m256i idx_a, idx_b, shuf, mul;
+    __m256i load; /* dword mask of the b dwords */
+    int bits;
+} unpack32;
+
+static unpack32 make_unpack32(int bits) {
+    unpack32 u;
+    int32_t ia[8], ib[8], ld[8];
+    int8_t sh[32];
+    int16_t mul[16];
+    const int base_b = bits / 2; /* first dword of the window of codes 16..31 */
+    for (int i = 0; i < 8; i++) {
+        ia[i] = i & 3;
+        ib[i] = base_b + (i & 3);
+        ld[i] = i < bits ? -1 : 0;
+    }
+    for (int h = 0; h < 2; h++)       /* half h: codes 8 h .. 8 h + 7 of the 16 */
+        for (int i = 0; i < 8; i++) { /* (the same pattern serves both 16-code windows) */
+            const int c = 8 * h + i, bit = c * bits;
+            /* window A starts at byte 0, window B at byte 4 base_b, 2 bits ahead of code 16's
+             * first byte by (2 b - 4 base_b) bytes: 0 or 2 */
+            sh[16 * h + 2 * i] = (int8_t)(bit / 8);
+            sh[16 * h + 2 * i + 1] = (int8_t)(bit / 8 + 1);
+            mul[8 * h + i] = (int16_t)(1 << (16 - bit % 8 - bits));
+        }
+    u.idx_a = _mm256_loadu_si256((const __m256i *)ia);
+    u.idx_b = _mm256_loadu_si256((const __m256i *)ib);
+    u.shuf = _mm256_loadu_si256((const __m256i *)sh);
+    u.mul = _mm256_loadu_si256((const __m256i *)mul);
+    u.load = _mm256_loadu_si256((const __m256i *)ld);
+    u.bits = bits;
+    return u;
+}
+
+/* 16 codes as 16-bit lanes from a window whose byte 0 is the first code's byte. */
+static inline __m256i codes16(const unpack32 *u, __m256i win, __m256i shuf) {
+    __m256i v = _mm256_shuffle_epi8(win, shuf);
+    v = _mm256_mullo_epi16(v, u->mul);
+    return _mm256_srl_epi16(v, _mm_cvtsi32_si128(16 - u->bits));
+}
+
+enum { C_GEN = 0, C_4 = 4, C_8 = 8 };
+
+/* 32 codes as bytes in order (C_4, C_GEN). */
+static inline __m256i codes32(const unpack32 *u, const uint8_t *p, const int MODE) {
+    if (MODE == C_4) {
+        const __m128i m = _mm_set1_epi8(0x0f), v = _mm_loadu_si128((const __m128i *)p);
+        const __m128i lo = _mm_and_si128(v, m), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m);
+        return _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+    }
+    const __m256i v = _mm256_maskload_epi32((const int *)p, u->load);
+    /* codes 16..31 start at byte 2 b; the window B starts at dword b / 2 (byte 4 (b / 2)),
+     * so 2 b - 4 (b / 2) bytes (0 or 2) before them: shift the shuffle by that much */
+    const __m256i a = _mm256_permutevar8x32_epi32(v, u->idx_a);
+    const __m256i b = _mm256_permutevar8x32_epi32(v, u->idx_b);
+    const int skew = 2 * u->bits - 4 * (u->bits / 2);
+    const __m256i ca = codes16(u, a, u->shuf);
+    const __m256i cb = codes16(u, b, _mm256_add_epi8(u->shuf, _mm256_set1_epi8((char)skew)));
+    /* packus per half: [A0-7 B16-23 | A8-15 B24-31] -> qwords 0 2 1 3 */
+    return _mm256_permute4x64_epi64(_mm256_packus_epi16(ca, cb), 0xd8);
+}
+
+/* int32 lane sums of 32 codes at p times the 32 activations at x. */
+static inline __m256i dot32(const unpack32 *u, const uint8_t *p, const int8_t *x, const int MODE) {
+    const __m256i xv = _mm256_loadu_si256((const __m256i *)x);
+    if (MODE == C_8) {
+        const __m256i c = _mm256_loadu_si256((const __m256i *)p);
+        const __m256i lo = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(c)),
+                                             _mm256_cvtepi8_epi16(_mm256_castsi256_si128(xv)));
+        const __m256i hi = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(c, 1)),
+                                             _mm256_cvtepi8_epi16(_mm256_extracti128_si256(xv, 1)));
+        return _mm256_add_epi32(lo, hi);
+    }
+    const __m256i prod = _mm256_maddubs_epi16(codes32(u, p, MODE), xv);
+    return _mm256_madd_epi16(prod, _mm256_set1_epi16(1));
+}
+
+static inline __attribute__((always_inline)) void q8_rows_k(const cpu_qmat *w, const unpack32 *u,
+                                                            const int8_t *xq, const float *xd,
+                                                            const float *xs, int64_t o, float *y,
+                                                            const int R, const int MODE) {
+    const int32_t G = w->group, bits = w->bits;
+    const int64_t gpr = w->gpr, gb = (int64_t)G * bits / 8;
+    const uint8_t *row[4];
+    __m256 acc[4];
+    float accb[4];
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+        row[r] = (const uint8_t *)(w->q + (o + r) * w->wpr);
+        acc[r] = _mm256_setzero_ps();
+        accb[r] = 0;
+    }
+    for (int64_t g = 0; g < gpr; g++) {
+        const int8_t *xg = xq + g * G;
+        __m256i is[4];
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+            const uint8_t *p = row[r] + g * gb;
+            if (((uintptr_t)p & 63) < (uintptr_t)gb)
+                _mm_prefetch((const char *)p + 1024, _MM_HINT_T0);
+            is[r] = dot32(u, p, xg, MODE);
+        }
+        for (int32_t c = 32; c < G; c += 32)
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) is[r] =
+                _mm256_add_epi32(is[r], dot32(u, row[r] + g * gb + c * bits / 8, xg + c, MODE));
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+            const int64_t at = (o + r) * gpr + g;
+            const float s = cpu_q_sb_at(w->sb, w->scales, at);
+            const float b = cpu_q_sb_at(w->sb, w->biases, at);
+            const float sd = s * xd[g], bx = b * xs[g];
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r]), _mm256_set1_ps(sd), acc[r]);
+            accb[r] = accb[r] + bx;
+        }
+    }
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) y[o + r] = cpu_hsum_256(acc[r]) + accb[r];
+}
+
+static inline __attribute__((always_inline)) void q8_rows_mode(const cpu_qmat *w, const int8_t *xq,
+                                                               const float *xd, const float *xs,
+                                                               int64_t o0, int64_t o1, float *y,
+                                                               const int MODE) {
+    const unpack32 u = make_unpack32(w->bits);
+    int64_t o = o0;
+    for (; o + 4 <= o1; o += 4) q8_rows_k(w, &u, xq, xd, xs, o, y, 4, MODE);
+    for (; o < o1; o++) q8_rows_k(w, &u, xq, xd, xs, o, y, 1, MODE);
+}
+
+static void q8_rows_avx2(const cpu_qmat *w, const int8_t *xq, const float *xd, const float *xs,
+                         const int32_t *xi, int64_t o0, int64_t o1, float *y) {
+    (void)xi;
+    if (w->bits == 8)
+        q8_rows_mode(w, xq, xd, xs, o0, o1, y, C_8);
+    else if (w->bits == 4)
+        q8_rows_mode(w, xq, xd, xs, o0, o1, y, C_4);
+    else
+        q8_rows_mode(w, xq, xd, xs, o0, o1, y, C_GEN);
+}
+
+const cpu_q8kernel cpu_q8kernel_avx2 = {"avx2-i8", q8_rows_avx2};

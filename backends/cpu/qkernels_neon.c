@@ -128,3 +128,94 @@ const cpu_qkernels cpu_qkernels_neon = {
     .dequant = dequant_neon,
     .matvec = matvec_neon,
 };
+
+/* ---- fast mode (qkernels.h, cpu_q8kernel): codes times int8 activations --------------
+ * Codes come as bytes in order: 8 bits are the bytes, 4 bits split nibbles zipped back,
+ * other widths the portable bit stream into a group buffer. Products are signed: codes of
+ * b <= 6 bits (<= 63) are valid int8; 8-bit codes c are taken as c - 128 (flip the top bit)
+ * and 128 * sum(x) (the exact integer sum kept by cpu_q8_quantize) added back, so the
+ * integer sum is exact either way. With the dot-product extension (sdot, ARMv8.2-A
+ * +dotprod) 16 products a step; without it vmull_s8 (|c x| <= 128 * 127 = 16256 fits
+ * int16) and vpadalq_s16 (pairs into int32). Float order of a row, the portable one:
+ * per group in order acc += (s d) isum, accb += b xs; y = acc + accb. */
+static inline void codes_group(const uint8_t *p, int32_t G, int bits, uint8_t *c) {
+    if (bits == 8) {
+        for (int32_t k = 0; k < G; k += 16) vst1q_u8(c + k, vld1q_u8(p + k));
+    } else if (bits == 4) {
+        const uint8x16_t m = vdupq_n_u8(0x0f);
+        for (int32_t k = 0; k < G; k += 32) {
+            const uint8x16_t v = vld1q_u8(p + k / 2);
+            const uint8x16x2_t z = vzipq_u8(vandq_u8(v, m), vshrq_n_u8(v, 4));
+            vst1q_u8(c + k, z.val[0]);
+            vst1q_u8(c + k + 16, z.val[1]);
+        }
+    } else {
+        uint64_t buf = 0;
+        int have = 0;
+        const uint32_t mask = (1u << bits) - 1;
+        const uint32_t *wp = (const uint32_t *)(const void *)p;
+        for (int32_t k = 0; k < G; k++) {
+            if (have < bits) {
+                buf |= (uint64_t)*wp++ << have;
+                have += 32;
+            }
+            c[k] = (uint8_t)((uint32_t)buf & mask);
+            buf >>= bits;
+            have -= bits;
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void q8_rows_n(const cpu_qmat *w, const int8_t *xq,
+                                                            const float *xd, const float *xs,
+                                                            const int32_t *xi, int64_t o0,
+                                                            int64_t o1, float *y, const int DOT) {
+    const int32_t G = w->group, bits = w->bits;
+    const int64_t gb = (int64_t)G * bits / 8;
+    (void)DOT; /* no sdot in this build: the widening multiplies only */
+    const uint8x16_t flip = vdupq_n_u8(bits == 8 ? 0x80 : 0);
+    uint8_t c[128];
+    for (int64_t o = o0; o < o1; o++) {
+        const uint8_t *row = (const uint8_t *)(w->q + o * w->wpr);
+        float acc = 0, accb = 0;
+        for (int64_t g = 0; g < w->gpr; g++) {
+            const int8_t *x = xq + g * G;
+            codes_group(row + g * gb, G, bits, c);
+            int32x4_t is = vdupq_n_s32(0);
+            for (int32_t k = 0; k < G; k += 16) {
+                const int8x16_t cv = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(c + k), flip));
+                const int8x16_t xv = vld1q_s8(x + k);
+#if defined(__ARM_FEATURE_DOTPROD)
+                if (DOT) {
+                    is = vdotq_s32(is, cv, xv);
+                    continue;
+                }
+#endif
+                is = vpadalq_s16(is, vmull_s8(vget_low_s8(cv), vget_low_s8(xv)));
+                is = vpadalq_s16(is, vmull_high_s8(cv, xv));
+            }
+            int32_t isum = vaddvq_s32(is);
+            if (bits == 8) isum += 128 * xi[g];
+            const float s = cpu_q_sb_at(w->sb, w->scales, o * w->gpr + g);
+            const float b = cpu_q_sb_at(w->sb, w->biases, o * w->gpr + g);
+            const float sd = s * xd[g], bx = b * xs[g];
+            acc += sd * (float)isum;
+            accb += bx;
+        }
+        y[o] = acc + accb;
+    }
+}
+
+static void q8_rows_neon(const cpu_qmat *w, const int8_t *xq, const float *xd, const float *xs,
+                         const int32_t *xi, int64_t o0, int64_t o1, float *y) {
+    q8_rows_n(w, xq, xd, xs, xi, o0, o1, y, 0);
+}
+const cpu_q8kernel cpu_q8kernel_neon = {"neon-i8", q8_rows_neon};
+
+#if defined(__ARM_FEATURE_DOTPROD)
+static void q8_rows_neon_dot(const cpu_qmat *w, const int8_t *xq, const float *xd, const float *xs,
+                             const int32_t *xi, int64_t o0, int64_t o1, float *y) {
+    q8_rows_n(w, xq, xd, xs, xi, o0, o1, y, 1);
+}
+const cpu_q8kernel cpu_q8kernel_neon_dot = {"neon-dot-i8", q8_rows_neon_dot};
+#endif

@@ -1,5 +1,6 @@
 /* Timings, not a test: y = x W^T for a 4-bit group-64 W [14336, 4096] (bf16 scales and
- * biases) and one row of x, the decode shape of an 8B model's MLP, on every SIMD path.
+ * biases) and one row of x, the decode shape of an 8B model's MLP, on every SIMD path,
+ * exact (avx512, avx2, portable...) then fast mode (avx512-i8, avx2-i8, portable-i8...).
  * usage: bench_qkernels [threads] [bits] [rows] [in] [path] */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "kernels.h"
@@ -19,6 +20,27 @@ typedef struct arg {
     float *buf; /* CPU_Q_ROWS rows per worker */
     float *y;
 } arg;
+
+typedef struct arg8 {
+    const cpu_q8kernel *k;
+    const cpu_qmat *w;
+    const float *x;
+    void *mem;
+    cpu_q8act a;
+    float *y;
+} arg8;
+
+static void run8(void *p, int64_t o0, int64_t o1, int w) {
+    (void)w;
+    const arg8 *a = p;
+    cpu_q8_matmul(a->k, &a->a, a->w, o0, o1, a->y, a->w->rows);
+}
+
+/* One fast-mode op: the activations quantized once, then the rows split over the pool. */
+static void op8(cpu_pool *pool, int64_t grain, arg8 *a) {
+    cpu_q8_quantize(a->x, 1, a->w->in, a->w->group, a->mem, &a->a);
+    cpu_pool_run(pool, a->w->rows, grain, run8, a);
+}
 
 static void run(void *p, int64_t o0, int64_t o1, int w) {
     const arg *a = p;
@@ -77,6 +99,27 @@ int main(int argc, char **argv) {
                a.qk->name, bits, (long long)out, (long long)in, threads, best * 1e3,
                mb / 1e3 / best, mb);
     }
+    /* fast mode (--precision fast): one line per int8 path, the activations' quantization
+     * included in the time */
+    void *mem = aligned_alloc(64, (cpu_q8_bytes(1, in, (int32_t)group) + 63) & ~(size_t)63);
+    if (!mem) return 1;
+    for (const cpu_q8kernel *const *k = cpu_q8kernels_available(); *k; k++) {
+        if (argc > 5 && strncmp(argv[5], (*k)->name, strlen(argv[5])) != 0) continue;
+        arg8 a = {.k = *k, .w = &w, .x = x, .y = y, .mem = mem};
+        int64_t grain = (out / (threads * 4) + 15) & ~(int64_t)15;
+        op8(pool, grain, &a); /* warm */
+        double best = 1e9;
+        for (int rep = 0; rep < 20; rep++) {
+            double t0 = now();
+            op8(pool, grain, &a);
+            double t = now() - t0;
+            if (t < best) best = t;
+        }
+        printf("%-8s %d-bit g64 [%lld x %lld] matvec, %d threads: %.3f ms, %.1f GB/s of %.1f MB\n",
+               (*k)->name, bits, (long long)out, (long long)in, threads, best * 1e3,
+               mb / 1e3 / best, mb);
+    }
+    free(mem);
     cpu_pool_free(pool);
     free(qbuf);
     free(q);

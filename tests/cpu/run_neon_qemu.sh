@@ -3,7 +3,8 @@
 # emulation, so the NEON table is checked on x86-64 hosts (CI installs
 # gcc-aarch64-linux-gnu and qemu-user). test_kernels checks every table the target has
 # (neon and portable) against the reference and against each other; test_qkernels does the
-# same for the quantized (MLX affine) tables, test_recurrent for the recurrent ops' loops.
+# same for the quantized (MLX affine) tables, test_q8 for fast mode's int8 kernels (with and
+# without the dot-product extension), test_recurrent for the recurrent ops' loops.
 # Exit status: 0 when all pass, 1 on a failure, 77 (meson's "skipped") without tools.
 set -eu
 
@@ -32,6 +33,13 @@ $CC $flags -o "$out/test_kernels" "$here/test_kernels.c" $kernels -lm -lpthread
 # shellcheck disable=SC2086
 $CC $flags -o "$out/test_qkernels" "$here/test_qkernels.c" $kernels \
     "$src/qkernels_portable.c" "$src/qkernels_neon.c" -lm -lpthread
+# fast mode's int8 kernels: neon-i8 (widening multiplies) on plain ARMv8-A, and neon-dot-i8
+# (sdot) next to it when built for ARMv8.2-A with the dot-product extension
+for arch in armv8-a armv8.2-a+dotprod; do
+    # shellcheck disable=SC2086
+    $CC $flags -march=$arch -o "$out/test_q8-$arch" "$here/test_q8.c" $kernels \
+        "$src/qkernels_portable.c" "$src/qkernels_neon.c" "$src/threadpool.c" -lm -lpthread
+done
 # shellcheck disable=SC2086
 $CC $flags -o "$out/test_threadpool" "$here/test_threadpool.c" "$src/threadpool.c" -lpthread
 # shellcheck disable=SC2086
@@ -58,6 +66,17 @@ if ! grep -q '^neon: checked' "$qlog"; then
     echo "run_neon_qemu.sh: the neon quantized table was not tested" >&2
     status=1
 fi
+for arch in armv8-a armv8.2-a+dotprod; do
+    q8log="$out/test_q8-$arch.log"
+    if "$QEMU" -cpu max "$out/test_q8-$arch" >"$q8log" 2>&1; then :; else status=1; fi
+    cat "$q8log"
+    want='^neon-i8: checked'
+    [ "$arch" = armv8-a ] || want='^neon-dot-i8: checked'
+    if ! grep -q "$want" "$q8log"; then
+        echo "run_neon_qemu.sh: the fast-mode kernel for $arch was not tested" >&2
+        status=1
+    fi
+done
 if "$QEMU" "$out/test_threadpool"; then :; else status=1; fi
 # the recurrent ops' loops on the neon table (and the portable one) against their model
 if "$QEMU" "$out/test_recurrent"; then :; else status=1; fi

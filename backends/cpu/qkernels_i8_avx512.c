@@ -1,0 +1,167 @@
+/* Fast-mode quantized kernel (qkernels.h, cpu_q8kernel) for AVX-512 with VNNI and VBMI:
+ * codes times int8 activations with vpdpbusd, 64 per instruction. Built with
+ * -mavx512vnni -mavx512vbmi; cpu_q8kernel_for picks it only after CPUID says the CPU has
+ * both (qkernels_portable.c).
+ *
+ * Unpacking any width b <= 8: 64 codes of b bits are 8 b bytes, and 8 codes are exactly b
+ * bytes, so one masked load (never past the codes: masked-off bytes do not fault), a
+ * vpermb that gives each qword the b bytes of its 8 codes, a vpmultishiftqb that takes
+ * byte k of a qword from bit k b of it, and a mask give the 64 codes as bytes in order.
+ * 8-bit codes are the bytes themselves.
+ *
+ * Float order of a row (fixed, whatever n, threads or output split): one accumulator of
+ * 16 lanes; for each weight group in order the exact int32 lane sums (vpdpbusd from zero,
+ * over the group's 64-code chunks; a group of 32 fills 8 lanes, two such groups a vector)
+ * are converted and added as acc = fma(isum, s d, acc), s d = s[g] * d[g] rounded once;
+ * a second 16-lane accumulator adds b[g] * xs[g] for 16 groups at a time; y is the fixed
+ * reduction of acc + accb. */
+#include "qkernels.h"
+
+#include <immintrin.h>
+#include <stdint.h>
+
+typedef struct unpack64 {
+    __m512i perm, shift, mask;
+    __mmask64 full, half; /* load masks: 64 codes (8 b bytes), 32 codes */
+} unpack64;
+
+static unpack64 make_unpack64(int bits) {
+    uint8_t perm[64], sh[64];
+    for (int j = 0; j < 8; j++)
+        for (int k = 0; k < 8; k++) {
+            perm[j * 8 + k] = (uint8_t)(k < bits ? j * bits + k : 0);
+            sh[j * 8 + k] = (uint8_t)(k * bits);
+        }
+    unpack64 u;
+    u.perm = _mm512_loadu_si512(perm);
+    u.shift = _mm512_loadu_si512(sh);
+    u.mask = _mm512_set1_epi8((char)((1u << bits) - 1));
+    u.full = bits == 8 ? ~(__mmask64)0 : ((__mmask64)1 << (8 * bits)) - 1;
+    u.half = ((__mmask64)1 << (4 * bits)) - 1;
+    return u;
+}
+
+/* 64 codes (or 32 with the half mask; the rest zero) from p, as bytes in order. */
+static inline __m512i codes64(const unpack64 *u, const uint8_t *p, __mmask64 lm, const int B8) {
+    __m512i v = _mm512_maskz_loadu_epi8(lm, p);
+    if (B8) return v;
+    v = _mm512_permutexvar_epi8(u->perm, v);
+    v = _mm512_multishift_epi64_epi8(u->shift, v);
+    return _mm512_and_si512(v, u->mask);
+}
+
+/* 16 scales or biases from i (masked: lanes past m are zero). */
+static inline __m512 sb16(int32_t sb, const void *p, int64_t i, __mmask16 m) {
+    if (sb == 0) return _mm512_maskz_loadu_ps(m, (const float *)p + i);
+    const __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i);
+    if (sb == 1) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+#define PF_AHEAD 1024
+
+/* R (1..4) weight rows from o against one activation row; G the group, B8 8-bit codes. */
+static inline __attribute__((always_inline)) void rows_k(const cpu_qmat *w, const unpack64 *u,
+                                                         const int8_t *xq, const float *xd,
+                                                         const float *xs, int64_t o, float *y,
+                                                         const int R, const int G, const int B8) {
+    const int64_t gpr = w->gpr, bits = w->bits;
+    const uint8_t *row[4];
+    __m512 acc[4], accb[4];
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+        row[r] = (const uint8_t *)(w->q + (o + r) * w->wpr);
+        acc[r] = _mm512_setzero_ps();
+        accb[r] = _mm512_setzero_ps();
+    }
+    for (int64_t g0 = 0; g0 < gpr; g0 += 16) {
+        const int ng = gpr - g0 < 16 ? (int)(gpr - g0) : 16;
+        const __mmask16 m = (__mmask16)((1u << ng) - 1);
+        const __m512 dv = _mm512_maskz_loadu_ps(m, xd + g0), xv = _mm512_maskz_loadu_ps(m, xs + g0);
+        _Alignas(64) float sd[4][16];
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+            const int64_t at = (o + r) * gpr + g0;
+            const __m512 s = sb16(w->sb, w->scales, at, m), b = sb16(w->sb, w->biases, at, m);
+            _mm512_store_ps(sd[r], _mm512_mul_ps(s, dv));
+            accb[r] = _mm512_fmadd_ps(b, xv, accb[r]);
+            const int64_t ahead = (at + 64) * (w->sb == 0 ? 4 : 2);
+            _mm_prefetch((const char *)w->scales + ahead, _MM_HINT_T0);
+            _mm_prefetch((const char *)w->biases + ahead, _MM_HINT_T0);
+        }
+        if (G == 32) {
+            for (int j = 0; j < ng; j += 2) {
+                const int64_t k = (g0 + j) * 32;
+                const int half = j + 1 == ng; /* the row's last, odd group */
+                const __m512i x =
+                    _mm512_maskz_loadu_epi8(half ? 0xffffffffu : ~(__mmask64)0, xq + k);
+                _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+                    const uint8_t *p = row[r] + k * bits / 8;
+                    if (((uintptr_t)p & 63) < (uintptr_t)(8 * bits))
+                        _mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T0);
+                    const __m512i c = codes64(u, p, half ? u->half : u->full, B8);
+                    const __m512i is = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c, x);
+                    /* lanes 0-7 group j, 8-15 group j + 1 (its sd is 0 past the row) */
+                    const __m512 sc = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(sd[r][j]),
+                                                           _mm512_set1_ps(sd[r][j + 1]));
+                    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), sc, acc[r]);
+                }
+            }
+        } else {
+            for (int j = 0; j < ng; j++) {
+                const int64_t k = (g0 + j) * G;
+                const __m512i x0 = _mm512_loadu_si512(xq + k);
+                const __m512i x1 = G == 128 ? _mm512_loadu_si512(xq + k + 64) : x0;
+                _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+                    const uint8_t *p = row[r] + k * bits / 8;
+                    if (((uintptr_t)p & 63) < (uintptr_t)(G * bits / 8))
+                        _mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T0);
+                    __m512i is =
+                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes64(u, p, u->full, B8), x0);
+                    if (G == 128)
+                        is = _mm512_dpbusd_epi32(is, codes64(u, p + 8 * bits, u->full, B8), x1);
+                    acc[r] =
+                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(sd[r][j]), acc[r]);
+                }
+            }
+        }
+    }
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) y[o + r] =
+        _mm512_reduce_add_ps(_mm512_add_ps(acc[r], accb[r]));
+}
+
+static inline __attribute__((always_inline)) void rows_g(const cpu_qmat *w, const int8_t *xq,
+                                                         const float *xd, const float *xs,
+                                                         int64_t o0, int64_t o1, float *y,
+                                                         const int G, const int B8) {
+    const unpack64 u = make_unpack64(w->bits);
+    int64_t o = o0;
+    for (; o + 4 <= o1; o += 4) rows_k(w, &u, xq, xd, xs, o, y, 4, G, B8);
+    for (; o < o1; o++) rows_k(w, &u, xq, xd, xs, o, y, 1, G, B8);
+}
+
+static void q8_rows_avx512(const cpu_qmat *w, const int8_t *xq, const float *xd, const float *xs,
+                           const int32_t *xi, int64_t o0, int64_t o1, float *y) {
+    (void)xi;
+    const int b8 = w->bits == 8;
+    switch (w->group) {
+    case 32:
+        if (b8)
+            rows_g(w, xq, xd, xs, o0, o1, y, 32, 1);
+        else
+            rows_g(w, xq, xd, xs, o0, o1, y, 32, 0);
+        break;
+    case 64:
+        if (b8)
+            rows_g(w, xq, xd, xs, o0, o1, y, 64, 1);
+        else
+            rows_g(w, xq, xd, xs, o0, o1, y, 64, 0);
+        break;
+    default: /* 128 */
+        if (b8)
+            rows_g(w, xq, xd, xs, o0, o1, y, 128, 1);
+        else
+            rows_g(w, xq, xd, xs, o0, o1, y, 128, 0);
+        break;
+    }
+}
+
+const cpu_q8kernel cpu_q8kernel_avx512 = {"avx512-i8", q8_rows_avx512};
