@@ -38,7 +38,7 @@ PRESETS = {
     "llama-2-7b": dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=4096,
                        num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
                        head_dim=128, intermediate_size=11008, vocab_size=32000,
-                       max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=10000.0,
+                       max_position_embeddings=16384, rms_norm_eps=1e-5, rope_theta=10000.0,
                        tie_word_embeddings=False, hidden_act="silu"),
     # A Mixtral-shaped MoE of about 2.3 GB: 8 experts, top-2, for decode bytes/token.
     "mixtral-2g": dict(model_type="mixtral", architectures=["MixtralForCausalLM"], hidden_size=2048,

@@ -23,8 +23,9 @@ extern "C" {
        *    fwd_recurrent, lmh_cache_config.recurrent, lmh_cache_api.recur and state_*),           \
        *    ops COLS, UNARY, CONV1D, SSM_SCAN, SSD_SCAN, DELTA_RULE and lmh_op.src_more,           \
        *    elementwise SIGMOID_GATE;                                                              \
-       * 8: lmh_cache_config.options and flags, lmh_cache_api.read_rows, row_bytes;              \
-       * 9: lmh_backend_opts.precision, lmh_backend_api.precision */
+       * 8: lmh_cache_config.options and flags, lmh_cache_api.read_rows, row_bytes;                \
+       * 9: lmh_backend_opts.precision, lmh_backend_api.precision, LMH_MATMUL_EXACT   \
+       *    (LMH_OP_MATMUL p.i[0]) */
 
 /* Every plugin exports this symbol (C linkage, default visibility). */
 #define LMH_PLUGIN_ENTRY_NAME "lmhost_plugin_entry"

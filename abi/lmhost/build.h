@@ -56,6 +56,18 @@ static inline lmh_tensor *lmh_b_matmul(lmh_build *b, lmh_tensor *dst, lmh_tensor
     return lmh_b_op(b, LMH_OP_MATMUL, dst, x, w, bias);
 }
 
+/* The same for a product whose result decides something discrete (a router's logits):
+ * exact arithmetic in every precision mode (LMH_MATMUL_EXACT). */
+static inline lmh_tensor *lmh_b_matmul_exact(lmh_build *b, lmh_tensor *dst, lmh_tensor *x,
+                                             lmh_tensor *w, lmh_tensor *bias) {
+    if (!x || !w) return NULL;
+    if (!dst) dst = lmh_b_new2(b, lmh_nelem(x) / x->ne[x->ndim - 1], w->ne[0]);
+    if (!dst) return NULL;
+    lmh_op op = {.code = LMH_OP_MATMUL, .dst = dst, .src = {x, w, bias, NULL}};
+    op.p.i[0] = LMH_MATMUL_EXACT;
+    return b->h->fwd_op(b->f, b->layer, &op) == LMH_OK ? dst : NULL;
+}
+
 /* RMSNorm over the innermost dimension; offset 1 for the (1 + w) form. dst may be x. */
 static inline lmh_tensor *lmh_b_rms_norm(lmh_build *b, lmh_tensor *dst, lmh_tensor *x,
                                          lmh_tensor *w, float eps, float offset) {

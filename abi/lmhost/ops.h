@@ -20,7 +20,11 @@ typedef enum lmh_op_code {
      * src1 i32 [n]. An id outside [0, V) is an error at enqueue or yields zeros. */
     LMH_OP_GET_ROWS = 1,
     /* dst f32 [rows, out] = src0 f32 [rows, in] x src1^T + src2. src1 is the weight
-     * [out, in] in a float dtype; src2 an optional bias [out] (float dtype) or NULL. */
+     * [out, in] in a float dtype; src2 an optional bias [out] (float dtype) or NULL.
+     * p.i[0] (ABI 1.9): LMH_MATMUL_EXACT where the result decides something discrete (a
+     * router's logits choose experts): the backend then computes it with the exact mode's
+     * arithmetic whatever its precision mode, so fast operands never flip a near-tied
+     * choice. */
     LMH_OP_MATMUL = 2,
     /* dst = src0 / sqrt(mean(src0^2) + p.f[0]) * (src1 + p.f[1]) over the innermost
      * dimension. src1 (weight, innermost size, float dtype) may be NULL: no scaling.
@@ -156,6 +160,9 @@ enum {
     LMH_UNARY_GELU_TANH = 6, /* as LMH_OP_GEGLU's gate */
     LMH_UNARY_COUNT
 };
+
+/* LMH_OP_MATMUL's p.i[0] flags (ABI 1.9) */
+#define LMH_MATMUL_EXACT 1
 
 #define LMH_OP_MAX_SRC      4
 #define LMH_OP_MAX_OPERANDS 8 /* src[] and, for the ops of ABI 1.7 on, src_more[] */

@@ -1174,8 +1174,10 @@ static int cpu_enqueue(lmh_backend *b, const lmh_op *op) {
         int quant = lmh_dtype_is_quant(W->dtype);
         cpu_q8act q8a;
         if (quant) {
-            j.q8a =
-                q8_for(b, &CT(W)->qm, (const float *)DATA(a), lmh_nelem(a) / lmh_inner(a), &q8a);
+            /* (a router's product stays exact: LMH_MATMUL_EXACT) */
+            j.q8a = op->p.i[0] & LMH_MATMUL_EXACT ? NULL
+                                                  : q8_for(b, &CT(W)->qm, (const float *)DATA(a),
+                                                           lmh_nelem(a) / lmh_inner(a), &q8a);
             if (!j.q8a) qbuf_for(b, CT(W)->qm.in);
         }
         cpu_pool_run(b->pool, out, g, do_matmul, &j);

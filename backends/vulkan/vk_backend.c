@@ -1900,6 +1900,7 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
     b->matvec1_wg = mv_wg ? mv_wg : MATVEC1_WG;
     b->matvec_nr = mv_nr;
     b->matvec8_nr = mv_wg ? mv_nr : MATVEC8_NR;
+    b->qmatvec_nr = QMATVEC_NR;
     /* On GPUs products of up to 16 rows read their weights as matrix-vector ones, 8 rows a
      * workgroup (from 17 rows matmul_big.comp's tiles, split over k, were faster: H100,
      * README); a CPU device takes tiles past 4 rows (lavapipe's compiler takes long over
@@ -2028,6 +2029,11 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
         b->precision = b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? LMH_PRECISION_EXACT
                                                                           : LMH_PRECISION_FAST;
     b->coopmat = coopmat_usable(b);
+    /* fast arithmetic here is the matrix cores': without them the mode runs exact */
+    if (b->precision == LMH_PRECISION_FAST && !b->coopmat) {
+        vk_log(b, LMH_LOG_INFO, "precision fast: no matrix cores this backend can use, exact");
+        b->precision = LMH_PRECISION_EXACT;
+    }
     /* and prefill attention there (attn_coop.comp), which takes its rows' softmax across a
      * subgroup */
     uint32_t attn_ops = VK_SUBGROUP_FEATURE_ARITHMETIC_BIT | VK_SUBGROUP_FEATURE_SHUFFLE_BIT |

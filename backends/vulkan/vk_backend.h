@@ -20,6 +20,7 @@
 #define VK_NREAD          4  /* downloads started and not yet waited for */
 #define MATVEC_WG         64 /* matrix-vector workgroup: threads (LMHOST_VK_MATVEC overrides) */
 #define MATVEC_NR         2  /* and output columns */
+#define QMATVEC_NR        4  /* quantized: output columns a workgroup (best of 4, 8, 16: H200) */
 /* one row (decode): with the fused norm or SwiGLU each workgroup's share of the row costs
  * more, and 128 threads beat 64 (README, H100) */
 #define MATVEC1_WG 128
@@ -366,6 +367,7 @@ struct lmh_backend {
     int nhrng[5];
     /* matrix-vector workgroup: threads and output columns (LMHOST_VK_MATVEC=WGxNR) */
     uint32_t matvec_wg, matvec_nr, matvec1_wg; /* matvec1_wg: one-row products */
+    uint32_t qmatvec_nr;                       /* output columns a workgroup of qmatvec.comp */
     uint32_t matvec_rows; /* rows up to which products are matrix-vector ones */
     uint32_t matvec8_nr;  /* output columns a workgroup of the 8-row variant */
 };

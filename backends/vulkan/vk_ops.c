@@ -34,7 +34,6 @@ enum {
 #define BIG_SPLIT_WGS   1024
 #define BIG_SPLIT_MIN_K 256 /* columns a split takes at least */
 #define BIG_SPLIT_MAX   32  /* splits at most */
-#define QMATVEC_NR      4   /* quantized: 4 columns a workgroup was best of 1..16 on an H100 */
 #define ATTN_WG         128
 /* rows from which matmul_coop.comp's 128-row tiles take a product where asked (fewer: a
  * batch of decode steps, whose products the f32 tiles split over k) */
@@ -481,6 +480,7 @@ static int coop_tiles(const lmh_backend *b, vk_dispatch *x, int64_t rows, int64_
 static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
     const lmh_tensor *xt = op->src[0], *W = op->src[1], *bias = op->src[2];
     int64_t in = lmh_inner(xt), rows = lmh_nelem(xt) / in, out = W->ne[0];
+    int exact = op->code == LMH_OP_MATMUL && (op->p.i[0] & LMH_MATMUL_EXACT); /* a router */
     vk_dispatch x = {.writes = 1};
     x.bind[0] = VT(op->dst);
     x.bind[1] = VT(xt);
@@ -498,11 +498,11 @@ static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
                        : rows <= MATVEC_MAXR ? VK_SH_QMATVEC
                                              : VK_SH_QMATVEC8;
             x.spec[0] = MATVEC_WG; /* one row too: 128 threads were slower (README) */
-            x.spec[1] = QMATVEC_NR;
+            x.spec[1] = b->qmatvec_nr;
             x.spec[9] = qchunks_aligned(W);
             x.spec[3] = (uint32_t)vec_ok(xt, in);
-            grid(&x, cdiv((uint64_t)out, QMATVEC_NR) * row_groups(rows));
-        } else if (coop_tiles(b, &x, rows, in, out)) {
+            grid(&x, cdiv((uint64_t)out, b->qmatvec_nr) * row_groups(rows));
+        } else if (!exact && coop_tiles(b, &x, rows, in, out)) {
             x.shader = VK_SH_QMATMUL_COOP; /* the codes dequantized into the f16 tiles */
             x.spec[3] = (uint32_t)(vec_ok(xt, in) && in % 8 == 0);
         } else if (big_tiles(b, &x, VK_SH_QMATMUL_BIG, 6, rows, in, out)) {
@@ -524,7 +524,7 @@ static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
             x.spec[1] = nr;
             x.spec[3] = (uint32_t)vec;
             grid(&x, cdiv((uint64_t)out, nr) * row_groups(rows));
-        } else if (coop_tiles(b, &x, rows, in, out) ||
+        } else if ((!exact && coop_tiles(b, &x, rows, in, out)) ||
                    big_tiles(b, &x, VK_SH_MATMUL_BIG, 4, rows, in, out)) {
             x.spec[3] = (uint32_t)(vec && in % 8 == 0);
         } else {
@@ -1173,7 +1173,7 @@ static int op_moe_matmul(lmh_backend *b, const lmh_op *op) {
     so.pc[5] = (uint32_t)pairs;
     so.pc[6] = (uint32_t)E;
     so.pc[7] = item_rows;
-    uint32_t nr = lmh_dtype_is_quant(W->dtype) ? QMATVEC_NR : MATVEC_NR;
+    uint32_t nr = lmh_dtype_is_quant(W->dtype) ? b->qmatvec_nr : MATVEC_NR;
     so.pc[8] = mv ? cdiv((uint64_t)out, nr) : cdiv((uint64_t)out, 64);
     so.pc[9] = list_at;
     so.pc[10] = items_at;
@@ -1197,7 +1197,7 @@ static int op_moe_matmul(lmh_backend *b, const lmh_op *op) {
         if (mv && quant) {
             x.shader = VK_SH_QMATVEC_MOE;
             x.spec[0] = MATVEC_WG;
-            x.spec[1] = QMATVEC_NR;
+            x.spec[1] = b->qmatvec_nr;
             x.spec[9] = qchunks_aligned(W);
             x.spec[3] = (uint32_t)vec_ok(xt, in);
         } else if (quant) {

@@ -529,7 +529,7 @@ static int forward(lmh_model *m, const lmh_host_api *h, lmh_fwd *f, const lmh_ba
             /* router on the residual: norm, * scale / sqrt(H), proj */
             lmh_b_rms_norm(&b, hn, x, L->r_scale, m->eps, 0);
             lmh_b_scale(&b, hn, hn, (float)pow((double)H, -0.5));
-            lmh_b_matmul(&b, rl, hn, L->r_proj, NULL);
+            lmh_b_matmul_exact(&b, rl, hn, L->r_proj, NULL);
             lmh_op route = {.code = LMH_OP_MOE_ROUTE, .dst = rw, .src = {rl, ri}};
             route.p.i[0] = m->top_k;
             route.p.i[1] = 1; /* renormalised top-k */

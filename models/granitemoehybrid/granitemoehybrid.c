@@ -370,7 +370,7 @@ static int forward(lmh_model *m, const lmh_host_api *h, lmh_fwd *f, const lmh_ba
         }
         lmh_b_matmul(&b, so, sa, L->sd, NULL);
         if (L->router) {
-            lmh_b_matmul(&b, rl, hn, L->router, NULL);
+            lmh_b_matmul_exact(&b, rl, hn, L->router, NULL);
             /* softmax over the top-k logits = softmax over all, renormalised over the k */
             lmh_op route = {.code = LMH_OP_MOE_ROUTE, .dst = rw, .src = {rl, ri}};
             route.p.i[0] = m->top_k;

@@ -347,7 +347,7 @@ static int forward(lmh_model *m, const lmh_host_api *h, lmh_fwd *f, const lmh_ba
         lmh_b_op(&b, LMH_OP_ADD, x, x, o, NULL);
         lmh_b_rms_norm(&b, hn, x, L->ln2, m->eps, 0);
         if (L->router) {
-            lmh_b_matmul(&b, rl, hn, L->router, NULL);
+            lmh_b_matmul_exact(&b, rl, hn, L->router, NULL);
             lmh_op route = {.code = LMH_OP_MOE_ROUTE, .dst = rw, .src = {rl, ri}};
             route.p.i[0] = m->top_k;
             route.p.i[1] = 0; /* Jamba keeps the top k's softmax probabilities */

@@ -497,7 +497,7 @@ static lmh_tensor *moe_forward(lmh_build *b, const lmh_model *m, const layer *L,
                                const moe_scratch *s, lmh_tensor *hn, lmh_tensor *out) {
     const lmh_host_api *h = b->h;
     const int64_t n = hn->ne[0], k = m->top_k, H = m->hidden;
-    lmh_b_matmul(b, s->rl, hn, L->gate, NULL);
+    lmh_b_matmul_exact(b, s->rl, hn, L->gate, NULL);
     unary(b, s->sc, s->rl, LMH_UNARY_SIGMOID);
     if (L->gate_bias) lmh_b_op(b, LMH_OP_ADD, s->sc, s->sc, L->gate_bias, NULL);
     if (!route(b, s->rw, s->ri, s->sc, m->top_k, 0)) return NULL;

@@ -531,7 +531,7 @@ static lmh_tensor *mlp(lmh_build *b, const lmh_model *m, const layer *L, const s
         lmh_b_op(b, LMH_OP_SWIGLU, s->g, s->g, s->u, NULL);
         return lmh_b_matmul(b, s->o, s->g, L->wd, NULL);
     }
-    lmh_b_matmul(b, s->rl, s->hn, L->router, NULL);
+    lmh_b_matmul_exact(b, s->rl, s->hn, L->router, NULL);
     lmh_op route = {.code = LMH_OP_MOE_ROUTE, .dst = s->rw, .src = {s->rl, s->ri}};
     route.p.i[0] = m->top_k;
     route.p.i[1] = m->renorm;

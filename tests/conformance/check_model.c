@@ -7,8 +7,12 @@
  *            fixtures' heads of 16 and 32 values keep f16 rows in that cache
  *   generate --max-tokens 12 (greedy) equals the reference continuation (f32 cache; the
  *            others may flip a near-tie, which is reported)
- * usage: check_model LMHOST MODEL_DIR CACHE(f32|f16|q8|tq3|tq4) SIMD(auto|portable|avx2|avx512|neon)
- *                    [LMHOST OPTION...]   (e.g. --backend vulkan, --gpu-layers 2)
+ *   --precision fast among the options: the fast mode's tolerance, measured on the MLX
+ *            fixtures with the CPU's int8 activations (1.2e-2 to 5.1e-2 x max |logit|):
+ *            max |logit - reference| <= 6e-2 * max |reference|, the argmax where
+ *            top1_margin >= 6e-2 * max |reference|; greedy may flip a near-tie (reported)
+ * usage: check_model LMHOST MODEL_DIR CACHE(f32|f16|q8|tq3|tq4)
+ * SIMD(auto|portable|avx2|avx512|neon) [LMHOST OPTION...]   (e.g. --backend vulkan, --gpu-layers 2)
  * Exit 0 pass, 1 fail, 77 skip (this CPU cannot run the SIMD path). */
 #include "npy.h"
 
@@ -58,7 +62,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "check_model: cache %s is not f32, f16, q8, tq3 or tq4\n", cache);
         return 2;
     }
-    int lossy = f16 || q8;
+    int fast = 0;
+    for (int i = 5; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--precision") && !strcmp(argv[i + 1], "fast")) fast = 1;
+    for (int i = 5; i < argc; i++)
+        if (!strcmp(argv[i], "--precision=fast")) fast = 1;
+    const double fast_tol = 6e-2;
+    int lossy = f16 || q8 || fast;
 
     char path[4096];
     snprintf(path, sizeof path, "%s/reference.json", dir);
@@ -121,7 +131,7 @@ int main(int argc, char **argv) {
             if (got[r * wc + c] > got[r * wc + best]) best = c;
         double m = json_object_get_double(json_object_array_get_idx(margin, (size_t)r));
         int t = json_object_get_int(json_object_array_get_idx(top1, (size_t)r));
-        if (m >= (q8 ? 2e-2 * maxref : f16 ? 0.01 : 1e-3)) {
+        if (m >= (fast ? fast_tol * maxref : q8 ? 2e-2 * maxref : f16 ? 0.01 : 1e-3)) {
             decided++;
             if (best != t) {
                 argmax_bad++;
@@ -135,6 +145,11 @@ int main(int argc, char **argv) {
            cache, simd, extra, maxd, maxref, maxd / maxref, decided - argmax_bad, decided);
     if (!lossy && !(maxd <= 1e-3 * maxref)) {
         fprintf(stderr, "FAIL: logits differ by more than 1e-3 x max |logit|\n");
+        fails++;
+    }
+    if (fast && !(maxd <= fast_tol * maxref)) {
+        fprintf(stderr, "FAIL: logits differ by more than %g x max |logit| (fast mode)\n",
+                fast_tol);
         fails++;
     }
     if (q8 && !(maxd <= 4e-2 * maxref)) {
@@ -166,9 +181,10 @@ int main(int argc, char **argv) {
                 json_object_to_json_string(greedy));
         fails++;
     } else if (!same) {
-        /* a lossy cache may flip a near-tie; report, the argmax check above decides */
-        printf("note: %s-cache greedy differs from the f32 reference %s\n", cache,
-               json_object_to_json_string(greedy));
+        /* a lossy cache or fast operands may flip a near-tie; report, the argmax check
+         * above decides */
+        printf("note: %s-cache%s greedy differs from the f32 reference %s\n", cache,
+               fast ? " (fast mode)" : "", json_object_to_json_string(greedy));
     }
     free(out);
     json_object_put(gen);

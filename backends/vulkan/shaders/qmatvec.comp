@@ -18,8 +18,10 @@ layout(constant_id = 4) const uint BITS = 4;
 layout(constant_id = 5) const uint GROUP = 64;
 layout(constant_id = 9) const uint WVEC = 0; // every chunk of W starts on 16 bytes
 layout(local_size_x_id = 0) in;
-// chunks a thread loads at once: 4 (2 of 8 words or more, for registers)
-const uint U = BITS <= 4u ? 4u : 2u;
+// chunks a thread loads at once: 16 rows' worth of 4 words or less (8 of more, for
+// registers), 4 at most
+const uint UR = (BITS <= 4u ? 16u : 8u) / NR;
+const uint U = UR < 1u ? 1u : UR > 4u ? 4u : UR;
 #include "common.glsl"
 #include "quant.glsl"
 
