@@ -487,7 +487,7 @@ static void t_download_start(void) {
 }
 
 static void t_matmul(void) {
-    /* Tiled products on matrix cores (LMHOST_VK_COOPMAT=1) take f16 operands: each
+    /* Tiled products on matrix cores (the fast precision mode) take f16 operands: each
      * product rounds at 2^-11 relative, so sums of up to 128 agree within about 2e-3. */
     const double mm_tol = strstr(g_be[1].api->describe(g_be[1].b), "matrix cores") ? 3e-3 : TOL;
     /* the last seven: matvec's 4-chunk steps, then matmul_big's 16-byte loads (with a last
@@ -495,7 +495,7 @@ static void t_matmul(void) {
      * splits, or in the first pass a matrix-vector product; 8 in the first pass, the last
      * one shorter), and those of few tiles in several tile rows split in two (the last in
      * both passes, the one before it in the second; the second half shorter); then one
-     * with enough tiles for matmul_coop's 256-output ones (with LMHOST_VK_COOPMAT=1) */
+     * with enough tiles for matmul_coop's 256-output ones (in the fast precision mode) */
     static const int64_t shapes[][3] = {
         {1, 64, 48},    {1, 37, 19},      {3, 128, 200},    {4, 72, 33},     {2, 24, 9},
         {5, 64, 130},   {70, 96, 65},     {130, 37, 129},   {1, 256, 513},   {9, 8, 1},
@@ -1200,7 +1200,7 @@ typedef struct attn_cfg {
 } attn_cfg;
 
 static void t_attention(void) {
-    /* prefill attention on matrix cores (LMHOST_VK_COOPMAT=1) takes f16 queries, keys,
+    /* prefill attention on matrix cores (the fast precision mode) takes f16 queries, keys,
      * probabilities and values (attn_coop.comp) */
     const double attn_tol = strstr(g_be[1].api->describe(g_be[1].b), "matrix cores") ? 3e-3 : TOL;
     static const attn_cfg cfgs[] = {
@@ -1228,7 +1228,7 @@ static void t_attention(void) {
         /* a GPU's 16 lanes a key: 8 queries a workgroup, their merge in two passes */
         {4, 8, 2, 128, 128, 600, 600, 0, 0, 0, 0, 0.088f, 0, LMH_F32, "4 rows d 128"},
         /* prefill with enough queries for the matrix cores' kernel (attn_coop.comp, where
-         * LMHOST_VK_COOPMAT=1 turns it on: from 16 workgroups of 128 queries) */
+         * the fast mode turns it on: from 16 workgroups of 128 queries) */
         {256, 8, 2, 128, 128, 256, 256, 0, 0, 0, 0, 0.088f, 0, LMH_F32, "256 rows GQA 4"},
         {200, 16, 8, 64, 64, 200, 200, 0, 50, 0, 0, 0.125f, 30, LMH_BF16,
          "200 rows window 50, soft-cap"},

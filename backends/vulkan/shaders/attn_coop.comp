@@ -7,7 +7,7 @@
 #extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_KHR_shader_subgroup_vote : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
-// Prefill attention on the matrix cores (where matmul_coop runs: LMHOST_VK_COOPMAT=1), the
+// Prefill attention on the matrix cores (where matmul_coop runs: the fast precision mode), the
 // flash-attention walk of attention.comp with its two products as 16 x 16 x 16 products of
 // f16 operands into f32. A workgroup takes BQ queries of K/V head gl_WorkGroupID.y, a
 // subgroup 16 of them, and walks the keys BKEY at a time: the K and V tiles go to shared
