@@ -8,10 +8,14 @@
  *   - 1, 2 or 3 threads give the same bits;
  *   - the same keys in a flat cache, a ring of one size or a ring of another give the same
  *     bits (positions are visited oldest first).
- * usage: test_cpu_attention CPU_PLUGIN */
+ * usage: test_cpu_attention CPU_PLUGIN
+ * Built with -DLMHOST_ATTN_STATIC and the backend's sources instead (run_neon_qemu.sh, a
+ * static aarch64 binary): test_cpu_attention, no argument. */
 #include "lmhost/lmhost.h"
 
+#ifndef LMHOST_ATTN_STATIC
 #include <dlfcn.h>
+#endif
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -309,13 +313,21 @@ static void run_case(const acase *c, const bk *be, int nb) {
     free(ref);
 }
 
+#ifdef LMHOST_ATTN_STATIC
+const lmh_plugin_info *lmhost_plugin_entry(void);
+#endif
+
 static const lmh_backend_api *load(const char *path) {
+#ifdef LMHOST_ATTN_STATIC
+    lmh_plugin_entry_fn entry = lmhost_plugin_entry;
+#else
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         fprintf(stderr, "cannot load %s: %s\n", path, dlerror());
         exit(1);
     }
     lmh_plugin_entry_fn entry = (lmh_plugin_entry_fn)(uintptr_t)dlsym(h, LMH_PLUGIN_ENTRY_NAME);
+#endif
     const lmh_plugin_info *info = entry ? entry() : NULL;
     if (!info || info->abi_major != LMH_ABI_MAJOR || info->kind != LMH_KIND_BACKEND) {
         fprintf(stderr, "%s: not a backend plugin of this ABI\n", path);
@@ -330,11 +342,17 @@ static const lmh_backend_api *load(const char *path) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
+#ifdef LMHOST_ATTN_STATIC
+    (void)argv;
+    const int want = 1;
+#else
+    const int want = 2;
+#endif
+    if (argc != want) {
         fprintf(stderr, "usage: test_cpu_attention CPU_PLUGIN\n");
         return 2;
     }
-    g_api = load(argv[1]);
+    g_api = load(want == 2 ? argv[1] : "(static)");
     static const acase cases[] = {
         /* name, heads, kvh, d, dv, dtype, total, window, ring, ring2, scale, cap, rows */
         {"gqa1 f32", 4, 4, 128, 128, LMH_F32, 5000, 0, 0, 0, 0.25f, 0, 3},
