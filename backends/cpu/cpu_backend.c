@@ -543,6 +543,7 @@ typedef struct attn_job {
     const lmh_op *op;
     const cpu_kernels *k;
     int64_t heads, d, kvh, dv, group, ps; /* ps: floats of one chunk's partial */
+    int64_t max_nc;                       /* the most chunks a row has */
     const int64_t *lo, *hi;               /* row r's visible positions, inclusive (lo > hi: none) */
     const int64_t *first;                 /* row r's first chunk (lo / ATT_CHUNK) */
     const int64_t *off; /* row r's partials start at off[r] * kvh (split mode), off[n] in all */
@@ -673,15 +674,35 @@ static void do_attn_merge(void *arg, int64_t t0, int64_t t1, int w) {
     }
 }
 
-/* Per-row mode: task = (row, kv head), its chunks one after the other, then its heads. */
+/* Per-row mode: task = (block of ATT_ROWS rows, kv head). The chunks go in position order,
+ * each worked for every row of the block that sees it while its K and V rows are in cache
+ * (a prefill chunk's rows share most of their keys), then each row's heads are merged. */
+#define ATT_ROWS 8
 static void do_attn_rows(void *arg, int64_t t0, int64_t t1, int w) {
     const attn_job *a = arg;
+    const int64_t n = a->op->src[0]->ne[0];
     float *sc = a->wbuf + (int64_t)w * a->wper, *parts = sc + a->group * ATT_CHUNK;
+    const int64_t per_row = a->max_nc * a->ps;
     for (int64_t t = t0; t < t1; t++) {
-        const int64_t r = t / a->kvh, g = t % a->kvh, nc = attn_chunks(a, r);
-        for (int64_t c = 0; c < nc; c++)
-            attn_chunk(a, r, g, a->first[r] + c, sc, parts + c * a->ps);
-        for (int64_t h = g * a->group; h < (g + 1) * a->group; h++) attn_merge(a, r, h, parts, nc);
+        const int64_t r0 = t / a->kvh * ATT_ROWS, g = t % a->kvh;
+        const int64_t r1 = r0 + ATT_ROWS < n ? r0 + ATT_ROWS : n;
+        int64_t c0 = INT64_MAX, c1 = INT64_MIN;
+        for (int64_t r = r0; r < r1; r++) {
+            const int64_t nc = attn_chunks(a, r);
+            if (!nc) continue;
+            if (a->first[r] < c0) c0 = a->first[r];
+            if (a->first[r] + nc > c1) c1 = a->first[r] + nc;
+        }
+        for (int64_t c = c0; c < c1; c++)
+            for (int64_t r = r0; r < r1; r++) {
+                const int64_t nc = attn_chunks(a, r);
+                if (c >= a->first[r] && c < a->first[r] + nc)
+                    attn_chunk(a, r, g, c, sc,
+                               parts + (r - r0) * per_row + (c - a->first[r]) * a->ps);
+            }
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t h = g * a->group; h < (g + 1) * a->group; h++)
+                attn_merge(a, r, h, parts + (r - r0) * per_row, attn_chunks(a, r));
     }
 }
 
@@ -741,7 +762,8 @@ static int attention(lmh_backend *b, const lmh_op *op) {
         if (pass == 1) break;
         /* Split when there are too few (row, kv head) pairs to keep every thread busy. */
         const int split = n * a.kvh < 8 * (int64_t)th;
-        a.wper = a.group * ATT_CHUNK + (split ? 0 : max_nc * a.ps);
+        a.max_nc = max_nc;
+        a.wper = a.group * ATT_CHUNK + (split ? 0 : ATT_ROWS * max_nc * a.ps);
         a.wper = (a.wper + 15) & ~(int64_t)15;
         size_t meta = (size_t)(4 * n + 1) * sizeof(int64_t);
         meta = (meta + 63) & ~(size_t)63;
@@ -762,7 +784,7 @@ static int attention(lmh_backend *b, const lmh_op *op) {
         cpu_pool_run(b->pool, chunks * a.kvh, 1, do_attn_chunks, &a);
         cpu_pool_run(b->pool, n * a.heads, 1, do_attn_merge, &a);
     } else {
-        cpu_pool_run(b->pool, n * a.kvh, 1, do_attn_rows, &a);
+        cpu_pool_run(b->pool, (n + ATT_ROWS - 1) / ATT_ROWS * a.kvh, 1, do_attn_rows, &a);
     }
     return LMH_OK;
 }
