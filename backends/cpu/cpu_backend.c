@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 typedef struct cpu_tensor {
@@ -118,7 +119,18 @@ static lmh_tensor *cpu_tensor_new(lmh_backend *b, lmh_dtype dt, int32_t ndim, co
     /* 64-byte alignment for full-width vector loads; at least one byte so empty tensors
      * still have an address. */
     size_t sz = (t->bytes + 63) & ~(size_t)63;
-    t->data = aligned_alloc(64, sz ? sz : 64);
+#ifdef MADV_HUGEPAGE
+    /* Large tensors (a cache's keys and values, activations of long prompts) on 2 MiB
+     * pages where the system gives them on request (transparent huge pages in madvise
+     * mode): attention streams a long cache with far fewer TLB misses. */
+    if (sz >= ((size_t)4 << 20)) {
+        const size_t huge = (size_t)2 << 20;
+        sz = (sz + huge - 1) & ~(huge - 1);
+        t->data = aligned_alloc(huge, sz);
+        if (t->data) madvise(t->data, sz, MADV_HUGEPAGE);
+    } else
+#endif
+        t->data = aligned_alloc(64, sz ? sz : 64);
     if (!t->data) {
         free(t);
         return NULL;
@@ -534,9 +546,11 @@ static void do_rope(void *arg, int64_t r0, int64_t r1, int w) {
  * token by token.
  *
  * Two ways to spread the work, with the same arithmetic: few (row, kv head) pairs (decode)
- * make one task per (row, kv head, chunk) writing its partial to a shared buffer, then one
- * task per (row, head) merges; many (prefill) make one task per (row, kv head) that works
- * its chunks one after the other into a buffer of its own and merges them. */
+ * make one task per (row, chunk) for all the kv heads (so the task reads whole cache rows in
+ * order; split further over the kv heads where there are few chunks), writing partials to a
+ * shared buffer, then one task per (row, head) merges; many (prefill) make one task per
+ * (block of rows, kv head) that works its chunks one after the other into a buffer of its
+ * own and merges them. */
 #define ATT_CHUNK 256
 
 typedef struct attn_job {
@@ -544,6 +558,7 @@ typedef struct attn_job {
     const cpu_kernels *k;
     int64_t heads, d, kvh, dv, group, ps; /* ps: floats of one chunk's partial */
     int64_t max_nc;                       /* the most chunks a row has */
+    int64_t kvs;                          /* split mode: kv heads a task works */
     const int64_t *lo, *hi;               /* row r's visible positions, inclusive (lo > hi: none) */
     const int64_t *first;                 /* row r's first chunk (lo / ATT_CHUNK) */
     const int64_t *off; /* row r's partials start at off[r] * kvh (split mode), off[n] in all */
@@ -556,8 +571,29 @@ static int64_t floor_div(int64_t a, int64_t b) {
     return a >= 0 ? a / b : -((-a + b - 1) / b);
 }
 
-/* Chunk c of row r for kv head g into part: o [group][dv], then m [group], l [group]. */
-static void attn_chunk(const attn_job *a, int64_t r, int64_t g, int64_t c, float *sc, float *part) {
+/* Keys a step of attn_chunk: kv heads are taken in turn over this many keys, so the keys'
+ * whole cache rows (every kv head's slice) are read in order, a stream the prefetchers follow
+ * (one kv head's slices alone are a short piece of every row). The kernels make every value
+ * the same whatever the blocks, so this is not part of the arithmetic. */
+#define ATT_KEYS 16
+/* Whole cache rows are asked for this many keys ahead of the block being worked. */
+#define ATT_PREFETCH 64
+
+/* Asks for the cache row of position pos, kv heads [g0, g1), w elements a head. */
+static inline void attn_prefetch(const attn_job *a, const lmh_tensor *t, int64_t pos, int64_t g0,
+                                 int64_t g1, int64_t w) {
+    const int32_t ring = a->op->p.i[3];
+    const int64_t row = ring ? pos % ring : pos - a->op->p.i[1];
+    const size_t es = lmh_dtype_size(t->dtype);
+    const uint8_t *base = DATA(t) + (size_t)((row * a->kvh + g0) * w) * es;
+    const size_t bytes = (size_t)((g1 - g0) * w) * es;
+    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(base + off, 0, 3);
+}
+
+/* Chunk c of row r for kv heads [g0, g1): head g's partial at part + (g - g0) * pstride,
+ * o [group][dv], then m [group], l [group]. sc holds (g1 - g0) * group * ATT_CHUNK scores. */
+static void attn_chunk(const attn_job *a, int64_t r, int64_t g0, int64_t g1, int64_t c, float *sc,
+                       float *part, int64_t pstride) {
     const lmh_op *op = a->op;
     const cpu_kernels *k = a->k;
     const lmh_tensor *K = op->src[1], *V = op->src[2];
@@ -568,49 +604,66 @@ static void attn_chunk(const attn_job *a, int64_t r, int64_t g, int64_t c, float
     if (p0 < a->lo[r]) p0 = a->lo[r];
     if (p1 > a->hi[r]) p1 = a->hi[r];
     const int64_t n = p1 - p0 + 1;
-    float *o = part, *m = part + G * dv, *l = m + G;
-    const float *qv = (const float *)DATA(op->src[0]) + (r * a->heads + g * G) * d;
-    /* Runs of consecutive cache rows: the whole chunk, or two where a ring wraps. */
+    const float *q = (const float *)DATA(op->src[0]) + r * a->heads * d;
     for (int pass = 0; pass < 2; pass++) {
-        if (pass == 1) {
-            for (int64_t h = 0; h < G; h++)
-                l[h] = k->attn_softmax(sc + h * ATT_CHUNK, n, cap, &m[h]);
-            memset(o, 0, (size_t)(G * dv) * sizeof(float));
-        }
+        if (pass == 1)
+            for (int64_t g = g0; g < g1; g++) {
+                float *o = part + (g - g0) * pstride, *m = o + G * dv, *l = m + G;
+                const float *sg = sc + (g - g0) * G * ATT_CHUNK;
+                for (int64_t h = 0; h < G; h++)
+                    l[h] = k->attn_softmax((float *)sg + h * ATT_CHUNK, n, cap, &m[h]);
+                memset(o, 0, (size_t)(G * dv) * sizeof(float));
+            }
+        /* runs of consecutive cache rows (two where a ring wraps), in blocks of ATT_KEYS */
         for (int64_t p = p0; p <= p1;) {
             const int64_t row = ring ? p % ring : p - kv0;
-            const int64_t run = ring && ring - row < p1 - p + 1 ? ring - row : p1 - p + 1;
-            const int64_t at = (row * kvh + g) * (pass ? dv : d);
-            float *s = sc + (p - p0);
-            if (pass == 0) {
-                switch (K->dtype) {
-                case LMH_F32:
-                    k->attn_scores_f32(qv, (int)G, d, (const float *)DATA(K) + at, kvh * d, run,
-                                       scale, s, ATT_CHUNK);
-                    break;
-                case LMH_F16:
-                    k->attn_scores_f16(qv, (int)G, d, (const uint16_t *)DATA(K) + at, kvh * d, run,
-                                       scale, s, ATT_CHUNK);
-                    break;
-                default:
-                    k->attn_scores_bf16(qv, (int)G, d, (const uint16_t *)DATA(K) + at, kvh * d, run,
-                                        scale, s, ATT_CHUNK);
-                    break;
-                }
-            } else {
-                switch (V->dtype) {
-                case LMH_F32:
-                    k->attn_values_f32(s, (int)G, ATT_CHUNK, (const float *)DATA(V) + at, kvh * dv,
-                                       run, dv, o);
-                    break;
-                case LMH_F16:
-                    k->attn_values_f16(s, (int)G, ATT_CHUNK, (const uint16_t *)DATA(V) + at,
-                                       kvh * dv, run, dv, o);
-                    break;
-                default:
-                    k->attn_values_bf16(s, (int)G, ATT_CHUNK, (const uint16_t *)DATA(V) + at,
-                                        kvh * dv, run, dv, o);
-                    break;
+            int64_t run = ring && ring - row < p1 - p + 1 ? ring - row : p1 - p + 1;
+            if (run > ATT_KEYS) run = ATT_KEYS;
+            /* K rows ATT_PREFETCH keys ahead, then (near the end of the K pass) the first V
+             * rows; the first K rows before the first block */
+            const int64_t pf0 = pass == 0 && p == p0 ? p0 : p + ATT_PREFETCH;
+            const int64_t pf1 = p + ATT_PREFETCH + run;
+            for (int64_t pp = pf0; pp < pf1; pp++) {
+                const int vpass = pass || pp > p1;
+                const int64_t at = vpass && !pass ? pp - n : pp;
+                if (at > p1) break;
+                attn_prefetch(a, vpass ? V : K, at, g0, g1, vpass ? dv : d);
+            }
+            for (int64_t g = g0; g < g1; g++) {
+                const int64_t at = (row * kvh + g) * (pass ? dv : d);
+                float *s = sc + (g - g0) * G * ATT_CHUNK + (p - p0);
+                const float *qv = q + g * G * d;
+                float *o = part + (g - g0) * pstride;
+                if (pass == 0) {
+                    switch (K->dtype) {
+                    case LMH_F32:
+                        k->attn_scores_f32(qv, (int)G, d, (const float *)DATA(K) + at, kvh * d, run,
+                                           scale, s, ATT_CHUNK);
+                        break;
+                    case LMH_F16:
+                        k->attn_scores_f16(qv, (int)G, d, (const uint16_t *)DATA(K) + at, kvh * d,
+                                           run, scale, s, ATT_CHUNK);
+                        break;
+                    default:
+                        k->attn_scores_bf16(qv, (int)G, d, (const uint16_t *)DATA(K) + at, kvh * d,
+                                            run, scale, s, ATT_CHUNK);
+                        break;
+                    }
+                } else {
+                    switch (V->dtype) {
+                    case LMH_F32:
+                        k->attn_values_f32(s, (int)G, ATT_CHUNK, (const float *)DATA(V) + at,
+                                           kvh * dv, run, dv, o);
+                        break;
+                    case LMH_F16:
+                        k->attn_values_f16(s, (int)G, ATT_CHUNK, (const uint16_t *)DATA(V) + at,
+                                           kvh * dv, run, dv, o);
+                        break;
+                    default:
+                        k->attn_values_bf16(s, (int)G, ATT_CHUNK, (const uint16_t *)DATA(V) + at,
+                                            kvh * dv, run, dv, o);
+                        break;
+                    }
                 }
             }
             p += run;
@@ -618,20 +671,22 @@ static void attn_chunk(const attn_job *a, int64_t r, int64_t g, int64_t c, float
     }
 }
 
-/* Head h (of its kv group) of row r from the row's nc partials, in chunk order. */
-static void attn_merge(const attn_job *a, int64_t r, int64_t h, const float *parts, int64_t nc) {
+/* Head h (of its kv group) of row r from the row's nc partials (`stride` floats apart), in
+ * chunk order. */
+static void attn_merge(const attn_job *a, int64_t r, int64_t h, const float *parts, int64_t nc,
+                       int64_t stride) {
     const int64_t G = a->group, dv = a->dv, hg = h % G;
     float *out = (float *)DATA(a->op->dst) + (r * a->heads + h) * dv;
     memset(out, 0, (size_t)dv * sizeof(float));
     if (nc <= 0) return;
     float M = -INFINITY;
     for (int64_t c = 0; c < nc; c++) {
-        const float *m = parts + c * a->ps + G * dv;
+        const float *m = parts + c * stride + G * dv;
         if (m[hg] > M) M = m[hg];
     }
     float L = 0;
     for (int64_t c = 0; c < nc; c++) {
-        const float *pc = parts + c * a->ps, *m = pc + G * dv, *l = m + G;
+        const float *pc = parts + c * stride, *m = pc + G * dv, *l = m + G;
         const float w = expf(m[hg] - M);
         L += l[hg] * w;
         a->k->axpy_f32(out, w, pc + hg * dv, dv);
@@ -644,23 +699,27 @@ static int64_t attn_chunks(const attn_job *a, int64_t r) {
     return a->lo[r] > a->hi[r] ? 0 : floor_div(a->hi[r], ATT_CHUNK) - a->first[r] + 1;
 }
 
-/* Split mode, first pass: task = (row, kv head, chunk), rows in order. */
+/* Split mode, first pass: task = (row, chunk, part of the kv heads), rows in order; the
+ * partial of (row, chunk c, kv head g) at ((off[r] + c) * kvh + g) * ps. */
 static void do_attn_chunks(void *arg, int64_t t0, int64_t t1, int w) {
     const attn_job *a = arg;
     float *sc = a->wbuf + (int64_t)w * a->wper;
+    const int64_t np = (a->kvh + a->kvs - 1) / a->kvs;
     int64_t n = a->op->src[0]->ne[0], r = 0, lo = 0, hi = n;
-    while (lo < hi) { /* the row whose tasks hold t0: the last r with off[r] * kvh <= t0 */
+    while (lo < hi) { /* the row whose tasks hold t0: the last r with off[r] * np <= t0 */
         int64_t mid = (lo + hi) / 2;
-        if (a->off[mid + 1] * a->kvh <= t0)
+        if (a->off[mid + 1] * np <= t0)
             lo = mid + 1;
         else
             hi = mid;
     }
     r = lo;
     for (int64_t t = t0; t < t1; t++) {
-        while (a->off[r + 1] * a->kvh <= t) r++;
-        const int64_t nc = a->off[r + 1] - a->off[r], u = t - a->off[r] * a->kvh;
-        attn_chunk(a, r, u / nc, a->first[r] + u % nc, sc, a->part + t * a->ps);
+        while (a->off[r + 1] * np <= t) r++;
+        const int64_t u = t - a->off[r] * np, c = u / np, g0 = u % np * a->kvs;
+        const int64_t g1 = g0 + a->kvs < a->kvh ? g0 + a->kvs : a->kvh;
+        attn_chunk(a, r, g0, g1, a->first[r] + c, sc,
+                   a->part + ((a->off[r] + c) * a->kvh + g0) * a->ps, a->ps);
     }
 }
 
@@ -670,7 +729,8 @@ static void do_attn_merge(void *arg, int64_t t0, int64_t t1, int w) {
     const attn_job *a = arg;
     for (int64_t t = t0; t < t1; t++) {
         const int64_t r = t / a->heads, h = t % a->heads, nc = a->off[r + 1] - a->off[r];
-        attn_merge(a, r, h, a->part + (a->off[r] * a->kvh + (h / a->group) * nc) * a->ps, nc);
+        attn_merge(a, r, h, a->part + (a->off[r] * a->kvh + h / a->group) * a->ps, nc,
+                   a->kvh * a->ps);
     }
 }
 
@@ -697,12 +757,12 @@ static void do_attn_rows(void *arg, int64_t t0, int64_t t1, int w) {
             for (int64_t r = r0; r < r1; r++) {
                 const int64_t nc = attn_chunks(a, r);
                 if (c >= a->first[r] && c < a->first[r] + nc)
-                    attn_chunk(a, r, g, c, sc,
-                               parts + (r - r0) * per_row + (c - a->first[r]) * a->ps);
+                    attn_chunk(a, r, g, g + 1, c, sc,
+                               parts + (r - r0) * per_row + (c - a->first[r]) * a->ps, a->ps);
             }
         for (int64_t r = r0; r < r1; r++)
             for (int64_t h = g * a->group; h < (g + 1) * a->group; h++)
-                attn_merge(a, r, h, parts + (r - r0) * per_row, attn_chunks(a, r));
+                attn_merge(a, r, h, parts + (r - r0) * per_row, attn_chunks(a, r), a->ps);
     }
 }
 
@@ -763,7 +823,12 @@ static int attention(lmh_backend *b, const lmh_op *op) {
         /* Split when there are too few (row, kv head) pairs to keep every thread busy. */
         const int split = n * a.kvh < 8 * (int64_t)th;
         a.max_nc = max_nc;
-        a.wper = a.group * ATT_CHUNK + (split ? 0 : ATT_ROWS * max_nc * a.ps);
+        /* a split task takes all the kv heads of its chunk (whole cache rows), fewer where
+         * that leaves too few tasks */
+        a.kvs = a.kvh;
+        while (a.kvs > 1 && chunks * ((a.kvh + a.kvs - 1) / a.kvs) < 4 * (int64_t)th)
+            a.kvs = (a.kvs + 1) / 2;
+        a.wper = (split ? a.kvs : 1) * a.group * ATT_CHUNK + (split ? 0 : ATT_ROWS * max_nc * a.ps);
         a.wper = (a.wper + 15) & ~(int64_t)15;
         size_t meta = (size_t)(4 * n + 1) * sizeof(int64_t);
         meta = (meta + 63) & ~(size_t)63;
@@ -781,7 +846,7 @@ static int attention(lmh_backend *b, const lmh_op *op) {
         a.part = split ? a.wbuf + (size_t)th * (size_t)a.wper : NULL;
     }
     if (a.part) {
-        cpu_pool_run(b->pool, chunks * a.kvh, 1, do_attn_chunks, &a);
+        cpu_pool_run(b->pool, chunks * ((a.kvh + a.kvs - 1) / a.kvs), 1, do_attn_chunks, &a);
         cpu_pool_run(b->pool, n * a.heads, 1, do_attn_merge, &a);
     } else {
         cpu_pool_run(b->pool, (n + ATT_ROWS - 1) / ATT_ROWS * a.kvh, 1, do_attn_rows, &a);
