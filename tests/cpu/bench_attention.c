@@ -4,6 +4,7 @@
 #include "lmhost/lmhost.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,49 @@ static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct bw_arg {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sum;
+} bw_arg;
+
+static void *bw_reader(void *arg) {
+    bw_arg *a = arg;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= a->n; i += 4) {
+        s0 += a->p[i];
+        s1 += a->p[i + 1];
+        s2 += a->p[i + 2];
+        s3 += a->p[i + 3];
+    }
+    a->sum = s0 + s1 + s2 + s3;
+    return NULL;
+}
+
+/* Bytes/s of `threads` threads each summing its part of a 1 GiB buffer, best of 5. */
+static double read_bw(int threads) {
+    const size_t bytes = (size_t)1 << 30;
+    uint64_t *buf = malloc(bytes);
+    if (!buf || threads < 1 || threads > 64) return 0;
+    memset(buf, 1, bytes);
+    const size_t per = bytes / sizeof(uint64_t) / (size_t)threads;
+    double best = 0;
+    for (int r = 0; r < 5; r++) {
+        pthread_t th[64];
+        bw_arg args[64];
+        double t0 = now();
+        for (int t = 0; t < threads; t++) {
+            args[t] = (bw_arg){.p = buf + per * (size_t)t, .n = per};
+            pthread_create(&th[t], NULL, bw_reader, &args[t]);
+        }
+        for (int t = 0; t < threads; t++) pthread_join(th[t], NULL);
+        double v = (double)(per * (size_t)threads * sizeof(uint64_t)) / (now() - t0);
+        if (v > best) best = v;
+    }
+    free(buf);
+    return best;
 }
 
 int main(int argc, char **argv) {
@@ -94,6 +138,14 @@ int main(int argc, char **argv) {
         if (t < best) best = t;
     }
     const double bytes = 2.0 * (double)kv_bytes;
+    /* the machine's read bandwidth right after, the threads summing a 1 GiB buffer (as
+     * lmhost bench measures it), for the bound */
+    const double bw = read_bw(threads);
+    if (bw > 0)
+        printf("read bandwidth %.2f GB/s (%d threads, 1 GiB): K+V bound %.3f ms, best at %.0f%% "
+               "of it, mean at %.0f%%\n",
+               bw / 1e9, threads, bytes / bw * 1e3, 100.0 * bytes / bw / best,
+               100.0 * bytes / bw / (sum / reps));
     printf("%s: %lld keys, %lld rows, %lld/%lld heads, d %lld, %d threads: %.3f ms best, %.3f ms "
            "mean; K+V %.1f MiB, %.2f GB/s (best)\n",
            api->describe(b), (long long)keys, (long long)rows, (long long)heads, (long long)kvh,
