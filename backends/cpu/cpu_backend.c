@@ -532,9 +532,9 @@ static void do_rope(void *arg, int64_t r0, int64_t r1, int w) {
  *
  * Keys are split into chunks of ATT_CHUNK positions, fixed by position (chunk c holds the
  * positions [c * ATT_CHUNK, (c + 1) * ATT_CHUNK)), whatever the batch, the thread count or
- * the ring's size. A chunk is worked for one query row and one kv head at a time: the scores
- * of all the group's query heads against each K row (each K and V row read once for the
- * group), the chunk's own softmax (its max m, the sum l of exp(s - m)) and its unnormalised
+ * the ring's size. A chunk is worked for one query row at a time, kv head by kv head: the
+ * scores of all the group's query heads against each K row (each K and V row read once for
+ * the group), the chunk's own softmax (its max m, the sum l of exp(s - m)) and its unnormalised
  * output o = sum exp(s - m) v. The chunks of a (row, head) are then merged in position order:
  * M = max m_c, out = sum_c exp(m_c - M) o_c / sum_c exp(m_c - M) l_c.
  *
@@ -563,7 +563,8 @@ typedef struct attn_job {
     const int64_t *first;                 /* row r's first chunk (lo / ATT_CHUNK) */
     const int64_t *off; /* row r's partials start at off[r] * kvh (split mode), off[n] in all */
     float *part;        /* split mode: every partial */
-    float *wbuf;        /* per worker: ATT_CHUNK * group scores, then (per-row mode) partials */
+    float *wbuf; /* per worker: kvs (1 per row) x group x ATT_CHUNK scores, then (per-row mode)
+                  * ATT_ROWS x max_nc partials */
     int64_t wper;
 } attn_job;
 
@@ -820,8 +821,10 @@ static int attention(lmh_backend *b, const lmh_op *op) {
             ((int64_t *)a.off)[r + 1] = a.off[r] + nc;
         }
         if (pass == 1) break;
-        /* Split when there are too few (row, kv head) pairs to keep every thread busy. */
-        const int split = n * a.kvh < 8 * (int64_t)th;
+        /* Split for a few rows (whole cache rows streamed, the fastest read of a long cache
+         * when no other row shares it), and where there are too few (row, kv head) pairs to
+         * keep every thread busy. */
+        const int split = n < 4 || n * a.kvh < 8 * (int64_t)th;
         a.max_nc = max_nc;
         /* a split task takes all the kv heads of its chunk (whole cache rows), fewer where
          * that leaves too few tasks */
