@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 typedef struct cpu_tensor {
@@ -46,6 +47,10 @@ struct lmh_backend {
     const cpu_q8kernel *q8;
     void *q8mem;
     size_t q8mem_bytes;
+    /* Attention's scratch (per-row bounds, per-worker scores, the chunks' partial results),
+     * kept between ops for the same reason as qbuf. */
+    void *abuf;
+    size_t abuf_bytes;
     struct lmh_kernel *kernels; /* plugin kernels made ready here (kernel_add) */
     /* The recurrent ops' small weight vectors (conv weights, biases, -exp(A_log), D, dt_bias)
      * in f32, made at their first use and kept while the weight lives: a Mamba-1 layer's
@@ -138,7 +143,18 @@ static lmh_tensor *cpu_tensor_new(lmh_backend *b, lmh_dtype dt, int32_t ndim, co
     /* 64-byte alignment for full-width vector loads; at least one byte so empty tensors
      * still have an address. */
     size_t sz = (t->bytes + 63) & ~(size_t)63;
-    t->data = aligned_alloc(64, sz ? sz : 64);
+#ifdef MADV_HUGEPAGE
+    /* Large tensors (a cache's keys and values, activations of long prompts) on 2 MiB
+     * pages where the system gives them on request (transparent huge pages in madvise
+     * mode): attention streams a long cache with far fewer TLB misses. */
+    if (sz >= ((size_t)4 << 20)) {
+        const size_t huge = (size_t)2 << 20;
+        sz = (sz + huge - 1) & ~(huge - 1);
+        t->data = aligned_alloc(huge, sz);
+        if (t->data) madvise(t->data, sz, MADV_HUGEPAGE);
+    } else
+#endif
+        t->data = aligned_alloc(64, sz ? sz : 64);
     if (!t->data) {
         free(t);
         return NULL;
@@ -312,8 +328,6 @@ static void count_read(lmh_backend *b, const lmh_tensor *w, size_t bytes) {
 typedef struct job {
     lmh_backend *b;
     const lmh_op *op;
-    float *scratch; /* per-worker buffers for attention */
-    int64_t scratch_per;
     const cpu_q8act *q8a; /* fast mode's int8 activations of a quantized matmul, or NULL */
 } job;
 
@@ -542,75 +556,333 @@ static void do_rope(void *arg, int64_t r0, int64_t r1, int w) {
     }
 }
 
-/* One task per (query row, head): scores, softmax, weighted sum of values. */
-static void do_attention(void *arg, int64_t t0, int64_t t1, int w) {
-    const job *j = arg;
-    const lmh_op *op = j->op;
-    const cpu_kernels *k = j->b->k;
-    const lmh_tensor *q = op->src[0], *K = op->src[1], *V = op->src[2];
-    int64_t heads = q->ne[1], d = q->ne[2], kvh = K->ne[1], dv = V->ne[2];
-    int64_t group = heads / kvh;
-    const int32_t *qpos = (const int32_t *)DATA(op->src[3]);
-    int32_t n_kv = op->p.i[0], kv0 = op->p.i[1], window = op->p.i[2];
-    float scale = op->p.f[0], cap = op->p.f[1];
-    float *sc = j->scratch + (int64_t)w * j->scratch_per;
-    size_t kes = lmh_dtype_size(K->dtype), ves = lmh_dtype_size(V->dtype);
-    const int32_t ring = op->p.i[3], total = op->p.i[4];
-    for (int64_t t = t0; t < t1; t++) {
-        int64_t r = t / heads, h = t % heads, g = h / group;
-        const float *qv = (const float *)DATA(q) + (r * heads + h) * d;
-        float *out = (float *)DATA(op->dst) + (r * heads + h) * dv;
-        /* Visible keys: positions (pq - window, pq] among those stored, visited in position
-         * order. A ring holds positions [total - n_kv, total) with position p in row
-         * p % ring; walking it oldest first (not row order) makes the sums the same
-         * whatever the ring's size, so a sliding-window layer gives the same bits for a
-         * prompt fed in one chunk or token by token. */
-        int64_t pq = qpos[r];
-        int64_t lo, hi; /* positions (ring) or rows (flat), inclusive */
-        if (ring) {
-            hi = pq < total - 1 ? pq : total - 1;
-            lo = total - n_kv;
-            if (window > 0 && pq - window + 1 > lo) lo = pq - window + 1;
-        } else {
-            hi = pq - kv0;
-            lo = window > 0 ? pq - window + 1 - kv0 : 0;
-            if (hi > n_kv - 1) hi = n_kv - 1;
-            if (lo < 0) lo = 0;
-        }
-        memset(out, 0, (size_t)dv * sizeof(float));
-        if (hi < lo) continue;
-        float mx = -INFINITY;
-        for (int64_t i = lo; i <= hi; i++) {
-            const int64_t s = ring ? i % ring : i;
-            const uint8_t *kr = DATA(K) + ((size_t)s * (size_t)kvh + (size_t)g) * (size_t)d * kes;
-            float v = K->dtype == LMH_F32   ? k->dot_f32(qv, (const float *)kr, d)
-                      : K->dtype == LMH_F16 ? k->dot_f16(qv, (const uint16_t *)kr, d)
-                                            : k->dot_bf16(qv, (const uint16_t *)kr, d);
-            v *= scale;
-            if (cap > 0) v = cap * tanhf(v / cap);
-            sc[i - lo] = v;
-            if (v > mx) mx = v;
-        }
-        float sum = 0;
-        for (int64_t i = lo; i <= hi; i++) {
-            float e = expf(sc[i - lo] - mx);
-            sc[i - lo] = e;
-            sum += e;
-        }
-        float inv = 1.0f / sum;
-        for (int64_t i = lo; i <= hi; i++) {
-            if (sc[i - lo] == 0.0f) continue;
-            const int64_t s = ring ? i % ring : i;
-            const uint8_t *vr = DATA(V) + ((size_t)s * (size_t)kvh + (size_t)g) * (size_t)dv * ves;
-            float a = sc[i - lo] * inv;
-            if (V->dtype == LMH_F32)
-                k->axpy_f32(out, a, (const float *)vr, dv);
-            else if (V->dtype == LMH_F16)
-                k->axpy_f16(out, a, (const uint16_t *)vr, dv);
-            else
-                k->axpy_bf16(out, a, (const uint16_t *)vr, dv);
+/* ---- attention --------------------------------------------------------------------
+ *
+ * Keys are split into chunks of ATT_CHUNK positions, fixed by position (chunk c holds the
+ * positions [c * ATT_CHUNK, (c + 1) * ATT_CHUNK)), whatever the batch, the thread count or
+ * the ring's size. A chunk is worked for one query row at a time, kv head by kv head: the
+ * scores of all the group's query heads against each K row (each K and V row read once for
+ * the group), the chunk's own softmax (its max m, the sum l of exp(s - m)) and its unnormalised
+ * output o = sum exp(s - m) v. The chunks of a (row, head) are then merged in position order:
+ * M = max m_c, out = sum_c exp(m_c - M) o_c / sum_c exp(m_c - M) l_c.
+ *
+ * A row's result thus depends on its query, its position and the keys it sees, never on
+ * which other rows share the op or how the tasks are spread: the same row decoded alone, in
+ * a batch of sequences, or as one row of a prefill chunk gives the same bits. A ring is
+ * walked oldest first (by position, not row order), so the sums are the same whatever the
+ * ring's size: a sliding-window layer gives the same bits for a prompt fed in one chunk or
+ * token by token.
+ *
+ * Two ways to spread the work, with the same arithmetic: few (row, kv head) pairs (decode)
+ * make one task per (row, chunk) for all the kv heads (so the task reads whole cache rows in
+ * order; split further over the kv heads where there are few chunks), writing partials to a
+ * shared buffer, then one task per (row, head) merges; many (prefill) make one task per
+ * (block of rows, kv head) that works its chunks one after the other into a buffer of its
+ * own and merges them. */
+#define ATT_CHUNK 256
+
+typedef struct attn_job {
+    const lmh_op *op;
+    const cpu_kernels *k;
+    int64_t heads, d, kvh, dv, group, ps; /* ps: floats of one chunk's partial */
+    int64_t max_nc;                       /* the most chunks a row has */
+    int64_t kvs;                          /* split mode: kv heads a task works */
+    const int64_t *lo, *hi;               /* row r's visible positions, inclusive (lo > hi: none) */
+    const int64_t *first;                 /* row r's first chunk (lo / ATT_CHUNK) */
+    const int64_t *off; /* row r's partials start at off[r] * kvh (split mode), off[n] in all */
+    float *part;        /* split mode: every partial */
+    float *wbuf; /* per worker: kvs (1 per row) x group x ATT_CHUNK scores, then (per-row mode)
+                  * ATT_ROWS x max_nc partials */
+    int64_t wper;
+} attn_job;
+
+static int64_t floor_div(int64_t a, int64_t b) {
+    return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+/* Keys a step of attn_chunk: kv heads are taken in turn over this many keys, so the keys'
+ * whole cache rows (every kv head's slice) are read in order, a stream the prefetchers follow
+ * (one kv head's slices alone are a short piece of every row). The kernels make every value
+ * the same whatever the blocks, so this is not part of the arithmetic. */
+#define ATT_KEYS 16
+/* Whole cache rows are asked for this many keys ahead of the block being worked. */
+#define ATT_PREFETCH 64
+
+/* Asks for the cache row of position pos, kv heads [g0, g1), w elements a head. */
+static inline void attn_prefetch(const attn_job *a, const lmh_tensor *t, int64_t pos, int64_t g0,
+                                 int64_t g1, int64_t w) {
+    const int32_t ring = a->op->p.i[3];
+    const int64_t row = ring ? pos % ring : pos - a->op->p.i[1];
+    const size_t es = lmh_dtype_size(t->dtype);
+    const uint8_t *base = DATA(t) + (size_t)((row * a->kvh + g0) * w) * es;
+    const size_t bytes = (size_t)((g1 - g0) * w) * es;
+    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(base + off, 0, 3);
+}
+
+/* Chunk c of row r for kv heads [g0, g1): head g's partial at part + (g - g0) * pstride,
+ * o [group][dv], then m [group], l [group]. sc holds (g1 - g0) * group * ATT_CHUNK scores. */
+static void attn_chunk(const attn_job *a, int64_t r, int64_t g0, int64_t g1, int64_t c, float *sc,
+                       float *part, int64_t pstride) {
+    const lmh_op *op = a->op;
+    const cpu_kernels *k = a->k;
+    const lmh_tensor *K = op->src[1], *V = op->src[2];
+    const int32_t kv0 = op->p.i[1], ring = op->p.i[3];
+    const int64_t G = a->group, d = a->d, dv = a->dv, kvh = a->kvh;
+    const float scale = op->p.f[0], cap = op->p.f[1];
+    int64_t p0 = c * ATT_CHUNK, p1 = p0 + ATT_CHUNK - 1;
+    if (p0 < a->lo[r]) p0 = a->lo[r];
+    if (p1 > a->hi[r]) p1 = a->hi[r];
+    const int64_t n = p1 - p0 + 1;
+    const float *q = (const float *)DATA(op->src[0]) + r * a->heads * d;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            for (int64_t g = g0; g < g1; g++) {
+                float *o = part + (g - g0) * pstride, *m = o + G * dv, *l = m + G;
+                const float *sg = sc + (g - g0) * G * ATT_CHUNK;
+                for (int64_t h = 0; h < G; h++)
+                    l[h] = k->attn_softmax((float *)sg + h * ATT_CHUNK, n, cap, &m[h]);
+                memset(o, 0, (size_t)(G * dv) * sizeof(float));
+            }
+        /* runs of consecutive cache rows (two where a ring wraps), in blocks of ATT_KEYS */
+        for (int64_t p = p0; p <= p1;) {
+            const int64_t row = ring ? p % ring : p - kv0;
+            int64_t run = ring && ring - row < p1 - p + 1 ? ring - row : p1 - p + 1;
+            if (run > ATT_KEYS) run = ATT_KEYS;
+            /* K rows ATT_PREFETCH keys ahead, then (near the end of the K pass) the first V
+             * rows; the first K rows before the first block */
+            const int64_t pf0 = pass == 0 && p == p0 ? p0 : p + ATT_PREFETCH;
+            const int64_t pf1 = p + ATT_PREFETCH + run;
+            for (int64_t pp = pf0; pp < pf1; pp++) {
+                const int vpass = pass || pp > p1;
+                const int64_t at = vpass && !pass ? pp - n : pp;
+                if (at > p1) break;
+                attn_prefetch(a, vpass ? V : K, at, g0, g1, vpass ? dv : d);
+            }
+            for (int64_t g = g0; g < g1; g++) {
+                const int64_t at = (row * kvh + g) * (pass ? dv : d);
+                float *s = sc + (g - g0) * G * ATT_CHUNK + (p - p0);
+                const float *qv = q + g * G * d;
+                float *o = part + (g - g0) * pstride;
+                if (pass == 0) {
+                    switch (K->dtype) {
+                    case LMH_F32:
+                        k->attn_scores_f32(qv, (int)G, d, (const float *)DATA(K) + at, kvh * d, run,
+                                           scale, s, ATT_CHUNK);
+                        break;
+                    case LMH_F16:
+                        k->attn_scores_f16(qv, (int)G, d, (const uint16_t *)DATA(K) + at, kvh * d,
+                                           run, scale, s, ATT_CHUNK);
+                        break;
+                    default:
+                        k->attn_scores_bf16(qv, (int)G, d, (const uint16_t *)DATA(K) + at, kvh * d,
+                                            run, scale, s, ATT_CHUNK);
+                        break;
+                    }
+                } else {
+                    switch (V->dtype) {
+                    case LMH_F32:
+                        k->attn_values_f32(s, (int)G, ATT_CHUNK, (const float *)DATA(V) + at,
+                                           kvh * dv, run, dv, o);
+                        break;
+                    case LMH_F16:
+                        k->attn_values_f16(s, (int)G, ATT_CHUNK, (const uint16_t *)DATA(V) + at,
+                                           kvh * dv, run, dv, o);
+                        break;
+                    default:
+                        k->attn_values_bf16(s, (int)G, ATT_CHUNK, (const uint16_t *)DATA(V) + at,
+                                            kvh * dv, run, dv, o);
+                        break;
+                    }
+                }
+            }
+            p += run;
         }
     }
+}
+
+/* Head h (of its kv group) of row r from the row's nc partials (`stride` floats apart), in
+ * chunk order. */
+static void attn_merge(const attn_job *a, int64_t r, int64_t h, const float *parts, int64_t nc,
+                       int64_t stride) {
+    const int64_t G = a->group, dv = a->dv, hg = h % G;
+    float *out = (float *)DATA(a->op->dst) + (r * a->heads + h) * dv;
+    memset(out, 0, (size_t)dv * sizeof(float));
+    if (nc <= 0) return;
+    float M = -INFINITY;
+    for (int64_t c = 0; c < nc; c++) {
+        const float *m = parts + c * stride + G * dv;
+        if (m[hg] > M) M = m[hg];
+    }
+    float L = 0;
+    for (int64_t c = 0; c < nc; c++) {
+        const float *pc = parts + c * stride, *m = pc + G * dv, *l = m + G;
+        const float w = expf(m[hg] - M);
+        L += l[hg] * w;
+        a->k->axpy_f32(out, w, pc + hg * dv, dv);
+    }
+    const float inv = 1.0f / L;
+    for (int64_t i = 0; i < dv; i++) out[i] *= inv;
+}
+
+static int64_t attn_chunks(const attn_job *a, int64_t r) {
+    return a->lo[r] > a->hi[r] ? 0 : floor_div(a->hi[r], ATT_CHUNK) - a->first[r] + 1;
+}
+
+/* Split mode, first pass: task = (row, chunk, part of the kv heads), rows in order; the
+ * partial of (row, chunk c, kv head g) at ((off[r] + c) * kvh + g) * ps. */
+static void do_attn_chunks(void *arg, int64_t t0, int64_t t1, int w) {
+    const attn_job *a = arg;
+    float *sc = a->wbuf + (int64_t)w * a->wper;
+    const int64_t np = (a->kvh + a->kvs - 1) / a->kvs;
+    int64_t n = a->op->src[0]->ne[0], r = 0, lo = 0, hi = n;
+    while (lo < hi) { /* the row whose tasks hold t0: the last r with off[r] * np <= t0 */
+        int64_t mid = (lo + hi) / 2;
+        if (a->off[mid + 1] * np <= t0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    r = lo;
+    for (int64_t t = t0; t < t1; t++) {
+        while (a->off[r + 1] * np <= t) r++;
+        const int64_t u = t - a->off[r] * np, c = u / np, g0 = u % np * a->kvs;
+        const int64_t g1 = g0 + a->kvs < a->kvh ? g0 + a->kvs : a->kvh;
+        attn_chunk(a, r, g0, g1, a->first[r] + c, sc,
+                   a->part + ((a->off[r] + c) * a->kvh + g0) * a->ps, a->ps);
+    }
+}
+
+/* Split mode, second pass: task = (row, head). */
+static void do_attn_merge(void *arg, int64_t t0, int64_t t1, int w) {
+    (void)w;
+    const attn_job *a = arg;
+    for (int64_t t = t0; t < t1; t++) {
+        const int64_t r = t / a->heads, h = t % a->heads, nc = a->off[r + 1] - a->off[r];
+        attn_merge(a, r, h, a->part + (a->off[r] * a->kvh + h / a->group) * a->ps, nc,
+                   a->kvh * a->ps);
+    }
+}
+
+/* Per-row mode: task = (block of ATT_ROWS rows, kv head). The chunks go in position order,
+ * each worked for every row of the block that sees it while its K and V rows are in cache
+ * (a prefill chunk's rows share most of their keys), then each row's heads are merged. */
+#define ATT_ROWS 8
+static void do_attn_rows(void *arg, int64_t t0, int64_t t1, int w) {
+    const attn_job *a = arg;
+    const int64_t n = a->op->src[0]->ne[0];
+    float *sc = a->wbuf + (int64_t)w * a->wper, *parts = sc + a->group * ATT_CHUNK;
+    const int64_t per_row = a->max_nc * a->ps;
+    for (int64_t t = t0; t < t1; t++) {
+        const int64_t r0 = t / a->kvh * ATT_ROWS, g = t % a->kvh;
+        const int64_t r1 = r0 + ATT_ROWS < n ? r0 + ATT_ROWS : n;
+        int64_t c0 = INT64_MAX, c1 = INT64_MIN;
+        for (int64_t r = r0; r < r1; r++) {
+            const int64_t nc = attn_chunks(a, r);
+            if (!nc) continue;
+            if (a->first[r] < c0) c0 = a->first[r];
+            if (a->first[r] + nc > c1) c1 = a->first[r] + nc;
+        }
+        for (int64_t c = c0; c < c1; c++)
+            for (int64_t r = r0; r < r1; r++) {
+                const int64_t nc = attn_chunks(a, r);
+                if (c >= a->first[r] && c < a->first[r] + nc)
+                    attn_chunk(a, r, g, g + 1, c, sc,
+                               parts + (r - r0) * per_row + (c - a->first[r]) * a->ps, a->ps);
+            }
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t h = g * a->group; h < (g + 1) * a->group; h++)
+                attn_merge(a, r, h, parts + (r - r0) * per_row, attn_chunks(a, r), a->ps);
+    }
+}
+
+/* b->abuf with at least `bytes`, or NULL. */
+static void *abuf_for(lmh_backend *b, size_t bytes) {
+    bytes = (bytes + 63) & ~(size_t)63;
+    if (b->abuf && b->abuf_bytes >= bytes) return b->abuf;
+    free(b->abuf);
+    b->abuf = aligned_alloc(64, bytes);
+    b->abuf_bytes = b->abuf ? bytes : 0;
+    return b->abuf;
+}
+
+static int attention(lmh_backend *b, const lmh_op *op) {
+    const lmh_tensor *q = op->src[0];
+    attn_job a = {.op = op,
+                  .k = b->k,
+                  .heads = q->ne[1],
+                  .d = q->ne[2],
+                  .kvh = op->src[1]->ne[1],
+                  .dv = op->src[2]->ne[2]};
+    a.group = a.heads / a.kvh;
+    a.ps = a.group * (a.dv + 2);
+    const int64_t n = q->ne[0];
+    const int th = cpu_pool_threads(b->pool);
+    const int32_t *qpos = (const int32_t *)DATA(op->src[3]);
+    const int32_t n_kv = op->p.i[0], kv0 = op->p.i[1], window = op->p.i[2];
+    const int32_t ring = op->p.i[3], total = op->p.i[4];
+    /* Visible keys: positions (pq - window, pq] among those stored. A ring holds positions
+     * [total - n_kv, total) with position p in row p % ring; a flat cache position kv0 + j
+     * in row j. */
+    int64_t max_nc = 0, chunks = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int64_t r = 0; r < n; r++) {
+            const int64_t pq = qpos[r];
+            int64_t lo, hi;
+            if (ring) {
+                hi = pq < total - 1 ? pq : total - 1;
+                lo = total - n_kv;
+            } else {
+                hi = pq < kv0 + n_kv - 1 ? pq : kv0 + n_kv - 1;
+                lo = kv0;
+            }
+            if (window > 0 && pq - window + 1 > lo) lo = pq - window + 1;
+            const int64_t nc =
+                lo > hi ? 0 : floor_div(hi, ATT_CHUNK) - floor_div(lo, ATT_CHUNK) + 1;
+            if (pass == 0) {
+                if (nc > max_nc) max_nc = nc;
+                chunks += nc;
+                continue;
+            }
+            ((int64_t *)a.lo)[r] = lo;
+            ((int64_t *)a.hi)[r] = hi;
+            ((int64_t *)a.first)[r] = lo > hi ? 0 : floor_div(lo, ATT_CHUNK);
+            ((int64_t *)a.off)[r + 1] = a.off[r] + nc;
+        }
+        if (pass == 1) break;
+        /* Split for a few rows (whole cache rows streamed, the fastest read of a long cache
+         * when no other row shares it), and where there are too few (row, kv head) pairs to
+         * keep every thread busy. */
+        const int split = n < 4 || n * a.kvh < 8 * (int64_t)th;
+        a.max_nc = max_nc;
+        /* a split task takes all the kv heads of its chunk (whole cache rows), fewer where
+         * that leaves too few tasks */
+        a.kvs = a.kvh;
+        while (a.kvs > 1 && chunks * ((a.kvh + a.kvs - 1) / a.kvs) < 4 * (int64_t)th)
+            a.kvs = (a.kvs + 1) / 2;
+        a.wper = (split ? a.kvs : 1) * a.group * ATT_CHUNK + (split ? 0 : ATT_ROWS * max_nc * a.ps);
+        a.wper = (a.wper + 15) & ~(int64_t)15;
+        size_t meta = (size_t)(4 * n + 1) * sizeof(int64_t);
+        meta = (meta + 63) & ~(size_t)63;
+        size_t bytes = meta + (size_t)th * (size_t)a.wper * sizeof(float) +
+                       (split ? (size_t)(chunks * a.kvh * a.ps) * sizeof(float) : 0);
+        uint8_t *buf = abuf_for(b, bytes);
+        if (!buf) return LMH_ENOMEM;
+        int64_t *ib = (int64_t *)buf;
+        a.lo = ib;
+        a.hi = ib + n;
+        a.first = ib + 2 * n;
+        a.off = ib + 3 * n;
+        ib[3 * n] = 0;
+        a.wbuf = (float *)(buf + meta);
+        a.part = split ? a.wbuf + (size_t)th * (size_t)a.wper : NULL;
+    }
+    if (a.part) {
+        cpu_pool_run(b->pool, chunks * ((a.kvh + a.kvs - 1) / a.kvs), 1, do_attn_chunks, &a);
+        cpu_pool_run(b->pool, n * a.heads, 1, do_attn_merge, &a);
+    } else {
+        cpu_pool_run(b->pool, (n + ATT_ROWS - 1) / ATT_ROWS * a.kvh, 1, do_attn_rows, &a);
+    }
+    return LMH_OK;
 }
 
 /* ---- mixture of experts ------------------------------------------------------------ */
@@ -1213,16 +1485,8 @@ static int cpu_enqueue(lmh_backend *b, const lmh_op *op) {
         cpu_pool_run(b->pool, rows, grain_for(rows, th, 16), do_transpose, &j);
         break;
     }
-    case LMH_OP_ATTENTION: {
-        int64_t n_kv = op->p.i[0] > 0 ? op->p.i[0] : 1;
-        j.scratch_per = n_kv;
-        j.scratch = malloc((size_t)th * (size_t)n_kv * sizeof(float));
-        if (!j.scratch) return LMH_ENOMEM;
-        int64_t tasks = a->ne[0] * a->ne[1];
-        cpu_pool_run(b->pool, tasks, 1, do_attention, &j);
-        free(j.scratch);
-        break;
-    }
+    case LMH_OP_ATTENTION:
+        return attention(b, op);
     case LMH_OP_MOE_ROUTE:
         cpu_pool_run(b->pool, a->ne[0], 8, do_moe_route, &j);
         break;
@@ -1316,6 +1580,7 @@ static void cpu_destroy(lmh_backend *b) {
     cpu_pool_free(b->pool);
     free(b->qbuf);
     free(b->q8mem);
+    free(b->abuf);
     drop_vecs(b, NULL, 0);
     free(b);
 }

@@ -35,6 +35,34 @@ typedef struct cpu_kernels {
     void (*axpy_f32)(float *y, float a, const float *x, int64_t n);
     void (*axpy_f16)(float *y, float a, const uint16_t *x, int64_t n);
     void (*axpy_bf16)(float *y, float a, const uint16_t *x, int64_t n);
+    /* Attention over a block of n keys for the G query heads that share one K/V head (the
+     * CPU backend's LMH_OP_ATTENTION, cpu_backend.c), so that each K and V row is read once
+     * for the whole group. Every value below is made the same way wherever its key sits in
+     * the block and however many keys or heads the call has, so a block cut in two (a ring
+     * that wraps) or a longer block gives the same bits for the same keys.
+     *
+     * attn_scores: s[g * lds + i] = scale * sum_k q[g * d + k] * K[i * ldk + k] for g < G,
+     * i < n (each a dot product of its own, summed as the path's dot products are). */
+    void (*attn_scores_f32)(const float *q, int G, int64_t d, const float *K, int64_t ldk,
+                            int64_t n, float scale, float *s, int64_t lds);
+    void (*attn_scores_f16)(const float *q, int G, int64_t d, const uint16_t *K, int64_t ldk,
+                            int64_t n, float scale, float *s, int64_t lds);
+    void (*attn_scores_bf16)(const float *q, int G, int64_t d, const uint16_t *K, int64_t ldk,
+                             int64_t n, float scale, float *s, int64_t lds);
+    /* s[0..n) (n >= 1) made cap * tanh(s / cap) when cap > 0, then *mx = max s and
+     * s[i] = exp(s[i] - *mx); returns the sum of the s[i] (in an order that depends on n
+     * only). exp is the path's own (a polynomial on the SIMD paths, within 2 ulp). */
+    float (*attn_softmax)(float *s, int64_t n, float cap, float *mx);
+    /* o[g * dv + j] += sum_{i < n} p[g * lds + i] * V[i * ldv + j] for g < G, j < dv, the keys
+     * added to o one at a time in order (o is read first and written last, so two calls
+     * over the halves of a block give the bits of one call over the block). */
+    void (*attn_values_f32)(const float *p, int G, int64_t lds, const float *V, int64_t ldv,
+                            int64_t n, int64_t dv, float *o);
+    void (*attn_values_f16)(const float *p, int G, int64_t lds, const uint16_t *V, int64_t ldv,
+                            int64_t n, int64_t dv, float *o);
+    void (*attn_values_bf16)(const float *p, int G, int64_t lds, const uint16_t *V, int64_t ldv,
+                             int64_t n, int64_t dv, float *o);
+
     /* y[i] = a * y[i] + b * x[i] (a decayed state plus an update: the recurrent ops). */
     void (*axpby_f32)(float *y, float a, float b, const float *x, int64_t n);
 

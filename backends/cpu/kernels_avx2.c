@@ -272,6 +272,174 @@ static void axpby_f32(float *y, float a, float b, const float *x, int64_t n) {
 }
 DEFINE_DOT(bf16, uint16_t)
 
+/* ---- attention (kernels.h: attn_*) ---- */
+
+/* Keys this far ahead of the one being scored are asked for early: a block's K rows are a
+ * kv head's slice of each cache row, kv_heads slices apart, which the hardware stream
+ * prefetchers follow poorly. */
+#define ATT_PF 8
+#define ATT_G  2 /* heads per register tile: 2 x 4 accumulators + 4 keys + 1 query */
+
+/* GN heads x KN keys of scores, d past the last full vector in scalar code. Each score has
+ * an accumulator of its own and the same reduction, so it does not depend on GN, KN or its
+ * place in a block. */
+#define DEFINE_ATTN(T, WT)                                                                         \
+    INLINE void sc_tile_##T(int GN, int KN, const float *q, int64_t d, const WT *k, int64_t ldk,   \
+                            float scale, float *s, int64_t lds) {                                  \
+        __m256 acc[ATT_G][4];                                                                      \
+        UNROLL for (int g = 0; g < ATT_G; g++) UNROLL for (int j = 0; j < 4; j++) acc[g][j] =      \
+            _mm256_setzero_ps();                                                                   \
+        int64_t kk = 0;                                                                            \
+        for (; kk + VW <= d; kk += VW) {                                                           \
+            __m256 kv[4];                                                                          \
+            UNROLL for (int j = 0; j < KN; j++) kv[j] = ld_##T(k + j * ldk + kk);                  \
+            UNROLL for (int g = 0; g < GN; g++) {                                                  \
+                const __m256 qv = _mm256_loadu_ps(q + g * d + kk);                                 \
+                UNROLL for (int j = 0; j < KN; j++) acc[g][j] =                                    \
+                    _mm256_fmadd_ps(qv, kv[j], acc[g][j]);                                         \
+            }                                                                                      \
+        }                                                                                          \
+        UNROLL for (int g = 0; g < GN; g++) {                                                      \
+            float t[4];                                                                            \
+            _mm_storeu_ps(t, hsum4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]));                   \
+            UNROLL for (int j = 0; j < KN; j++) {                                                  \
+                float v = t[j];                                                                    \
+                for (int64_t e = kk; e < d; e++)                                                   \
+                    v = fmaf(q[g * d + e], sc_##T(k + j * ldk + e), v);                            \
+                s[g * lds + j] = v * scale;                                                        \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    static void attn_scores_##T(const float *q, int G, int64_t d, const WT *K, int64_t ldk,        \
+                                int64_t n, float scale, float *s, int64_t lds) {                   \
+        const int64_t lines = ((int64_t)sizeof(WT) * d + 63) / 64;                                 \
+        int64_t i = 0;                                                                             \
+        for (; i + 4 <= n; i += 4) {                                                               \
+            for (int64_t j = i + ATT_PF; j < i + ATT_PF + 4 && j < n; j++)                         \
+                for (int64_t l = 0; l < lines; l++)                                                \
+                    _mm_prefetch((const char *)(K + j * ldk) + 64 * l, _MM_HINT_T0);               \
+            int g = 0;                                                                             \
+            for (; g + 2 <= G; g += 2)                                                             \
+                sc_tile_##T(2, 4, q + g * d, d, K + i * ldk, ldk, scale, s + g * lds + i, lds);    \
+            if (g < G)                                                                             \
+                sc_tile_##T(1, 4, q + g * d, d, K + i * ldk, ldk, scale, s + g * lds + i, lds);    \
+        }                                                                                          \
+        for (; i < n; i++)                                                                         \
+            for (int g = 0; g < G; g++)                                                            \
+                sc_tile_##T(1, 1, q + g * d, d, K + i * ldk, ldk, scale, s + g * lds + i, lds);    \
+    }                                                                                              \
+    /* GN heads x NV whole vectors of dv over n keys, o kept in registers from the first key       \
+     * to the last. */                                                                             \
+    INLINE void val_tile_##T(int GN, int NV, const float *p, int64_t lds, const WT *v,             \
+                             int64_t ldv, int64_t n, float *o, int64_t dv) {                       \
+        __m256 acc[ATT_G][4];                                                                      \
+        UNROLL for (int g = 0; g < GN; g++) UNROLL for (int c = 0; c < NV; c++) acc[g][c] =        \
+            _mm256_loadu_ps(o + g * dv + c * VW);                                                  \
+        const int64_t lines = ((int64_t)sizeof(WT) * NV * VW + 63) / 64;                           \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            if (i + ATT_PF < n)                                                                    \
+                for (int64_t l = 0; l < lines; l++)                                                \
+                    _mm_prefetch((const char *)(v + (i + ATT_PF) * ldv) + 64 * l, _MM_HINT_T0);    \
+            __m256 x[4];                                                                           \
+            UNROLL for (int c = 0; c < NV; c++) x[c] = ld_##T(v + i * ldv + c * VW);               \
+            UNROLL for (int g = 0; g < GN; g++) {                                                  \
+                const __m256 pb = _mm256_broadcast_ss(p + g * lds + i);                            \
+                UNROLL for (int c = 0; c < NV; c++) acc[g][c] =                                    \
+                    _mm256_fmadd_ps(pb, x[c], acc[g][c]);                                          \
+            }                                                                                      \
+        }                                                                                          \
+        UNROLL for (int g = 0; g < GN; g++) UNROLL for (int c = 0; c < NV; c++)                    \
+            _mm256_storeu_ps(o + g * dv + c * VW, acc[g][c]);                                      \
+    }                                                                                              \
+    static void attn_values_##T(const float *p, int G, int64_t lds, const WT *V, int64_t ldv,      \
+                                int64_t n, int64_t dv, float *o) {                                 \
+        const int64_t dvv = dv / VW * VW;                                                          \
+        for (int64_t j = 0; j < dvv; j += 4 * VW) {                                                \
+            const int nv = dvv - j < 4 * VW ? (int)((dvv - j) / VW) : 4;                           \
+            for (int g = 0; g < G; g += ATT_G) {                                                   \
+                const int gn = G - g < ATT_G ? G - g : ATT_G;                                      \
+                const float *pg = p + g * lds;                                                     \
+                float *og = o + g * dv + j;                                                        \
+                switch (gn * 8 + nv) {                                                             \
+                    VAL_CASES(T, 1)                                                                \
+                    VAL_CASES(T, 2)                                                                \
+                default:                                                                           \
+                    break;                                                                         \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        if (dvv < dv)                                                                              \
+            for (int g = 0; g < G; g++)                                                            \
+                for (int64_t i = 0; i < n; i++)                                                    \
+                    for (int64_t e = dvv; e < dv; e++)                                             \
+                        o[g * dv + e] =                                                            \
+                            fmaf(p[g * lds + i], sc_##T(V + i * ldv + e), o[g * dv + e]);          \
+    }
+
+#define VAL_CASE(T, GN, NV)                                                                        \
+    case GN * 8 + NV:                                                                              \
+        val_tile_##T(GN, NV, pg, lds, V + j, ldv, n, og, dv);                                      \
+        break;
+#define VAL_CASES(T, GN) VAL_CASE(T, GN, 1) VAL_CASE(T, GN, 2) VAL_CASE(T, GN, 3) VAL_CASE(T, GN, 4)
+
+DEFINE_ATTN(f32, float)
+DEFINE_ATTN(f16, uint16_t)
+DEFINE_ATTN(bf16, uint16_t)
+
+/* exp(x): x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, so r is exact enough), e^r
+ * by its Taylor series to r^7 (error below 1e-8 there), times 2^n made in the exponent
+ * bits; x below -87 (where 2^n would leave the normal range) gives 0, as -inf does. */
+INLINE __m256 exp_256(__m256 x) {
+    const __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_GE_OQ);
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)), _mm256_set1_ps(-87.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504089f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 e = _mm256_set1_ps(1.0f / 5040);
+    e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.0f / 720));
+    e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.0f / 120));
+    e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.0f / 24));
+    e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.0f / 6));
+    e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(0.5f));
+    e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.0f));
+    e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.0f));
+    const __m256i b =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(_mm256_mul_ps(e, _mm256_castsi256_ps(b)), keep);
+}
+
+static float attn_softmax(float *s, int64_t n, float cap, float *mx) {
+    if (cap > 0)
+        for (int64_t i = 0; i < n; i++) s[i] = cap * tanhf(s[i] / cap);
+    /* the part past the last full vector goes through a padded copy, so every value is made
+     * by the same vector code */
+    const int64_t nv = n / VW * VW;
+    float t[VW];
+    for (int64_t i = 0; i < VW; i++) t[i] = nv + i < n ? s[nv + i] : -INFINITY;
+    __m256 m = _mm256_loadu_ps(t);
+    for (int64_t i = 0; i < nv; i += VW) m = _mm256_max_ps(m, _mm256_loadu_ps(s + i));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+    const float M = _mm_cvtss_f32(m4);
+    *mx = M;
+    const __m256 mv = _mm256_set1_ps(M);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nv; i += VW) {
+        const __m256 e = exp_256(_mm256_sub_ps(_mm256_loadu_ps(s + i), mv));
+        _mm256_storeu_ps(s + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    if (nv < n) {
+        const __m256 e = exp_256(_mm256_sub_ps(_mm256_loadu_ps(t), mv));
+        _mm256_storeu_ps(t, e);
+        acc = _mm256_add_ps(acc, e);
+        for (int64_t i = nv; i < n; i++) s[i] = t[i - nv];
+    }
+    return hsum(acc);
+}
+
 /* ---- conversions ---- */
 
 static void cvt_f16_to_f32(const uint16_t *x, float *y, int64_t n) {
@@ -342,6 +510,13 @@ const cpu_kernels cpu_kernels_avx2 = {
     .dot_f16 = dot_f16,
     .dot_bf16 = dot_bf16,
     .axpy_f32 = axpy_f32,
+    .attn_scores_f32 = attn_scores_f32,
+    .attn_scores_f16 = attn_scores_f16,
+    .attn_scores_bf16 = attn_scores_bf16,
+    .attn_softmax = attn_softmax,
+    .attn_values_f32 = attn_values_f32,
+    .attn_values_f16 = attn_values_f16,
+    .attn_values_bf16 = attn_values_bf16,
     .axpby_f32 = axpby_f32,
     .axpy_f16 = axpy_f16,
     .axpy_bf16 = axpy_bf16,

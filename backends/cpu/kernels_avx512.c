@@ -288,6 +288,186 @@ static void axpby_f32(float *y, float a, float b, const float *x, int64_t n) {
 }
 DEFINE_DOT(bf16, uint16_t)
 
+/* ---- attention (kernels.h: attn_*) ---- */
+
+/* Keys this far ahead of the one being scored are asked for early: a block's K rows are a
+ * kv head's slice of each cache row, kv_heads slices apart, which the hardware stream
+ * prefetchers follow poorly. */
+#define ATT_PF 8
+
+/* GN heads x KN keys of scores (KN keys' rows against GN query vectors), any d: the part
+ * past the last full vector is one masked step. Each score has an accumulator of its own
+ * and the same reduction tree, so it does not depend on GN, KN or its place in a block. */
+#define DEFINE_ATTN(T, WT)                                                                         \
+    INLINE void sc_tile_##T(int GN, int KN, const float *q, int64_t d, const WT *k, int64_t ldk,   \
+                            float scale, float *s, int64_t lds) {                                  \
+        __m512 acc[4][4];                                                                          \
+        UNROLL for (int g = 0; g < 4; g++) UNROLL for (int j = 0; j < 4; j++) acc[g][j] =          \
+            _mm512_setzero_ps();                                                                   \
+        int64_t kk = 0;                                                                            \
+        for (; kk + VW <= d; kk += VW) {                                                           \
+            __m512 kv[4];                                                                          \
+            UNROLL for (int j = 0; j < KN; j++) kv[j] = ld_##T(k + j * ldk + kk);                  \
+            UNROLL for (int g = 0; g < GN; g++) {                                                  \
+                const __m512 qv = _mm512_loadu_ps(q + g * d + kk);                                 \
+                UNROLL for (int j = 0; j < KN; j++) acc[g][j] =                                    \
+                    _mm512_fmadd_ps(qv, kv[j], acc[g][j]);                                         \
+            }                                                                                      \
+        }                                                                                          \
+        if (kk < d) {                                                                              \
+            __m512 kv[4];                                                                          \
+            UNROLL for (int j = 0; j < KN; j++) kv[j] = ldm_##T(k + j * ldk + kk, d - kk);         \
+            UNROLL for (int g = 0; g < GN; g++) {                                                  \
+                const __m512 qv = ldm_f32(q + g * d + kk, d - kk);                                 \
+                UNROLL for (int j = 0; j < KN; j++) acc[g][j] =                                    \
+                    _mm512_fmadd_ps(qv, kv[j], acc[g][j]);                                         \
+            }                                                                                      \
+        }                                                                                          \
+        const __m128 sv = _mm_set1_ps(scale);                                                      \
+        UNROLL for (int g = 0; g < GN; g++) {                                                      \
+            const __m128 r = _mm_mul_ps(hsum4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]), sv);    \
+            if (KN == 4)                                                                           \
+                _mm_storeu_ps(s + g * lds, r);                                                     \
+            else                                                                                   \
+                s[g * lds] = _mm_cvtss_f32(r);                                                     \
+        }                                                                                          \
+    }                                                                                              \
+    static void attn_scores_##T(const float *q, int G, int64_t d, const WT *K, int64_t ldk,        \
+                                int64_t n, float scale, float *s, int64_t lds) {                   \
+        const int64_t lines = ((int64_t)sizeof(WT) * d + 63) / 64;                                 \
+        int64_t i = 0;                                                                             \
+        for (; i + 4 <= n; i += 4) {                                                               \
+            for (int64_t j = i + ATT_PF; j < i + ATT_PF + 4 && j < n; j++)                         \
+                for (int64_t l = 0; l < lines; l++)                                                \
+                    _mm_prefetch((const char *)(K + j * ldk) + 64 * l, _MM_HINT_T0);               \
+            for (int g = 0; g < G; g += 4) {                                                       \
+                const float *qg = q + g * d;                                                       \
+                float *sg = s + g * lds + i;                                                       \
+                switch (G - g < 4 ? G - g : 4) {                                                   \
+                case 1:                                                                            \
+                    sc_tile_##T(1, 4, qg, d, K + i * ldk, ldk, scale, sg, lds);                    \
+                    break;                                                                         \
+                case 2:                                                                            \
+                    sc_tile_##T(2, 4, qg, d, K + i * ldk, ldk, scale, sg, lds);                    \
+                    break;                                                                         \
+                case 3:                                                                            \
+                    sc_tile_##T(3, 4, qg, d, K + i * ldk, ldk, scale, sg, lds);                    \
+                    break;                                                                         \
+                default:                                                                           \
+                    sc_tile_##T(4, 4, qg, d, K + i * ldk, ldk, scale, sg, lds);                    \
+                    break;                                                                         \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        for (; i < n; i++)                                                                         \
+            for (int g = 0; g < G; g++)                                                            \
+                sc_tile_##T(1, 1, q + g * d, d, K + i * ldk, ldk, scale, s + g * lds + i, lds);    \
+    }                                                                                              \
+    /* GN heads x NV vectors of dv (the last one `rem` lanes) over n keys, o kept in registers     \
+     * from the first key to the last. */                                                          \
+    INLINE void val_tile_##T(int GN, int NV, const float *p, int64_t lds, const WT *v,             \
+                             int64_t ldv, int64_t n, int64_t rem, float *o, int64_t dv) {          \
+        __m512 acc[4][4];                                                                          \
+        UNROLL for (int g = 0; g < GN; g++) UNROLL for (int c = 0; c < NV; c++) acc[g][c] =        \
+            c == NV - 1 ? ldm_f32(o + g * dv + c * VW, rem) : ld_f32(o + g * dv + c * VW);         \
+        const int64_t lines = ((int64_t)sizeof(WT) * ((NV - 1) * VW + rem) + 63) / 64;             \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            if (i + ATT_PF < n)                                                                    \
+                for (int64_t l = 0; l < lines; l++)                                                \
+                    _mm_prefetch((const char *)(v + (i + ATT_PF) * ldv) + 64 * l, _MM_HINT_T0);    \
+            __m512 x[4];                                                                           \
+            UNROLL for (int c = 0; c < NV; c++) x[c] =                                             \
+                c == NV - 1 ? ldm_##T(v + i * ldv + c * VW, rem) : ld_##T(v + i * ldv + c * VW);   \
+            UNROLL for (int g = 0; g < GN; g++) {                                                  \
+                const __m512 pb = _mm512_set1_ps(p[g * lds + i]);                                  \
+                UNROLL for (int c = 0; c < NV; c++) acc[g][c] =                                    \
+                    _mm512_fmadd_ps(pb, x[c], acc[g][c]);                                          \
+            }                                                                                      \
+        }                                                                                          \
+        UNROLL for (int g = 0; g < GN; g++) UNROLL for (int c = 0; c < NV; c++) {                  \
+            if (c == NV - 1)                                                                       \
+                _mm512_mask_storeu_ps(o + g * dv + c * VW, tail_mask(rem), acc[g][c]);             \
+            else                                                                                   \
+                _mm512_storeu_ps(o + g * dv + c * VW, acc[g][c]);                                  \
+        }                                                                                          \
+    }                                                                                              \
+    static void attn_values_##T(const float *p, int G, int64_t lds, const WT *V, int64_t ldv,      \
+                                int64_t n, int64_t dv, float *o) {                                 \
+        for (int64_t j = 0; j < dv; j += 4 * VW) {                                                 \
+            const int64_t w = dv - j < 4 * VW ? dv - j : 4 * VW;                                   \
+            const int nv = (int)((w + VW - 1) / VW);                                               \
+            const int64_t rem = w - (nv - 1) * VW;                                                 \
+            for (int g = 0; g < G; g += 4) {                                                       \
+                const int gn = G - g < 4 ? G - g : 4;                                              \
+                const float *pg = p + g * lds;                                                     \
+                float *og = o + g * dv + j;                                                        \
+                switch (gn * 8 + nv) {                                                             \
+                    VAL_CASES(T, 1)                                                                \
+                    VAL_CASES(T, 2)                                                                \
+                    VAL_CASES(T, 3)                                                                \
+                    VAL_CASES(T, 4)                                                                \
+                default:                                                                           \
+                    break;                                                                         \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+#define VAL_CASE(T, GN, NV)                                                                        \
+    case GN * 8 + NV:                                                                              \
+        val_tile_##T(GN, NV, pg, lds, V + j, ldv, n, rem, og, dv);                                 \
+        break;
+#define VAL_CASES(T, GN) VAL_CASE(T, GN, 1) VAL_CASE(T, GN, 2) VAL_CASE(T, GN, 3) VAL_CASE(T, GN, 4)
+
+DEFINE_ATTN(f32, float)
+DEFINE_ATTN(f16, uint16_t)
+DEFINE_ATTN(bf16, uint16_t)
+
+/* exp(x) for x <= 88: x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, so r is exact
+ * enough), e^r by its Taylor series to r^7 (error below 1e-8 there), times 2^n by scalef
+ * (which also takes very negative n to 0; x is clamped first, so -inf gives 0). */
+INLINE __m512 exp_512(__m512 x) {
+    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)), _mm512_set1_ps(-104.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504089f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 e = _mm512_set1_ps(1.0f / 5040);
+    e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 720));
+    e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 120));
+    e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 24));
+    e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 6));
+    e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(0.5f));
+    e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f));
+    e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(e, n);
+}
+
+static float attn_softmax(float *s, int64_t n, float cap, float *mx) {
+    if (cap > 0)
+        for (int64_t i = 0; i < n; i++) s[i] = cap * tanhf(s[i] / cap);
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) m = _mm512_max_ps(m, _mm512_loadu_ps(s + i));
+    if (i < n) m = _mm512_mask_max_ps(m, tail_mask(n - i), m, ldm_f32(s + i, n - i));
+    const float M = _mm512_reduce_max_ps(m);
+    *mx = M;
+    const __m512 mv = _mm512_set1_ps(M);
+    __m512 acc = _mm512_setzero_ps();
+    for (i = 0; i + VW <= n; i += VW) {
+        const __m512 e = exp_512(_mm512_sub_ps(_mm512_loadu_ps(s + i), mv));
+        _mm512_storeu_ps(s + i, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    if (i < n) {
+        const __mmask16 t = tail_mask(n - i);
+        const __m512 e = exp_512(_mm512_sub_ps(ldm_f32(s + i, n - i), mv));
+        _mm512_mask_storeu_ps(s + i, t, e);
+        acc = _mm512_mask_add_ps(acc, t, acc, e);
+    }
+    return hsum(acc);
+}
+
 /* ---- conversions ---- */
 
 static void cvt_f16_to_f32(const uint16_t *x, float *y, int64_t n) {
@@ -354,6 +534,13 @@ const cpu_kernels cpu_kernels_avx512 = {
     .dot_f16 = dot_f16,
     .dot_bf16 = dot_bf16,
     .axpy_f32 = axpy_f32,
+    .attn_scores_f32 = attn_scores_f32,
+    .attn_scores_f16 = attn_scores_f16,
+    .attn_scores_bf16 = attn_scores_bf16,
+    .attn_softmax = attn_softmax,
+    .attn_values_f32 = attn_values_f32,
+    .attn_values_f16 = attn_values_f16,
+    .attn_values_bf16 = attn_values_bf16,
     .axpby_f32 = axpby_f32,
     .axpy_f16 = axpy_f16,
     .axpy_bf16 = axpy_bf16,

@@ -262,6 +262,170 @@ static void axpby_f32(float *y, float a, float b, const float *x, int64_t n) {
     for (; i < n; i++) y[i] = fmaf(b, x[i], a * y[i]);
 }
 
+/* ---- attention (kernels.h: attn_*) ---- */
+
+/* GN heads x KN keys of scores, d past the last full vector in scalar code. Each score has
+ * an accumulator of its own and the same reduction, so it does not depend on GN, KN or its
+ * place in a block. */
+#define DEFINE_ATTN(T, WT)                                                                         \
+    INLINE void sc_tile_##T(int GN, int KN, const float *q, int64_t d, const WT *k, int64_t ldk,   \
+                            float scale, float *s, int64_t lds) {                                  \
+        float32x4_t acc[4][4];                                                                     \
+        UNROLL for (int g = 0; g < 4; g++) UNROLL for (int j = 0; j < 4; j++) acc[g][j] =          \
+            vdupq_n_f32(0);                                                                        \
+        int64_t kk = 0;                                                                            \
+        for (; kk + VW <= d; kk += VW) {                                                           \
+            float32x4_t kv[4];                                                                     \
+            UNROLL for (int j = 0; j < KN; j++) kv[j] = ld_##T(k + j * ldk + kk);                  \
+            UNROLL for (int g = 0; g < GN; g++) {                                                  \
+                const float32x4_t qv = vld1q_f32(q + g * d + kk);                                  \
+                UNROLL for (int j = 0; j < KN; j++) acc[g][j] = vfmaq_f32(acc[g][j], qv, kv[j]);   \
+            }                                                                                      \
+        }                                                                                          \
+        UNROLL for (int g = 0; g < GN; g++) {                                                      \
+            float t[4];                                                                            \
+            vst1q_f32(t, hsum4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]));                       \
+            UNROLL for (int j = 0; j < KN; j++) {                                                  \
+                float v = t[j];                                                                    \
+                for (int64_t e = kk; e < d; e++)                                                   \
+                    v = fmaf(q[g * d + e], sc_##T(k + j * ldk + e), v);                            \
+                s[g * lds + j] = v * scale;                                                        \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    static void attn_scores_##T(const float *q, int G, int64_t d, const WT *K, int64_t ldk,        \
+                                int64_t n, float scale, float *s, int64_t lds) {                   \
+        int64_t i = 0;                                                                             \
+        for (; i + 4 <= n; i += 4) {                                                               \
+            for (int g = 0; g < G; g += 4) {                                                       \
+                const float *qg = q + g * d;                                                       \
+                float *sg = s + g * lds + i;                                                       \
+                switch (G - g < 4 ? G - g : 4) {                                                   \
+                case 1:                                                                            \
+                    sc_tile_##T(1, 4, qg, d, K + i * ldk, ldk, scale, sg, lds);                    \
+                    break;                                                                         \
+                case 2:                                                                            \
+                    sc_tile_##T(2, 4, qg, d, K + i * ldk, ldk, scale, sg, lds);                    \
+                    break;                                                                         \
+                case 3:                                                                            \
+                    sc_tile_##T(3, 4, qg, d, K + i * ldk, ldk, scale, sg, lds);                    \
+                    break;                                                                         \
+                default:                                                                           \
+                    sc_tile_##T(4, 4, qg, d, K + i * ldk, ldk, scale, sg, lds);                    \
+                    break;                                                                         \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        for (; i < n; i++)                                                                         \
+            for (int g = 0; g < G; g++)                                                            \
+                sc_tile_##T(1, 1, q + g * d, d, K + i * ldk, ldk, scale, s + g * lds + i, lds);    \
+    }                                                                                              \
+    /* GN heads x NV whole vectors of dv over n keys, o kept in registers from the first key       \
+     * to the last. */                                                                             \
+    INLINE void val_tile_##T(int GN, int NV, const float *p, int64_t lds, const WT *v,             \
+                             int64_t ldv, int64_t n, float *o, int64_t dv) {                       \
+        float32x4_t acc[4][4];                                                                     \
+        UNROLL for (int g = 0; g < GN; g++) UNROLL for (int c = 0; c < NV; c++) acc[g][c] =        \
+            vld1q_f32(o + g * dv + c * VW);                                                        \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            float32x4_t x[4];                                                                      \
+            UNROLL for (int c = 0; c < NV; c++) x[c] = ld_##T(v + i * ldv + c * VW);               \
+            UNROLL for (int g = 0; g < GN; g++) {                                                  \
+                const float pb = p[g * lds + i];                                                   \
+                UNROLL for (int c = 0; c < NV; c++) acc[g][c] = vfmaq_n_f32(acc[g][c], x[c], pb);  \
+            }                                                                                      \
+        }                                                                                          \
+        UNROLL for (int g = 0; g < GN; g++) UNROLL for (int c = 0; c < NV; c++)                    \
+            vst1q_f32(o + g * dv + c * VW, acc[g][c]);                                             \
+    }                                                                                              \
+    static void attn_values_##T(const float *p, int G, int64_t lds, const WT *V, int64_t ldv,      \
+                                int64_t n, int64_t dv, float *o) {                                 \
+        const int64_t dvv = dv / VW * VW;                                                          \
+        for (int64_t j = 0; j < dvv; j += 4 * VW) {                                                \
+            const int nv = dvv - j < 4 * VW ? (int)((dvv - j) / VW) : 4;                           \
+            for (int g = 0; g < G; g += 4) {                                                       \
+                const int gn = G - g < 4 ? G - g : 4;                                              \
+                const float *pg = p + g * lds;                                                     \
+                float *og = o + g * dv + j;                                                        \
+                switch (gn * 8 + nv) {                                                             \
+                    VAL_CASES(T, 1)                                                                \
+                    VAL_CASES(T, 2)                                                                \
+                    VAL_CASES(T, 3)                                                                \
+                    VAL_CASES(T, 4)                                                                \
+                default:                                                                           \
+                    break;                                                                         \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        if (dvv < dv)                                                                              \
+            for (int g = 0; g < G; g++)                                                            \
+                for (int64_t i = 0; i < n; i++)                                                    \
+                    for (int64_t e = dvv; e < dv; e++)                                             \
+                        o[g * dv + e] =                                                            \
+                            fmaf(p[g * lds + i], sc_##T(V + i * ldv + e), o[g * dv + e]);          \
+    }
+
+#define VAL_CASE(T, GN, NV)                                                                        \
+    case GN * 8 + NV:                                                                              \
+        val_tile_##T(GN, NV, pg, lds, V + j, ldv, n, og, dv);                                      \
+        break;
+#define VAL_CASES(T, GN) VAL_CASE(T, GN, 1) VAL_CASE(T, GN, 2) VAL_CASE(T, GN, 3) VAL_CASE(T, GN, 4)
+
+DEFINE_ATTN(f32, float)
+DEFINE_ATTN(f16, uint16_t)
+DEFINE_ATTN(bf16, uint16_t)
+
+/* exp(x): x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, so r is exact enough), e^r
+ * by its Taylor series to r^7 (error below 1e-8 there), times 2^n made in the exponent
+ * bits; x below -87 (where 2^n would leave the normal range) gives 0, as -inf does. */
+INLINE float32x4_t exp_neon(float32x4_t x) {
+    const uint32x4_t keep = vcgeq_f32(x, vdupq_n_f32(-87.0f));
+    x = vmaxq_f32(vminq_f32(x, vdupq_n_f32(88.0f)), vdupq_n_f32(-87.0f));
+    const int32x4_t ni = vcvtnq_s32_f32(vmulq_n_f32(x, 1.44269504089f));
+    const float32x4_t n = vcvtq_f32_s32(ni);
+    float32x4_t r = vfmsq_f32(x, n, vdupq_n_f32(0.693359375f));
+    r = vfmsq_f32(r, n, vdupq_n_f32(-2.12194440e-4f));
+    float32x4_t e = vdupq_n_f32(1.0f / 5040);
+    e = vfmaq_f32(vdupq_n_f32(1.0f / 720), e, r);
+    e = vfmaq_f32(vdupq_n_f32(1.0f / 120), e, r);
+    e = vfmaq_f32(vdupq_n_f32(1.0f / 24), e, r);
+    e = vfmaq_f32(vdupq_n_f32(1.0f / 6), e, r);
+    e = vfmaq_f32(vdupq_n_f32(0.5f), e, r);
+    e = vfmaq_f32(vdupq_n_f32(1.0f), e, r);
+    e = vfmaq_f32(vdupq_n_f32(1.0f), e, r);
+    const int32x4_t b = vshlq_n_s32(vaddq_s32(ni, vdupq_n_s32(127)), 23);
+    const float32x4_t y = vmulq_f32(e, vreinterpretq_f32_s32(b));
+    return vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(y), keep));
+}
+
+static float attn_softmax(float *s, int64_t n, float cap, float *mx) {
+    if (cap > 0)
+        for (int64_t i = 0; i < n; i++) s[i] = cap * tanhf(s[i] / cap);
+    /* the part past the last full vector goes through a padded copy, so every value is made
+     * by the same vector code */
+    const int64_t nv = n / VW * VW;
+    float t[VW];
+    for (int64_t i = 0; i < VW; i++) t[i] = nv + i < n ? s[nv + i] : -INFINITY;
+    float32x4_t m = vld1q_f32(t);
+    for (int64_t i = 0; i < nv; i += VW) m = vmaxq_f32(m, vld1q_f32(s + i));
+    const float M = vmaxvq_f32(m);
+    *mx = M;
+    const float32x4_t mv = vdupq_n_f32(M);
+    float32x4_t acc = vdupq_n_f32(0);
+    for (int64_t i = 0; i < nv; i += VW) {
+        const float32x4_t e = exp_neon(vsubq_f32(vld1q_f32(s + i), mv));
+        vst1q_f32(s + i, e);
+        acc = vaddq_f32(acc, e);
+    }
+    if (nv < n) {
+        const float32x4_t e = exp_neon(vsubq_f32(vld1q_f32(t), mv));
+        vst1q_f32(t, e);
+        acc = vaddq_f32(acc, e);
+        for (int64_t i = nv; i < n; i++) s[i] = t[i - nv];
+    }
+    return hsum(acc);
+}
+
 /* ---- conversions ---- */
 
 static void cvt_f16_to_f32(const uint16_t *x, float *y, int64_t n) {
@@ -323,6 +487,13 @@ const cpu_kernels cpu_kernels_neon = {
     .dot_f16 = dot_f16,
     .dot_bf16 = dot_bf16,
     .axpy_f32 = axpy_f32,
+    .attn_scores_f32 = attn_scores_f32,
+    .attn_scores_f16 = attn_scores_f16,
+    .attn_scores_bf16 = attn_scores_bf16,
+    .attn_softmax = attn_softmax,
+    .attn_values_f32 = attn_values_f32,
+    .attn_values_f16 = attn_values_f16,
+    .attn_values_bf16 = attn_values_bf16,
     .axpby_f32 = axpby_f32,
     .axpy_f16 = axpy_f16,
     .axpy_bf16 = axpy_bf16,

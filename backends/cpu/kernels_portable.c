@@ -2,6 +2,7 @@
  * Also the scalar conversions every path uses for its tails. */
 #include "kernels.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -201,6 +202,39 @@ DEFINE_MATMUL(p_matmul_f32, float, conv_none)
 DEFINE_MATMUL(p_matmul_f16, uint16_t, conv_f16)
 DEFINE_MATMUL(p_matmul_bf16, uint16_t, conv_bf16)
 
+/* ---- attention (kernels.h: attn_*) ---- */
+
+#define DEFINE_ATTN(T, WT)                                                                         \
+    static void p_attn_scores_##T(const float *q, int G, int64_t d, const WT *K, int64_t ldk,      \
+                                  int64_t n, float scale, float *s, int64_t lds) {                 \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            for (int g = 0; g < G; g++)                                                            \
+                s[g * lds + i] = p_dot_##T(q + g * d, K + i * ldk, d) * scale;                     \
+    }                                                                                              \
+    static void p_attn_values_##T(const float *p, int G, int64_t lds, const WT *V, int64_t ldv,    \
+                                  int64_t n, int64_t dv, float *o) {                               \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            for (int g = 0; g < G; g++) p_axpy_##T(o + g * dv, p[g * lds + i], V + i * ldv, dv);   \
+    }
+
+DEFINE_ATTN(f32, float)
+DEFINE_ATTN(f16, uint16_t)
+DEFINE_ATTN(bf16, uint16_t)
+
+static float p_attn_softmax(float *s, int64_t n, float cap, float *mx) {
+    if (cap > 0)
+        for (int64_t i = 0; i < n; i++) s[i] = cap * tanhf(s[i] / cap);
+    float m = s[0];
+    for (int64_t i = 1; i < n; i++) m = s[i] > m ? s[i] : m;
+    *mx = m;
+    float sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        s[i] = expf(s[i] - m);
+        sum += s[i];
+    }
+    return sum;
+}
+
 /* The multiply-add probe (cpu_kernels.fma_loop) in plain C, as the portable products are:
  * P_ACC independent chains, which the compiler may vectorise as it does those. */
 #define P_ACC 16
@@ -224,6 +258,13 @@ const cpu_kernels cpu_kernels_portable = {
     .dot_f16 = p_dot_f16,
     .dot_bf16 = p_dot_bf16,
     .axpy_f32 = p_axpy_f32,
+    .attn_scores_f32 = p_attn_scores_f32,
+    .attn_scores_f16 = p_attn_scores_f16,
+    .attn_scores_bf16 = p_attn_scores_bf16,
+    .attn_softmax = p_attn_softmax,
+    .attn_values_f32 = p_attn_values_f32,
+    .attn_values_f16 = p_attn_values_f16,
+    .attn_values_bf16 = p_attn_values_bf16,
     .axpby_f32 = p_axpby_f32,
     .axpy_f16 = p_axpy_f16,
     .axpy_bf16 = p_axpy_bf16,

@@ -45,6 +45,11 @@ $CC $flags -o "$out/test_threadpool" "$here/test_threadpool.c" "$src/threadpool.
 # shellcheck disable=SC2086
 $CC $flags -I"$root/abi" -o "$out/test_recurrent" "$here/test_recurrent.c" "$src/recurrent.c" \
     $kernels -lm -lpthread
+# the backend's attention op, the backend linked in (no dlopen in a static binary)
+# shellcheck disable=SC2086
+$CC $flags -DLMHOST_ATTN_STATIC -I"$root/abi" -I"$root/backends/common" \
+    -o "$out/test_attention" "$here/test_attention.c" "$src/cpu_backend.c" "$src/threadpool.c" \
+    "$src/recurrent.c" "$src/qkernels_portable.c" "$src/qkernels_neon.c" $kernels -lm -lpthread
 # the TurboQuant cache's codec and decode attention (its NEON helpers and portable loops)
 tq="$root/plugins/cache-turboquant"
 $CC $flags -I"$root/abi" -I"$tq" -o "$out/test_tq_codec" "$root/tests/cache/test_tq_codec.c" -lm
@@ -80,6 +85,13 @@ done
 if "$QEMU" "$out/test_threadpool"; then :; else status=1; fi
 # the recurrent ops' loops on the neon table (and the portable one) against their model
 if "$QEMU" "$out/test_recurrent"; then :; else status=1; fi
+alog="$out/test_attention.log"
+if "$QEMU" "$out/test_attention" >"$alog" 2>&1; then :; else status=1; fi
+grep -E '^(ok .*\[neon\]|FAIL|[0-9]+ paths)' "$alog"
+if ! grep -q '\[neon\]' "$alog"; then
+    echo "run_neon_qemu.sh: the neon attention was not tested" >&2
+    status=1
+fi
 if "$QEMU" "$out/test_tq_codec" >"$out/tq_codec.log" 2>&1; then :; else status=1; fi
 tail -1 "$out/tq_codec.log"
 tlog="$out/test_tq_attend.log"
