@@ -385,7 +385,9 @@ static void do_matmul(void *arg, int64_t o0, int64_t o1, int w) {
         break;
     default: /* quantized */
         if (j->q8a)
-            cpu_q8_matmul(j->b->q8, j->q8a, &CT(W)->qm, o0, o1, y, out);
+            cpu_q8_matmul(j->b->q8, j->q8a, &CT(W)->qm, o0, o1, y, out,
+                          j->b->qbuf ? (uint8_t *)(j->b->qbuf + (int64_t)w * j->b->qbuf_per)
+                                     : NULL);
         else
             cpu_q_matmul(k, j->b->qk, (const float *)DATA(x), n, &CT(W)->qm, o0, o1, y, out,
                          j->b->qbuf ? j->b->qbuf + (int64_t)w * j->b->qbuf_per : NULL);
@@ -955,7 +957,7 @@ static void do_moe_tasks(void *arg, int64_t t0, int64_t t1, int w) {
                 a.d += s0 * gpr;
                 a.xs += s0 * gpr;
                 a.isum += s0 * gpr;
-                cpu_q8_matmul(m->b->q8, &a, &q, o0, o1, y, m->out);
+                cpu_q8_matmul(m->b->q8, &a, &q, o0, o1, y, m->out, NULL);
                 continue;
             }
             cpu_q_matmul(m->k, m->b->qk, x, n, &q, o0, o1, y, m->out,
@@ -1450,7 +1452,9 @@ static int cpu_enqueue(lmh_backend *b, const lmh_op *op) {
             j.q8a = op->p.i[0] & LMH_MATMUL_EXACT ? NULL
                                                   : q8_for(b, &CT(W)->qm, (const float *)DATA(a),
                                                            lmh_nelem(a) / lmh_inner(a), &q8a);
-            if (!j.q8a) qbuf_for(b, CT(W)->qm.in);
+            /* (the exact path's dequantized rows; the fast one's prefill unpacks codes into
+             * it, cpu_q8_scratch_bytes fitting in CPU_Q_ROWS rows of floats) */
+            if (!j.q8a || lmh_nelem(a) > lmh_inner(a)) qbuf_for(b, CT(W)->qm.in);
         }
         cpu_pool_run(b->pool, out, g, do_matmul, &j);
         count_read(b, W, quant ? qbytes(W, out) : (size_t)lmh_nelem(W) * lmh_dtype_size(W->dtype));

@@ -94,6 +94,13 @@ typedef void (*cpu_q8_rows_fn)(const cpu_qmat *w, const int8_t *xq, const float 
 typedef struct cpu_q8kernel {
     const char *name; /* "avx512-i8", "avx2-i8", "neon-i8", "neon-dot-i8", "portable-i8" */
     cpu_q8_rows_fn rows;
+    /* Optional, for prefill: weight rows [o0, o1) unpacked to a byte a code (row o at
+     * ub + (o - o0) * stride), and `rows` over such rows (row o at ub + (o - ub0) * stride),
+     * with the same float steps, so the same bits. */
+    void (*unpack)(const cpu_qmat *w, int64_t o0, int64_t o1, uint8_t *ub, int64_t stride);
+    void (*rows_u8)(const cpu_qmat *w, const uint8_t *ub, int64_t ub0, int64_t stride,
+                    const int8_t *xq, const float *xd, const float *xs, const int32_t *xi,
+                    int64_t o0, int64_t o1, float *y);
 } cpu_q8kernel;
 
 /* Bytes cpu_q8_quantize needs for n rows of `in` in groups of `group`. */
@@ -102,9 +109,15 @@ size_t cpu_q8_bytes(int64_t n, int64_t in, int32_t group);
 void cpu_q8_quantize(const float *x, int64_t n, int64_t in, int32_t group, void *mem, cpu_q8act *a);
 /* Rows of W per block of cpu_q8_matmul (n > 1): 16 rows of 4096 8-bit codes are 64 KiB. */
 #define CPU_Q8_ROWS 16
-/* y[r * ldy + o] = row r of a against W[o] for r in [0, a->n), o in [o0, o1). */
+/* Bytes of cpu_q8_matmul's scratch for rows of `in` values: a block's codes a byte each. */
+static inline size_t cpu_q8_scratch_bytes(int64_t in) {
+    return (size_t)CPU_Q8_ROWS * (size_t)((in + 63) & ~(int64_t)63);
+}
+/* y[r * ldy + o] = row r of a against W[o] for r in [0, a->n), o in [o0, o1). With
+ * scratch (cpu_q8_scratch_bytes(w->in), one per thread) and a kernel that unpacks, n > 1
+ * unpacks each block of weight rows once for all the activation rows (same bits). */
 void cpu_q8_matmul(const cpu_q8kernel *k, const cpu_q8act *a, const cpu_qmat *w, int64_t o0,
-                   int64_t o1, float *y, int64_t ldy);
+                   int64_t o1, float *y, int64_t ldy, uint8_t *scratch);
 /* The fast kernel for the exact table qk (by its name), checked against this CPU: the
  * avx512 table gets avx512-i8 only where the CPU has AVX512-VNNI and AVX512-VBMI, else
  * avx2-i8; neon gets the dot-product kernel where the build targets it. */

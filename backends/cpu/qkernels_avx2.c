@@ -424,4 +424,4 @@ static void q8_rows_avx2(const cpu_qmat *w, const int8_t *xq, const float *xd, c
         q8_rows_mode(w, xq, xd, xs, o0, o1, y, C_GEN);
 }
 
-const cpu_q8kernel cpu_q8kernel_avx2 = {"avx2-i8", q8_rows_avx2};
+const cpu_q8kernel cpu_q8kernel_avx2 = {.name = "avx2-i8", .rows = q8_rows_avx2};

@@ -60,12 +60,17 @@ static inline __m512 sb16(int32_t sb, const void *p, int64_t i, __mmask16 m) {
 
 #define PF_AHEAD 1024
 
-/* R (1..4) weight rows from o against one activation row; G the group, B8 8-bit codes. */
-static inline __attribute__((always_inline)) void rows_k(const cpu_qmat *w, const unpack64 *u,
-                                                         const int8_t *xq, const float *xd,
-                                                         const float *xs, int64_t o, float *y,
-                                                         const int R, const int G, const int B8) {
+/* R (1..4) weight rows from o against one activation row; G the group, B8 8-bit codes.
+ * With ub (prefill), the rows' codes come unpacked, a byte each, from ub + (o - ub0) *
+ * stride: the same integers, so the same float steps give the same bits. */
+static inline __attribute__((always_inline)) void
+rows_k(const cpu_qmat *w, const unpack64 *u, const int8_t *xq, const float *xd, const float *xs,
+       int64_t o, float *y, const int R, const int G, const int B8, const uint8_t *ub, int64_t ub0,
+       int64_t stride) {
     const int64_t gpr = w->gpr, bits = w->bits;
+    const uint8_t *urow[4] = {0};
+    if (ub)
+        for (int r = 0; r < R; r++) urow[r] = ub + (o + r - ub0) * stride;
     const uint8_t *row[4];
     __m512 acc[4], accb[4];
     _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
@@ -95,9 +100,15 @@ static inline __attribute__((always_inline)) void rows_k(const cpu_qmat *w, cons
                     _mm512_maskz_loadu_epi8(half ? 0xffffffffu : ~(__mmask64)0, xq + k);
                 _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
                     const uint8_t *p = row[r] + k * bits / 8;
-                    if (((uintptr_t)p & 63) < (uintptr_t)(8 * bits))
-                        _mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T0);
-                    const __m512i c = codes64(u, p, half ? u->half : u->full, B8);
+                    __m512i c;
+                    if (ub) {
+                        c = _mm512_maskz_loadu_epi8(half ? 0xffffffffu : ~(__mmask64)0,
+                                                    urow[r] + k);
+                    } else {
+                        if (((uintptr_t)p & 63) < (uintptr_t)(8 * bits))
+                            _mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T0);
+                        c = codes64(u, p, half ? u->half : u->full, B8);
+                    }
                     const __m512i is = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c, x);
                     /* lanes 0-7 group j, 8-15 group j + 1 (its sd is 0 past the row) */
                     const __m512 sc = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(sd[r][j]),
@@ -112,12 +123,18 @@ static inline __attribute__((always_inline)) void rows_k(const cpu_qmat *w, cons
                 const __m512i x1 = G == 128 ? _mm512_loadu_si512(xq + k + 64) : x0;
                 _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
                     const uint8_t *p = row[r] + k * bits / 8;
-                    if (((uintptr_t)p & 63) < (uintptr_t)(G * bits / 8))
-                        _mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T0);
-                    __m512i is =
-                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes64(u, p, u->full, B8), x0);
-                    if (G == 128)
-                        is = _mm512_dpbusd_epi32(is, codes64(u, p + 8 * bits, u->full, B8), x1);
+                    __m512i c0, c1 = _mm512_setzero_si512();
+                    if (ub) {
+                        c0 = _mm512_loadu_si512(urow[r] + k);
+                        if (G == 128) c1 = _mm512_loadu_si512(urow[r] + k + 64);
+                    } else {
+                        if (((uintptr_t)p & 63) < (uintptr_t)(G * bits / 8))
+                            _mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T0);
+                        c0 = codes64(u, p, u->full, B8);
+                        if (G == 128) c1 = codes64(u, p + 8 * bits, u->full, B8);
+                    }
+                    __m512i is = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c0, x0);
+                    if (G == 128) is = _mm512_dpbusd_epi32(is, c1, x1);
                     acc[r] =
                         _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(sd[r][j]), acc[r]);
                 }
@@ -128,40 +145,73 @@ static inline __attribute__((always_inline)) void rows_k(const cpu_qmat *w, cons
         _mm512_reduce_add_ps(_mm512_add_ps(acc[r], accb[r]));
 }
 
-static inline __attribute__((always_inline)) void rows_g(const cpu_qmat *w, const int8_t *xq,
-                                                         const float *xd, const float *xs,
-                                                         int64_t o0, int64_t o1, float *y,
-                                                         const int G, const int B8) {
+static inline __attribute__((always_inline)) void
+rows_g(const cpu_qmat *w, const int8_t *xq, const float *xd, const float *xs, int64_t o0,
+       int64_t o1, float *y, const int G, const int B8, const uint8_t *ub, int64_t ub0,
+       int64_t stride) {
     const unpack64 u = make_unpack64(w->bits);
     int64_t o = o0;
-    for (; o + 4 <= o1; o += 4) rows_k(w, &u, xq, xd, xs, o, y, 4, G, B8);
-    for (; o < o1; o++) rows_k(w, &u, xq, xd, xs, o, y, 1, G, B8);
+    for (; o + 4 <= o1; o += 4) rows_k(w, &u, xq, xd, xs, o, y, 4, G, B8, ub, ub0, stride);
+    for (; o < o1; o++) rows_k(w, &u, xq, xd, xs, o, y, 1, G, B8, ub, ub0, stride);
+}
+
+static void rows_any(const cpu_qmat *w, const int8_t *xq, const float *xd, const float *xs,
+                     int64_t o0, int64_t o1, float *y, const uint8_t *ub, int64_t ub0,
+                     int64_t stride) {
+    const int b8 = w->bits == 8 && !ub; /* (unpacked codes are bytes whatever the width) */
+    switch (w->group) {
+    case 32:
+        if (b8)
+            rows_g(w, xq, xd, xs, o0, o1, y, 32, 1, ub, ub0, stride);
+        else
+            rows_g(w, xq, xd, xs, o0, o1, y, 32, 0, ub, ub0, stride);
+        break;
+    case 64:
+        if (b8)
+            rows_g(w, xq, xd, xs, o0, o1, y, 64, 1, ub, ub0, stride);
+        else
+            rows_g(w, xq, xd, xs, o0, o1, y, 64, 0, ub, ub0, stride);
+        break;
+    default: /* 128 */
+        if (b8)
+            rows_g(w, xq, xd, xs, o0, o1, y, 128, 1, ub, ub0, stride);
+        else
+            rows_g(w, xq, xd, xs, o0, o1, y, 128, 0, ub, ub0, stride);
+        break;
+    }
 }
 
 static void q8_rows_avx512(const cpu_qmat *w, const int8_t *xq, const float *xd, const float *xs,
                            const int32_t *xi, int64_t o0, int64_t o1, float *y) {
     (void)xi;
+    rows_any(w, xq, xd, xs, o0, o1, y, NULL, 0, 0);
+}
+
+/* Prefill: rows [o0, o1) unpacked once into ub (a byte a code, stride bytes a row), then
+ * each activation row against them. */
+static void q8_unpack_avx512(const cpu_qmat *w, int64_t o0, int64_t o1, uint8_t *ub,
+                             int64_t stride) {
+    const unpack64 u = make_unpack64(w->bits);
     const int b8 = w->bits == 8;
-    switch (w->group) {
-    case 32:
-        if (b8)
-            rows_g(w, xq, xd, xs, o0, o1, y, 32, 1);
-        else
-            rows_g(w, xq, xd, xs, o0, o1, y, 32, 0);
-        break;
-    case 64:
-        if (b8)
-            rows_g(w, xq, xd, xs, o0, o1, y, 64, 1);
-        else
-            rows_g(w, xq, xd, xs, o0, o1, y, 64, 0);
-        break;
-    default: /* 128 */
-        if (b8)
-            rows_g(w, xq, xd, xs, o0, o1, y, 128, 1);
-        else
-            rows_g(w, xq, xd, xs, o0, o1, y, 128, 0);
-        break;
+    for (int64_t o = o0; o < o1; o++) {
+        const uint8_t *row = (const uint8_t *)(w->q + o * w->wpr);
+        for (int64_t k = 0; k < w->in; k += 64) {
+            const __mmask64 lm = w->in - k >= 64 ? u.full : u.half;
+            const uint8_t *p = row + k * w->bits / 8;
+            const __m512i c = b8 ? codes64(&u, p, lm, 1) : codes64(&u, p, lm, 0);
+            _mm512_storeu_si512(ub + (o - o0) * stride + k, c);
+        }
     }
 }
 
-const cpu_q8kernel cpu_q8kernel_avx512 = {"avx512-i8", q8_rows_avx512};
+static void q8_rows_u8_avx512(const cpu_qmat *w, const uint8_t *ub, int64_t ub0, int64_t stride,
+                              const int8_t *xq, const float *xd, const float *xs, const int32_t *xi,
+                              int64_t o0, int64_t o1, float *y) {
+    (void)xi;
+    rows_any(w, xq, xd, xs, o0, o1, y, ub, ub0, stride);
+}
+
+const cpu_q8kernel cpu_q8kernel_avx512 = {.name = "avx512-i8",
+                                          .rows = q8_rows_avx512,
+                                          .unpack = q8_unpack_avx512,
+                                          .rows_u8 = q8_rows_u8_avx512};

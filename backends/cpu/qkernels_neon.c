@@ -210,12 +210,12 @@ static void q8_rows_neon(const cpu_qmat *w, const int8_t *xq, const float *xd, c
                          const int32_t *xi, int64_t o0, int64_t o1, float *y) {
     q8_rows_n(w, xq, xd, xs, xi, o0, o1, y, 0);
 }
-const cpu_q8kernel cpu_q8kernel_neon = {"neon-i8", q8_rows_neon};
+const cpu_q8kernel cpu_q8kernel_neon = {.name = "neon-i8", .rows = q8_rows_neon};
 
 #if defined(__ARM_FEATURE_DOTPROD)
 static void q8_rows_neon_dot(const cpu_qmat *w, const int8_t *xq, const float *xd, const float *xs,
                              const int32_t *xi, int64_t o0, int64_t o1, float *y) {
     q8_rows_n(w, xq, xd, xs, xi, o0, o1, y, 1);
 }
-const cpu_q8kernel cpu_q8kernel_neon_dot = {"neon-dot-i8", q8_rows_neon_dot};
+const cpu_q8kernel cpu_q8kernel_neon_dot = {.name = "neon-dot-i8", .rows = q8_rows_neon_dot};
 #endif

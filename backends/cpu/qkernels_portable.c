@@ -139,7 +139,7 @@ void cpu_q8_quantize(const float *x, int64_t n, int64_t in, int32_t group, void 
 }
 
 void cpu_q8_matmul(const cpu_q8kernel *k, const cpu_q8act *a, const cpu_qmat *w, int64_t o0,
-                   int64_t o1, float *y, int64_t ldy) {
+                   int64_t o1, float *y, int64_t ldy, uint8_t *scratch) {
     const int64_t in = a->in, gpr = in / a->group;
     if (a->n == 1) {
         k->rows(w, a->q, a->d, a->xs, a->isum, o0, o1, y);
@@ -147,8 +147,16 @@ void cpu_q8_matmul(const cpu_q8kernel *k, const cpu_q8act *a, const cpu_qmat *w,
     }
     /* a block of weight rows stays in cache while every activation row uses it; each
      * (row, activation row) pair goes through the same row function as decode */
+    const int64_t stride = (in + 63) & ~(int64_t)63;
     for (int64_t ob = o0; ob < o1; ob += CPU_Q8_ROWS) {
         const int64_t oe = o1 - ob < CPU_Q8_ROWS ? o1 : ob + CPU_Q8_ROWS;
+        if (scratch && k->unpack && k->rows_u8) {
+            k->unpack(w, ob, oe, scratch, stride);
+            for (int64_t r = 0; r < a->n; r++)
+                k->rows_u8(w, scratch, ob, stride, a->q + r * in, a->d + r * gpr, a->xs + r * gpr,
+                           a->isum + r * gpr, ob, oe, y + r * ldy);
+            continue;
+        }
         for (int64_t r = 0; r < a->n; r++)
             k->rows(w, a->q + r * in, a->d + r * gpr, a->xs + r * gpr, a->isum + r * gpr, ob, oe,
                     y + r * ldy);
@@ -190,7 +198,7 @@ static void q8_rows_portable(const cpu_qmat *w, const int8_t *xq, const float *x
     }
 }
 
-static const cpu_q8kernel q8_portable = {"portable-i8", q8_rows_portable};
+static const cpu_q8kernel q8_portable = {.name = "portable-i8", .rows = q8_rows_portable};
 
 #if defined(__x86_64__)
 #include <cpuid.h>

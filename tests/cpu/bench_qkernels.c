@@ -33,7 +33,7 @@ typedef struct arg8 {
 static void run8(void *p, int64_t o0, int64_t o1, int w) {
     (void)w;
     const arg8 *a = p;
-    cpu_q8_matmul(a->k, &a->a, a->w, o0, o1, a->y, a->w->rows);
+    cpu_q8_matmul(a->k, &a->a, a->w, o0, o1, a->y, a->w->rows, NULL);
 }
 
 /* One fast-mode op: the activations quantized once, then the rows split over the pool. */

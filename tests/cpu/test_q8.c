@@ -146,7 +146,7 @@ typedef struct parg {
 static void prun(void *p, int64_t o0, int64_t o1, int w) {
     (void)w;
     const parg *a = p;
-    cpu_q8_matmul(a->k, a->a, a->w, o0, o1, a->y, a->ldy);
+    cpu_q8_matmul(a->k, a->a, a->w, o0, o1, a->y, a->ldy, NULL);
 }
 
 static void test_case(const cpu_q8kernel *k, int bits, int group, int sb, int64_t in, int64_t out,
@@ -166,7 +166,11 @@ static void test_case(const cpu_q8kernel *k, int bits, int group, int sb, int64_
     for (int64_t i = 0; i < n * out; i++) y[i] = -12345.0f;
     /* an inner range: rows outside must stay untouched */
     const int64_t o0 = out > 3 ? 1 : 0, o1 = out > 3 ? out - 1 : out;
-    cpu_q8_matmul(k, &a, w, o0, o1, y, out);
+    /* with the scratch: a kernel that unpacks does so once a block (prefill); the thread
+     * runs below go without, and each row alone as decode: all the same bits */
+    uint8_t *scratch = malloc(cpu_q8_scratch_bytes(in));
+    cpu_q8_matmul(k, &a, w, o0, o1, y, out, scratch);
+    free(scratch);
     double se = 0, sr = 0;
     for (int64_t r = 0; r < n; r++)
         for (int64_t o = 0; o < out; o++) {
@@ -207,7 +211,7 @@ static void test_case(const cpu_q8kernel *k, int bits, int group, int sb, int64_
     /* decode: each row alone (quantized alone) gives the bits it gets in the batch */
     for (int64_t r = 0; r < n; r++) {
         cpu_q8_quantize(x + r * in, 1, in, group, mem1, &a1);
-        cpu_q8_matmul(k, &a1, w, o0, o1, y1, out);
+        cpu_q8_matmul(k, &a1, w, o0, o1, y1, out, NULL);
         CHECK(memcmp(y1 + o0, y + r * out + o0, (size_t)(o1 - o0) * 4) == 0,
               "%s bits %d group %d n %lld: row %lld alone differs from it in the batch", k->name,
               bits, group, (long long)n, (long long)r);
@@ -240,8 +244,8 @@ static void test_cross(const cpu_q8kernel *k, const cpu_q8kernel *ref) {
     void *mem = q8mem(1, 640, 64);
     cpu_q8act a;
     cpu_q8_quantize(x, 1, 640, 64, mem, &a);
-    cpu_q8_matmul(k, &a, &m.w, 0, 37, y, 37);
-    cpu_q8_matmul(ref, &a, &m.w, 0, 37, yr, 37);
+    cpu_q8_matmul(k, &a, &m.w, 0, 37, y, 37, NULL);
+    cpu_q8_matmul(ref, &a, &m.w, 0, 37, yr, 37, NULL);
     float top = 0;
     for (int o = 0; o < 37; o++) top = fabsf(yr[o]) > top ? fabsf(yr[o]) : top;
     for (int o = 0; o < 37; o++)
