@@ -156,7 +156,7 @@ rows_g(const cpu_qmat *w, const int8_t *xq, const float *xd, const float *xs, in
      * the prefetchers keep up with better than twelve: 8-bit 1.5-2.1 against 2.1-2.5 ms,
      * 4-bit 1.09-1.29 against 1.40-1.52 (the 4096 -> 14336 product, 2 threads). The
      * float steps of a row are the same either way. */
-    if (w->bits <= 3)
+    if (w->bits <= 3 || ub) /* (unpacked codes, in cache: four accumulator chains) */
         for (; o + 4 <= o1; o += 4) rows_k(w, &u, xq, xd, xs, o, y, 4, G, B8, ub, ub0, stride);
     for (; o < o1; o++) rows_k(w, &u, xq, xd, xs, o, y, 1, G, B8, ub, ub0, stride);
 }
