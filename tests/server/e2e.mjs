@@ -183,6 +183,7 @@ async function scenarioHttp() {
     // health, models, metrics
     const h = JSON.parse(curl([p.url + '/health']));
     check(h.status === 'ok' && /arch=llama/.test(h.chain) && h.model === 'e2e', '/health', JSON.stringify(h));
+    check(h.precision === 'exact' && / precision=exact$/.test(h.chain), '/health: the CPU\'s default precision, exact', JSON.stringify(h));
     const m = await cl.models.list();
     eq(m.data[0].id, 'e2e', '/v1/models');
     const met = curl([p.url + '/metrics']);
@@ -711,11 +712,35 @@ async function scenarioKvCacheErrors() {
     '--cache q8 on a backend without plugin kernels: a load error saying why', startErr);
 }
 
+// --precision: the mode /health shows; float weights on the CPU run as in exact, so the
+// fast mode still gives the reference text; a bad value is a start-up error saying why
+async function scenarioPrecision() {
+  const p = await startServer(['--precision=fast']);
+  try {
+    const h = health(p);
+    check(h.precision === 'fast' && / precision=fast$/.test(h.chain), '--precision=fast: /health says fast', JSON.stringify(h));
+    await greedyCases(client(p.url), 'fast mode', 2);
+  } finally {
+    eq(await stop(p), 0, 'fast-mode server exits 0');
+  }
+  const q = await startServer(['--precision', 'exact']);
+  try {
+    eq(health(q).precision, 'exact', '--precision exact: /health says exact');
+  } finally {
+    eq(await stop(q), 0, 'exact-mode server exits 0');
+  }
+  let err = null;
+  try {
+    await stop(await startServer(['--precision', 'fastest']));
+  } catch (e) { err = String(e.message); }
+  check(/--precision must be exact or fast \(got 'fastest'\)/.test(err ?? ''), 'a bad --precision: a start-up error saying why', err);
+}
+
 async function scenarioHttpsClient() {
   await greedyCases(client(process.argv[4], { key: 'sekrit' }), 'https');
 }
 
-const scenarios = { swap: scenarioSwap, 'swap-quant': scenarioSwapQuant, 'swap-kvquant': scenarioSwapKvQuant, 'serve-vulkan': scenarioServeVulkan, 'vulkan-oom': scenarioVulkanOom, 'https-client': scenarioHttpsClient, http: scenarioHttp, https: scenarioHttps, auth: scenarioAuth, errors: scenarioErrors, concurrency: () => scenarioConcurrency(), 'concurrency-hybrid': () => scenarioConcurrency(hybridDir()), shutdown: scenarioShutdown, 'kv-cache': scenarioKvCache, 'kv-cache-errors': scenarioKvCacheErrors };
+const scenarios = { swap: scenarioSwap, 'swap-quant': scenarioSwapQuant, 'swap-kvquant': scenarioSwapKvQuant, 'serve-vulkan': scenarioServeVulkan, 'vulkan-oom': scenarioVulkanOom, 'https-client': scenarioHttpsClient, http: scenarioHttp, https: scenarioHttps, auth: scenarioAuth, errors: scenarioErrors, concurrency: () => scenarioConcurrency(), 'concurrency-hybrid': () => scenarioConcurrency(hybridDir()), shutdown: scenarioShutdown, 'kv-cache': scenarioKvCache, 'kv-cache-errors': scenarioKvCacheErrors, precision: scenarioPrecision };
 if (!scenarios[scenario]) { console.error('unknown scenario ' + scenario); process.exit(2); }
 try {
   await scenarios[scenario]();
