@@ -1900,7 +1900,6 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
     b->matvec1_wg = mv_wg ? mv_wg : MATVEC1_WG;
     b->matvec_nr = mv_nr;
     b->matvec8_nr = mv_wg ? mv_nr : MATVEC8_NR;
-    b->qmatvec_nr = QMATVEC_NR;
     /* On GPUs products of up to 16 rows read their weights as matrix-vector ones, 8 rows a
      * workgroup (from 17 rows matmul_big.comp's tiles, split over k, were faster: H100,
      * README); a CPU device takes tiles past 4 rows (lavapipe's compiler takes long over

@@ -367,7 +367,6 @@ struct lmh_backend {
     int nhrng[5];
     /* matrix-vector workgroup: threads and output columns (LMHOST_VK_MATVEC=WGxNR) */
     uint32_t matvec_wg, matvec_nr, matvec1_wg; /* matvec1_wg: one-row products */
-    uint32_t qmatvec_nr;                       /* output columns a workgroup of qmatvec.comp */
     uint32_t matvec_rows; /* rows up to which products are matrix-vector ones */
     uint32_t matvec8_nr;  /* output columns a workgroup of the 8-row variant */
 };

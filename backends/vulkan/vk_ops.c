@@ -325,14 +325,14 @@ static uint64_t row_bytes(const lmh_tensor *w) {
     return (uint64_t)lmh_inner(w) * lmh_dtype_size(w->dtype);
 }
 
-/* The specialization constants and push constants (after the matmul ones) of the q*.comp
- * shaders: see quant.glsl. */
 /* qmatvec.comp's WVEC: every 32-value chunk of W's rows starts on 16 bytes */
 static uint32_t qchunks_aligned(const lmh_tensor *w) {
     const vk_tensor *t = VT(w);
     return t->off % 16 == 0 && t->q_wpr % 4 == 0 && (t->q_bits == 4 || t->q_bits == 8);
 }
 
+/* The specialization constants and push constants (after the matmul ones) of the q*.comp
+ * shaders: see quant.glsl. */
 static void quant_args(vk_dispatch *x, const lmh_tensor *w) {
     const vk_tensor *t = VT(w);
     x->spec[2] = t->q_sdt;
@@ -498,10 +498,10 @@ static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
                        : rows <= MATVEC_MAXR ? VK_SH_QMATVEC
                                              : VK_SH_QMATVEC8;
             x.spec[0] = MATVEC_WG; /* one row too: 128 threads were slower (README) */
-            x.spec[1] = b->qmatvec_nr;
+            x.spec[1] = QMATVEC_NR;
             x.spec[9] = qchunks_aligned(W);
             x.spec[3] = (uint32_t)vec_ok(xt, in);
-            grid(&x, cdiv((uint64_t)out, b->qmatvec_nr) * row_groups(rows));
+            grid(&x, cdiv((uint64_t)out, QMATVEC_NR) * row_groups(rows));
         } else if (!exact && coop_tiles(b, &x, rows, in, out)) {
             x.shader = VK_SH_QMATMUL_COOP; /* the codes dequantized into the f16 tiles */
             x.spec[3] = (uint32_t)(vec_ok(xt, in) && in % 8 == 0);
@@ -1177,7 +1177,7 @@ static int op_moe_matmul(lmh_backend *b, const lmh_op *op) {
     so.pc[5] = (uint32_t)pairs;
     so.pc[6] = (uint32_t)E;
     so.pc[7] = item_rows;
-    uint32_t nr = lmh_dtype_is_quant(W->dtype) ? b->qmatvec_nr : MATVEC_NR;
+    uint32_t nr = lmh_dtype_is_quant(W->dtype) ? QMATVEC_NR : MATVEC_NR;
     so.pc[8] = mv ? cdiv((uint64_t)out, nr) : cdiv((uint64_t)out, 64);
     so.pc[9] = list_at;
     so.pc[10] = items_at;
@@ -1201,7 +1201,7 @@ static int op_moe_matmul(lmh_backend *b, const lmh_op *op) {
         if (mv && quant) {
             x.shader = VK_SH_QMATVEC_MOE;
             x.spec[0] = MATVEC_WG;
-            x.spec[1] = b->qmatvec_nr;
+            x.spec[1] = QMATVEC_NR;
             x.spec[9] = qchunks_aligned(W);
             x.spec[3] = (uint32_t)vec_ok(xt, in);
         } else if (quant) {
