@@ -25,25 +25,8 @@ static int failures;
         }                                                                                          \
     } while (0)
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 11);
-}
-static float frnd(void) {
-    return (float)(rnd() % 20001) / 10000.0f - 1.0f;
-}
-
-static void put_sb(void *p, int sb, int64_t i, float v) {
-    if (sb == 0)
-        ((float *)p)[i] = v;
-    else if (sb == 1)
-        ((uint16_t *)p)[i] = cpu_f32_to_f16(v);
-    else
-        ((uint16_t *)p)[i] = cpu_f32_to_bf16(v);
-}
+#define QTEST_SEED 0x9e3779b97f4a7c15ull
+#include "qtest_util.h"
 
 static void *q8mem(int64_t n, int64_t in, int32_t group) {
     size_t b = cpu_q8_bytes(n, in, group);

@@ -53,25 +53,8 @@ static void test_pack(void) {
     }
 }
 
-static uint64_t rng = 88172645463325252ull;
-static uint32_t rnd(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 11);
-}
-static float frnd(void) {
-    return (float)(rnd() % 20001) / 10000.0f - 1.0f;
-}
-
-static void put_sb(void *p, int sb, int64_t i, float v) {
-    if (sb == 0)
-        ((float *)p)[i] = v;
-    else if (sb == 1)
-        ((uint16_t *)p)[i] = cpu_f32_to_f16(v);
-    else
-        ((uint16_t *)p)[i] = cpu_f32_to_bf16(v);
-}
+#define QTEST_SEED 88172645463325252ull
+#include "qtest_util.h"
 
 static void test_matmul(const cpu_kernels *k, const cpu_qkernels *qk, int bits, int group, int sb,
                         int64_t in, int64_t out, int64_t n) {
