@@ -208,7 +208,7 @@ static void scan_build_tree(registry *r) {
                 snprintf(root, sizeof root, "%s", exe);
         }
     }
-    static const char *const sub[] = {"backends", "plugins", "models"};
+    static const char *const sub[] = {"backends", "plugins", "models", "examples/plugins"};
     for (size_t i = 0; i < sizeof sub / sizeof *sub; i++) {
         char dir[4200];
         snprintf(dir, sizeof dir, "%s/%s", root, sub[i]);

@@ -16,7 +16,7 @@ extern "C" {
 
 #define LMH_ABI_MAJOR 1
 #define LMH_ABI_MINOR                                                                              \
-    9 /* 1: lmh_backend_api.read_bandwidth; 2: LMH_OP_ARGMAX;                                      \
+    10 /* 1: lmh_backend_api.read_bandwidth; 2: LMH_OP_ARGMAX;                                      \
        * 3: lmh_backend_api.download_start, download_wait; 4: lmh_backend_api.compute_peak;        \
        * 5: lmh_cache_api.bytes_read; 6: lmh_backend_api.kernel_add, kernel_run;                   \
        * 7: recurrent state (lmh_recurrent_state, lmh_host_api.declare_recurrent and               \
@@ -24,8 +24,9 @@ extern "C" {
        *    ops COLS, UNARY, CONV1D, SSM_SCAN, SSD_SCAN, DELTA_RULE and lmh_op.src_more,           \
        *    elementwise SIGMOID_GATE;                                                              \
        * 8: lmh_cache_config.options and flags, lmh_cache_api.read_rows, row_bytes;                \
-       * 9: lmh_backend_opts.precision, lmh_backend_api.precision, LMH_MATMUL_EXACT   \
-       *    (LMH_OP_MATMUL p.i[0]) */
+       * 9: lmh_backend_opts.precision, lmh_backend_api.precision, LMH_MATMUL_EXACT              \
+       *    (LMH_OP_MATMUL p.i[0]);                                                                \
+       * 10: see the "(ABI 1.10)" notes (attention sinks, MXFP4 weights, longrope) */
 
 /* Every plugin exports this symbol (C linkage, default visibility). */
 #define LMH_PLUGIN_ENTRY_NAME "lmhost_plugin_entry"
