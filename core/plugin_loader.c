@@ -1,6 +1,7 @@
 /* Plugin discovery and loading. A plugin is refused (with a message naming the file)
- * when libltdl cannot open it, the entry symbol is missing, its ABI major differs, its
- * info table is malformed, or its init fails; the host goes on with the others. */
+ * when libltdl cannot open it, the entry symbol is missing, its ABI major differs or its
+ * minor is newer than the host's, its info table is malformed, or its init fails; the
+ * host goes on with the others. */
 #include "plugin_loader.h"
 #include "log.h"
 
@@ -41,6 +42,13 @@ static void refuse(registry *r, const char *file, const char *why) {
 static int check_info(const lmh_plugin_info *in, char *why, size_t len) {
     if (in->abi_major != LMH_ABI_MAJOR)
         return errf(why, len, "plugin ABI %u.%u, host ABI %d.%d (major versions differ)",
+                    in->abi_major, in->abi_minor, LMH_ABI_MAJOR, LMH_ABI_MINOR);
+    /* A newer minor may rely on members this host lacks (an op it cannot run, a table
+     * entry it never calls): refuse rather than run it half-way. */
+    if (in->abi_minor > LMH_ABI_MINOR)
+        return errf(why, len,
+                    "built for plugin ABI %u.%u, newer than this host's %d.%d: update lmhost or "
+                    "build the plugin against this host's headers",
                     in->abi_major, in->abi_minor, LMH_ABI_MAJOR, LMH_ABI_MINOR);
     if (in->size < offsetof(lmh_plugin_info, api) + sizeof(void *))
         return errf(why, len, "info table too small (%u bytes)", in->size);
@@ -190,28 +198,24 @@ static void scan_dir(registry *r, const char *dir, int depth) {
     free(names);
 }
 
-/* The build tree: next to the running binary when it is build/lmhost, else where it was
- * configured. */
+/* The build tree, when the running binary is the one in it (build/lmhost, with backends/
+ * beside it). An installed binary does not look there: it uses the install prefix. */
 static void scan_build_tree(registry *r) {
     char exe[4096];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    char root[4096] = LMHOST_BUILD_ROOT;
-    if (len > 0) {
-        exe[len] = 0;
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = 0;
-            char probe[4200];
-            snprintf(probe, sizeof probe, "%s/backends", exe);
-            struct stat st;
-            if (stat(probe, &st) == 0 && S_ISDIR(st.st_mode))
-                snprintf(root, sizeof root, "%s", exe);
-        }
-    }
+    if (len <= 0) return;
+    exe[len] = 0;
+    char *slash = strrchr(exe, '/');
+    if (!slash) return;
+    *slash = 0;
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/backends", exe);
+    struct stat st;
+    if (stat(probe, &st) != 0 || !S_ISDIR(st.st_mode)) return;
     static const char *const sub[] = {"backends", "plugins", "models", "examples/plugins"};
     for (size_t i = 0; i < sizeof sub / sizeof *sub; i++) {
         char dir[4200];
-        snprintf(dir, sizeof dir, "%s/%s", root, sub[i]);
+        snprintf(dir, sizeof dir, "%s/%s", exe, sub[i]);
         scan_dir(r, dir, 1);
     }
 }

@@ -1,6 +1,7 @@
 /* Plugins the host must refuse, each built from this file with one -D switch:
- * BAD_MAJOR (ABI major + 1), NO_ENTRY (no entry symbol), FAIL_INIT (init says no),
- * BAD_TABLE (a backend table without its required functions). */
+ * BAD_MAJOR (ABI major + 1), NEWER_MINOR (a minor version the host does not know yet), NO_ENTRY (no
+ * entry symbol), FAIL_INIT (init says no), BAD_TABLE (a backend table without its required
+ * functions). */
 #include "lmhost/lmhost.h"
 
 #include <stdio.h>
@@ -38,6 +39,8 @@ static const lmh_plugin_info info = {
 #ifdef BAD_MAJOR
     LMH_ABI_MAJOR + 1,        0,
     sizeof(lmh_plugin_info),
+#elif defined(NEWER_MINOR)
+    LMH_ABI_MAJOR,          LMH_ABI_MINOR + 1, sizeof(lmh_plugin_info),
 #else
     LMH_PLUGIN_HEADER,
 #endif

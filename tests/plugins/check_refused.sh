@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# lmhost plugins --plugin-dir DIR with four broken plugins: each is refused with a message
+# lmhost plugins --plugin-dir DIR with five broken plugins: each is refused with a message
 # naming its file and the reason, and the good plugins are still listed.
 # usage: check_refused.sh LMHOST DIR
 set -u
@@ -14,6 +14,7 @@ want() {
 }
 [ $rc -eq 0 ] || { echo "FAIL: exit $rc"; fails=$((fails + 1)); }
 want "refused .*lmhost-test-bad-major\.so: plugin ABI 2\.0, host ABI 1\.[0-9]+ \(major versions differ\)"
+want "refused .*lmhost-test-newer-minor\.so: built for plugin ABI 1\.[0-9]+, newer than this host's 1\.[0-9]+"
 want "refused .*lmhost-test-no-entry\.so: missing entry symbol lmhost_plugin_entry"
 want "refused .*lmhost-test-fail-init\.so: init failed: needs hardware this machine lacks"
 want "refused .*lmhost-test-bad-table\.so: backend table lacks required functions"
