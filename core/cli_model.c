@@ -13,6 +13,9 @@
 #include <string.h>
 
 int cli_parse(int argc, char **argv, const cli_opt *opts) {
+    /* Which options this command line gave: a value preset by the caller (a default) is
+     * not "given", so it never makes the user's own value a repeat. */
+    unsigned char given[128] = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *eq = strchr(a, '=');
@@ -37,10 +40,12 @@ int cli_parse(int argc, char **argv, const cli_opt *opts) {
             fprintf(stderr, "lmhost %s: %s needs a value\n", argv[0], o->name);
             return 2;
         }
-        if (*o->str && !o->repeatable) {
+        size_t k = (size_t)(o - opts);
+        if (k < sizeof given && given[k] && !o->repeatable) {
             fprintf(stderr, "lmhost %s: %s given twice\n", argv[0], o->name);
             return 2;
         }
+        if (k < sizeof given) given[k] = 1;
         *o->str = v;
     }
     return 0;

@@ -736,11 +736,31 @@ async function scenarioPrecision() {
   check(/--precision must be exact or fast \(got 'fastest'\)/.test(err ?? ''), 'a bad --precision: a start-up error saying why', err);
 }
 
+// --host: the default address is not "given", so the user's own is no repeat (issue 31's
+// "--host given twice"), in both option forms.
+async function scenarioBind() {
+  for (const [extra, host] of [[['--host', '127.0.0.1'], '127.0.0.1'], [['--host=0.0.0.0'], '0.0.0.0']]) {
+    const p = await startServer(extra);
+    try {
+      check(p.url.startsWith(`http://${host}:`), `${extra.join(' ')}: serves on ${host}`, p.url);
+      const port = p.url.split(':').pop();
+      await greedyCases(client(`http://127.0.0.1:${port}`), `bound to ${host}`, 1);
+    } finally {
+      eq(await stop(p), 0, `server on ${host} exits 0`);
+    }
+  }
+  let err = null;
+  try {
+    await stop(await startServer(['--host', '127.0.0.1', '--host=127.0.0.1']));
+  } catch (e) { err = String(e.message); }
+  check(/--host given twice/.test(err ?? ''), 'a real repeat is still an error', err);
+}
+
 async function scenarioHttpsClient() {
   await greedyCases(client(process.argv[4], { key: 'sekrit' }), 'https');
 }
 
-const scenarios = { swap: scenarioSwap, 'swap-quant': scenarioSwapQuant, 'swap-kvquant': scenarioSwapKvQuant, 'serve-vulkan': scenarioServeVulkan, 'vulkan-oom': scenarioVulkanOom, 'https-client': scenarioHttpsClient, http: scenarioHttp, https: scenarioHttps, auth: scenarioAuth, errors: scenarioErrors, concurrency: () => scenarioConcurrency(), 'concurrency-hybrid': () => scenarioConcurrency(hybridDir()), shutdown: scenarioShutdown, 'kv-cache': scenarioKvCache, 'kv-cache-errors': scenarioKvCacheErrors, precision: scenarioPrecision };
+const scenarios = { swap: scenarioSwap, 'swap-quant': scenarioSwapQuant, 'swap-kvquant': scenarioSwapKvQuant, 'serve-vulkan': scenarioServeVulkan, 'vulkan-oom': scenarioVulkanOom, 'https-client': scenarioHttpsClient, http: scenarioHttp, https: scenarioHttps, auth: scenarioAuth, errors: scenarioErrors, concurrency: () => scenarioConcurrency(), 'concurrency-hybrid': () => scenarioConcurrency(hybridDir()), shutdown: scenarioShutdown, 'kv-cache': scenarioKvCache, 'kv-cache-errors': scenarioKvCacheErrors, precision: scenarioPrecision, bind: scenarioBind };
 if (!scenarios[scenario]) { console.error('unknown scenario ' + scenario); process.exit(2); }
 try {
   await scenarios[scenario]();
