@@ -28,6 +28,7 @@ int cli_ids(const char *opt, const char *s, int32_t **ids, int32_t *n);
 typedef struct model_args {
     const char *model, *backend, *cache, *threads, *plugin_dir, *tokens, *gpu_layers, *device;
     const char *precision;
+    const char *plugin_file; /* check-plugin's --plugin: loaded before any other plugin */
 } model_args;
 
 /* The option-table rows of model_args (placed in each command's table). */
@@ -58,5 +59,6 @@ int cli_bench(int argc, char **argv);
 int cli_quantize(int argc, char **argv);
 int cli_dequantize(int argc, char **argv);
 int cli_cache_eval(int argc, char **argv);
+int cli_check_plugin(int argc, char **argv);
 
 #endif

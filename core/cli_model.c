@@ -182,7 +182,7 @@ engine *cli_open_engine(const model_args *a, registry *reg) {
     if (a->device && cli_int("--device", a->device, 0, 255, &dev)) return NULL;
     int prec = 0;
     if (cli_precision(a->precision, &prec)) return NULL;
-    if (registry_load(reg, a->plugin_dir)) return NULL;
+    if (registry_load_with(reg, a->plugin_file, a->plugin_dir)) return NULL;
     engine_opts o = {.model_dir = a->model,
                      .backend = a->backend,
                      .cache = a->cache,

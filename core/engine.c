@@ -42,6 +42,11 @@ struct lmh_fwd {
     htensor *positions;
     int failed;
     char err[512];
+    /* engine_trace: the layer of the last op enqueued and its result; at the next layer's
+     * first op that result is copied into traced[layer] */
+    int32_t last_layer;
+    lmh_tensor *last_dst;
+    lmh_tensor **traced;
 };
 
 /* A step started by engine_step_start whose picks the caller has not taken yet. */
@@ -99,6 +104,9 @@ struct engine {
     char precision[16];                 /* engine_precision */
     pend_step pend[ENGINE_MAX_PENDING]; /* started steps, oldest first */
     int n_pend;
+    int trace;           /* engine_trace */
+    float **trace_data;  /* per layer, the last traced step's rows (NULL where none) */
+    int64_t *trace_dims; /* per layer: rows, width */
 };
 
 static int slot_of(const engine *e, int32_t layer) {
@@ -746,12 +754,33 @@ static void op_copy(const engine *e, const lmh_op *op, lmh_op *p) {
     memcpy(p, op, e->arch_p->info->abi_minor >= 7 ? sizeof *p : offsetof(lmh_op, src_more));
 }
 
+static int host_fwd_op(lmh_fwd *f, int32_t layer, const lmh_op *op);
+
+/* engine_trace: a layer's last result is its output (the residual stream after it, in
+ * every family so far); copy it aside before the next layer's ops can overwrite it. */
+static void trace_layer_end(lmh_fwd *f, int32_t next_layer) {
+    const int32_t l = f->last_layer;
+    lmh_tensor *d = f->last_dst;
+    f->last_layer = next_layer;
+    if (l < 0 || l == next_layer || !d || d->dtype != LMH_F32) return;
+    lmh_tensor *t = host_fwd_tensor(f, l, LMH_F32, d->ndim, d->ne);
+    lmh_op cp = {.code = LMH_OP_COPY, .dst = t, .src = {d}};
+    lmh_tensor **traced = f->traced;
+    f->traced = NULL; /* the copy itself is not traced */
+    if (t && host_fwd_op(f, l, &cp) == LMH_OK) traced[l] = t;
+    f->traced = traced;
+}
+
 static int host_fwd_op(lmh_fwd *f, int32_t layer, const lmh_op *op) {
     engine *e = f->e;
     if (f->failed) return LMH_EINVAL;
     if (!op->dst) {
         fwd_failf(f, "op %s without a destination", lmh_op_name(op->code));
         return LMH_EINVAL;
+    }
+    if (f->traced) {
+        if (layer != f->last_layer) trace_layer_end(f, layer);
+        f->last_dst = op->dst;
     }
     int s = slot_of(e, layer);
     lmh_op p;
@@ -1003,6 +1032,9 @@ void engine_close(engine *e) {
     free(e->layers);
     free(e->rec);
     free(e->layer_slot);
+    for (int32_t l = 0; e->trace_data && l < e->n_layers; l++) free(e->trace_data[l]);
+    free(e->trace_data);
+    free(e->trace_dims);
     md_close(e->md);
     free(e);
 }
@@ -1229,6 +1261,10 @@ engine *engine_open(const registry *reg, const engine_opts *o, char *err, size_t
 fail:
     engine_close(e);
     return NULL;
+}
+
+const char *engine_arch_file(const engine *e) {
+    return e->arch_p->file;
 }
 
 int32_t engine_vocab(const engine *e) {
@@ -1573,6 +1609,45 @@ static int has_download_start(const lmh_backend_api *api) {
 /* A step, as engine_step describes, or as engine_step_start does with `later` (its picks
  * left on the device, their copy to the host started) and, with `chain`, the tokens of the
  * rows being that started step's picks. */
+/* Reads the layer outputs a traced pass copied aside into e->trace_data. */
+static int trace_collect(engine *e, lmh_fwd *f) {
+    for (int32_t l = 0; l < e->n_layers; l++) {
+        free(e->trace_data[l]);
+        e->trace_data[l] = NULL;
+        lmh_tensor *t = f->traced[l];
+        if (!t) continue;
+        const int s = slot_of(e, l);
+        const int64_t n = lmh_nelem(t), rows = t->ne[0];
+        lmh_tensor *pt = pl_on(e->slots, HT(t), s, 0);
+        float *d = malloc((size_t)n * sizeof *d);
+        if (!pt || !d || e->slots[s].api->download(e->slots[s].b, pt, 0, d, (size_t)n * 4) != 0) {
+            free(d);
+            return -1;
+        }
+        e->trace_data[l] = d;
+        e->trace_dims[2 * l] = rows;
+        e->trace_dims[2 * l + 1] = rows ? n / rows : 0;
+    }
+    return 0;
+}
+
+int engine_trace(engine *e, int on) {
+    if (on && !e->trace_data) {
+        e->trace_data = calloc((size_t)e->n_layers, sizeof *e->trace_data);
+        e->trace_dims = calloc((size_t)e->n_layers * 2, sizeof *e->trace_dims);
+        if (!e->trace_data || !e->trace_dims) return -1;
+    }
+    e->trace = on;
+    return 0;
+}
+
+const float *engine_trace_layer(const engine *e, int32_t layer, int64_t *rows, int64_t *width) {
+    if (!e->trace_data || layer < 0 || layer >= e->n_layers || !e->trace_data[layer]) return NULL;
+    *rows = e->trace_dims[2 * layer];
+    *width = e->trace_dims[2 * layer + 1];
+    return e->trace_data[layer];
+}
+
 static int run_step(engine *e, const engine_row *rows, int32_t n_rows, const int32_t *out_rows,
                     int32_t n_out, float *logits, int32_t *ids, pend_step *later,
                     const pend_step *chain, char *err, size_t err_len) {
@@ -1581,7 +1656,11 @@ static int run_step(engine *e, const engine_row *rows, int32_t n_rows, const int
     if (chain && chain->n != n_rows)
         return errf(err, err_len, "a chained step of %d rows after a step of %d picks", n_rows,
                     chain->n);
-    lmh_fwd f = {.e = e, .n_rows = n_rows};
+    lmh_fwd f = {.e = e, .n_rows = n_rows, .last_layer = LMH_LAYER_INPUT};
+    if (e->trace && !(f.traced = calloc((size_t)e->n_layers, sizeof *f.traced))) {
+        errf(err, err_len, "out of memory");
+        return -1;
+    }
     float *host_logits = NULL;
     htensor *picks = NULL;
     int32_t *tok = malloc((size_t)n_rows * sizeof *tok);
@@ -1694,8 +1773,13 @@ static int run_step(engine *e, const engine_row *rows, int32_t n_rows, const int
     }
     for (int32_t k = 0; ids && k < n_out; k++)
         ids[k] = sampler_argmax(lg + (size_t)k * (size_t)e->vocab, e->vocab);
+    if (f.traced && trace_collect(e, &f)) {
+        errf(err, err_len, "reading the traced layer outputs back failed");
+        goto done;
+    }
     rc = 0;
 done:
+    free(f.traced);
     if (rc && later) {
         free(later->host);
         *later = (pend_step){0};

@@ -68,6 +68,8 @@ int32_t engine_n_layers(const engine *e);
 json_object *engine_config(const engine *e);
 /* "arch=NAME backend=DESC cache=NAME(FORMAT)": the plugin chain in use. */
 const char *engine_chain(const engine *e);
+/* The file the architecture plugin running the model was loaded from. */
+const char *engine_arch_file(const engine *e);
 /* "exact" or "fast": the precision mode the backends run in ("fast+exact" where a split
  * model's backends differ, in slot order). */
 const char *engine_precision(const engine *e);
@@ -149,6 +151,13 @@ int engine_swap_backend(engine *e, const char *name, char *err, size_t err_len);
  * back, not n_out rows of the vocabulary. */
 int engine_step(engine *e, const engine_row *rows, int32_t n_rows, const int32_t *out_rows,
                 int32_t n_out, float *logits, int32_t *ids, char *err, size_t err_len);
+
+/* A debugging trace (check-plugin): while on, each engine_step also keeps every layer's
+ * output, taken as the result of the last op the architecture plugin enqueued for that
+ * layer (its residual add, in every family so far), f32 [rows of the step, width].
+ * engine_trace_layer gives the last step's, or NULL for a layer that had none. */
+int engine_trace(engine *e, int on);
+const float *engine_trace_layer(const engine *e, int32_t layer, int64_t *rows, int64_t *width);
 
 /* Greedy decoding without a host round trip between steps. engine_step_start enqueues a step
  * as engine_step does with ids and no logits, and returns before the picks are known; with

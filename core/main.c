@@ -27,6 +27,7 @@ static const struct {
     {"detokenize", cli_detokenize, "token ids to text"},
     {"template", cli_template, "render a chat template"},
     {"plugins", cli_plugins, "list the plugins found and what they claim"},
+    {"check-plugin", cli_check_plugin, "run a reference fixture through one architecture plugin"},
 };
 
 static void usage(FILE *f) {

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 int npy_write_f32(const char *path, const float *data, int64_t rows, int64_t cols, char *err,
                   size_t err_len) {
@@ -37,8 +38,10 @@ int npy_write_f32(const char *path, const float *data, int64_t rows, int64_t col
     return ok ? 0 : errf(err, err_len, "writing %s failed", path);
 }
 
-int npy_read_f32(const char *path, float **data, int64_t *rows, int64_t *cols, char *err,
-                 size_t err_len) {
+/* Reads a little-endian float32 C-order array of 2 to max_dims dimensions into *data
+ * (malloc'd), with its shape in ne[0..*ndim). */
+static int read_f32(const char *path, int max_dims, float **data, int *ndim, int64_t *ne, char *err,
+                    size_t err_len) {
     FILE *f = fopen(path, "rb");
     if (!f) return errf(err, err_len, "cannot open %s: %m", path);
     unsigned char pre[10];
@@ -54,25 +57,58 @@ int npy_read_f32(const char *path, float **data, int64_t *rows, int64_t *cols, c
         goto out;
     }
     hdr[hl] = 0;
-    long long r = 0, c = 0;
     const char *sh = strstr(hdr, "'shape': (");
-    if (!strstr(hdr, "'descr': '<f4'") || !strstr(hdr, "'fortran_order': False") || !sh ||
-        sscanf(sh, "'shape': (%lld, %lld)", &r, &c) != 2 || r <= 0 || c <= 0 ||
-        r * c > (1LL << 34)) {
-        errf(err, err_len, "%s: expected a 2-D float32 C-order array", path);
+    int nd = 0, bad = !sh;
+    long long total = 1;
+    for (const char *p = sh ? sh + 10 : ""; !bad && *p && *p != ')';) {
+        char *end;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || v <= 0 || nd == max_dims || v > (1LL << 34) / total) {
+            bad = 1;
+            break;
+        }
+        total *= v;
+        ne[nd++] = v;
+        p = end;
+        while (*p == ',' || *p == ' ') p++;
+    }
+    if (bad || nd < 2 || !strstr(hdr, "'descr': '<f4'") || !strstr(hdr, "'fortran_order': False")) {
+        errf(err, err_len, "%s: expected a %s float32 C-order array", path,
+             max_dims == 2 ? "2-D" : "2-D to 4-D");
         goto out;
     }
-    float *d = malloc((size_t)(r * c) * sizeof(float));
-    if (!d || fread(d, sizeof(float), (size_t)(r * c), f) != (size_t)(r * c)) {
+    /* the data must be there before anything is allocated for it */
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || st.st_size < 0 ||
+        (uint64_t)st.st_size < 10 + hl + (uint64_t)total * sizeof(float)) {
+        errf(err, err_len, "%s: truncated data", path);
+        goto out;
+    }
+    float *d = malloc((size_t)total * sizeof(float));
+    if (!d || fread(d, sizeof(float), (size_t)total, f) != (size_t)total) {
         free(d);
         errf(err, err_len, "%s: truncated data", path);
         goto out;
     }
     *data = d;
-    *rows = r;
-    *cols = c;
+    *ndim = nd;
     rc = 0;
 out:
     fclose(f);
     return rc;
+}
+
+int npy_read_f32(const char *path, float **data, int64_t *rows, int64_t *cols, char *err,
+                 size_t err_len) {
+    int nd;
+    int64_t ne[2];
+    if (read_f32(path, 2, data, &nd, ne, err, err_len)) return -1;
+    *rows = ne[0];
+    *cols = ne[1];
+    return 0;
+}
+
+int npy_read_f32_nd(const char *path, float **data, int *ndim, int64_t ne[4], char *err,
+                    size_t err_len) {
+    return read_f32(path, 4, data, ndim, ne, err, err_len);
 }

@@ -12,4 +12,8 @@ int npy_write_f32(const char *path, const float *data, int64_t rows, int64_t col
 int npy_read_f32(const char *path, float **data, int64_t *rows, int64_t *cols, char *err,
                  size_t err_len);
 
+/* The same for 2 to 4 dimensions: the shape in ne[0..*ndim). */
+int npy_read_f32_nd(const char *path, float **data, int *ndim, int64_t ne[4], char *err,
+                    size_t err_len);
+
 #endif

@@ -221,11 +221,16 @@ static void scan_build_tree(registry *r) {
 }
 
 int registry_load(registry *r, const char *extra_dir) {
+    return registry_load_with(r, NULL, extra_dir);
+}
+
+int registry_load_with(registry *r, const char *first_file, const char *extra_dir) {
     memset(r, 0, sizeof *r);
     if (lt_dlinit() != 0) {
         log_msg(LMH_LOG_ERROR, "libltdl failed to initialise: %s", lt_dlerror());
         return -1;
     }
+    if (first_file) load_file(r, first_file);
     if (extra_dir) {
         struct stat st;
         if (stat(extra_dir, &st) != 0 || !S_ISDIR(st.st_mode))

@@ -21,6 +21,9 @@ typedef struct registry {
  * of $LMHOST_PLUGIN_PATH (':'-separated), the build tree, the install prefix. Plugin
  * files are named lmhost-*.so. Refused plugins are logged with the reason and skipped. */
 int registry_load(registry *r, const char *extra_dir);
+/* The same with one plugin file loaded before everything else (so it wins its name and,
+ * for an architecture, the model types it claims); refused like any other. */
+int registry_load_with(registry *r, const char *first_file, const char *extra_dir);
 void registry_free(registry *r);
 
 /* The plugin of this kind and name, or NULL. */

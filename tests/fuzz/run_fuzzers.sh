@@ -17,6 +17,7 @@ TARGETS=(
     "request|tests/fuzz/fuzz_request.c core/server/api.c core/sampler.c core/log.c core/jsonfix/json_fix.c|json-c|-Icore/server -Icore/jsonfix"
     "tokenizer|tests/fuzz/fuzz_tokenizer.c core/tokenizer/tok_util.c core/tokenizer/tok_unidata.c core/tokenizer/tok_load.c core/tokenizer/tok_encode.c core/tokenizer/tok_decode.c core/jsonfix/json_fix.c|json-c libpcre2-8 libutf8proc|-Icore/tokenizer -Icore/jsonfix"
     "spirv|tests/fuzz/fuzz_spirv.c backends/vulkan/vk_spirv.c||-Ibackends/vulkan"
+    "npy|tests/fuzz/fuzz_npy.c core/npy.c core/log.c||"
     "cachespec|tests/fuzz/fuzz_cache_spec.c core/cache_spec.c||-Iplugins/cache-common -Iplugins/cache-turboquant -lm"
     "template|tests/fuzz/fuzz_template.c core/template/chat_template.c core/template/tpl_builtins.c core/template/tpl_eval.c core/template/tpl_format.c core/template/tpl_json.c core/template/tpl_parse.c core/template/tpl_unicode.c core/template/tpl_value.c|json-c libutf8proc|-Icore/template -lm"
 )
