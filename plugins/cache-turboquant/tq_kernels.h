@@ -191,8 +191,7 @@ TQ_AVX2 static void tq_unpack_avx2(const uint32_t *codes, int bits, int m, const
     const __m256i sh = _mm256_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21);
     const uint8_t *b = (const uint8_t *)codes;
     for (int k = 0; k < m / 8; k++) {
-        uint32_t v =
-            (uint32_t)b[3 * k] | (uint32_t)b[3 * k + 1] << 8 | (uint32_t)b[3 * k + 2] << 16;
+        uint32_t v = (uint32_t)b[3 * k] | (uint32_t)b[3 * k + 1] << 8 | (uint32_t)b[3 * k + 2] << 16;
         __m256i c = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)v), sh),
                                      _mm256_set1_epi32(7));
         _mm256_storeu_ps(out + 8 * k, _mm256_permutevar8x32_ps(lo, c));
@@ -219,7 +218,7 @@ TQ_AVX2 static float tq_signed_sum_avx2(const float *a, const uint32_t *s, int n
 
 /* f16 to f32 with F16C */
 TQ_AVX2 __attribute__((target("f16c"))) static void tq_halfs_avx2(const uint16_t *h, float *out,
-                                                                  int n) {
+                                                                   int n) {
     int i = 0;
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
@@ -272,8 +271,7 @@ static void tq_unpack_neon(const uint32_t *codes, int bits, int m, const float *
     const int32_t sl[4] = {0, -3, -6, -9}, sh[4] = {-12, -15, -18, -21};
     const uint8_t *b = (const uint8_t *)codes;
     for (int k = 0; k < m / 8; k++) {
-        uint32_t v =
-            (uint32_t)b[3 * k] | (uint32_t)b[3 * k + 1] << 8 | (uint32_t)b[3 * k + 2] << 16;
+        uint32_t v = (uint32_t)b[3 * k] | (uint32_t)b[3 * k + 1] << 8 | (uint32_t)b[3 * k + 2] << 16;
         uint32x4_t vv = vdupq_n_u32(v), s7 = vdupq_n_u32(7);
         uint32x4_t lo = vandq_u32(vshlq_u32(vv, vld1q_s32(sl)), s7);
         uint32x4_t hi = vandq_u32(vshlq_u32(vv, vld1q_s32(sh)), s7);
@@ -290,10 +288,10 @@ static float tq_signed_sum_neon(const float *a, const uint32_t *s, int n) {
     for (int i = 0; i < n; i += 8) {
         uint32x4_t v = vdupq_n_u32(sb[i / 8]);
         float32x4_t x0 = vld1q_f32(a + i), x1 = vld1q_f32(a + i + 4);
-        pos = vaddq_f32(
-            pos, vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(x0), vtstq_u32(v, lo))));
-        pos = vaddq_f32(
-            pos, vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(x1), vtstq_u32(v, hi))));
+        pos = vaddq_f32(pos, vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(x0),
+                                                             vtstq_u32(v, lo))));
+        pos = vaddq_f32(pos, vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(x1),
+                                                             vtstq_u32(v, hi))));
         all = vaddq_f32(all, vaddq_f32(x0, x1));
     }
     return vaddvq_f32(vsubq_f32(vaddq_f32(pos, pos), all));
