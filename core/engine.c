@@ -901,7 +901,7 @@ static int host_fwd_attention(lmh_fwd *f, int32_t layer, lmh_tensor *q, lmh_tens
         fwd_failf(f, "attention on layer %d, which declared no attention state", layer);
         return LMH_EINVAL;
     }
-    if (!q || !k || !v || !out) return LMH_EINVAL;
+    if (!q || !k || !v || !out || !p) return LMH_EINVAL;
     int s = slot_of(e, layer);
     const pl_slot *sl = &e->slots[s];
     lmh_tensor *pq = pl_on(e->slots, HT(q), s, 0), *pk = pl_on(e->slots, HT(k), s, 0),
