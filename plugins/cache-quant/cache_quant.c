@@ -150,12 +150,15 @@ enum {
     ATT_SLICE_MAX = 64, /* a lane's values of all G queries (G x d / 8), at most */
 };
 
-/* Query head h's output from its nch chunks' partials at part ([heads, nch, dv + 2]) */
-static void merge_head(const float *part, uint32_t nch, uint32_t dv, uint32_t h, float *out) {
+/* Query head h's output from its nch chunks' partials at part ([heads, nch, dv + 2]); sinks
+ * (NULL: none) adds head h's sink logit to the denominator. */
+static void merge_head(const float *part, uint32_t nch, uint32_t dv, uint32_t h, const float *sinks,
+                       float *out) {
     const float *b = part + (size_t)h * nch * (dv + 2);
     float m = -INFINITY;
     for (uint32_t c = 0; c < nch; c++)
         if (b[c * (dv + 2) + dv + 1] > 0.0f) m = fmaxf(m, b[c * (dv + 2) + dv]);
+    const float sink = sinks ? expf(sinks[h] - m) : 0.0f;
     for (uint32_t i = 0; i < dv; i++) {
         float l = 0.0f, acc = 0.0f;
         for (uint32_t c = 0; c < nch; c++) {
@@ -165,7 +168,7 @@ static void merge_head(const float *part, uint32_t nch, uint32_t dv, uint32_t h,
             l += pc[dv + 1] * w;
             acc += pc[i] * w;
         }
-        out[(size_t)h * dv + i] = acc / l;
+        out[(size_t)h * dv + i] = acc / (l + sink);
     }
 }
 
@@ -284,12 +287,13 @@ static void attend_cpu(const lmh_kernel_cpu_args *a, uint32_t first, uint32_t co
     for (uint32_t i = first; i < first + count && i < a->call->params[0]; i++) attend_chunk(a, i);
 }
 
-/* params of attend_merge: items (heads), chunks, dv; tensors: partials, out [1, heads, dv];
- * a workgroup a head */
+/* params of attend_merge: items (heads), chunks, dv, whether there are sinks; tensors:
+ * partials, out [1, heads, dv], the sinks f32 [heads] (ABI 1.10 attention sinks); a
+ * workgroup a head */
 static void attend_merge_cpu(const lmh_kernel_cpu_args *a, uint32_t first, uint32_t count) {
     const uint32_t *p = a->call->params;
     for (uint32_t h = first; h < first + count && h < p[0]; h++)
-        merge_head(a->data[0], p[1], p[2], h, a->data[1]);
+        merge_head(a->data[0], p[1], p[2], h, p[3] ? a->data[2] : NULL, a->data[1]);
 }
 
 #ifdef HAVE_SPIRV
@@ -676,6 +680,11 @@ static int attend_ready(lmh_cache *c, int kern) {
     return 0;
 }
 
+/* The layer's attention sinks (ABI 1.10): a host built earlier passes params without them. */
+static lmh_tensor *attn_sinks(const lmh_cache *c, const lmh_attn_params *p) {
+    return c->host && c->host->abi_minor >= 10 ? p->sinks : NULL;
+}
+
 /* One query row (decode): attention straight from the codes, a workgroup a K/V head and
  * chunk of rows, then the chunks merged; no f32 copy of the store. */
 static int attend_codes(lmh_cache *c, int32_t l, int kern, uint32_t chunk, const layer_kv *kv,
@@ -706,8 +715,13 @@ static int attend_codes(lmh_cache *c, int32_t l, int kern, uint32_t chunk, const
     memcpy(call.params, v, sizeof v);
     call.groups = v[0];
     int rc = c->be->kernel_run(c->b, c->kern[kern], &call);
-    uint32_t m[2] = {nch, dv};
-    if (rc == LMH_OK) rc = run(c, K_ATTEND_MERGE, part, out, heads, 1, m, 2); /* a head each */
+    /* the merge, a head a workgroup, with the sinks where the layer has them */
+    lmh_tensor *sinks = attn_sinks(c, p);
+    lmh_kernel_call mc = {.n_tensors = sinks ? 3 : 2, .t = {part, out, sinks}, .writes = 2u};
+    uint32_t m[4] = {heads, nch, dv, sinks != NULL};
+    memcpy(mc.params, m, sizeof m);
+    mc.groups = heads;
+    if (rc == LMH_OK) rc = c->be->kernel_run(c->b, c->kern[K_ATTEND_MERGE], &mc);
     c->be->tensor_free(c->b, part);
     return rc;
 }
@@ -742,6 +756,7 @@ static int attend(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *q, lmh_tenso
         op.p.i[4] = kv->pos;
         op.p.f[0] = p->scale;
         op.p.f[1] = p->softcap;
+        if ((op.src_more[0] = attn_sinks(c, p))) op.p.i[5] = LMH_ATTN_SINKS;
         rc = c->be->enqueue(c->b, &op);
     }
     if (fk) c->be->tensor_free(c->b, fk);

@@ -599,6 +599,11 @@ static int attend_ready(lmh_cache *c, int kern) {
     return 0;
 }
 
+/* The layer's attention sinks (ABI 1.10): a host built earlier passes params without them. */
+static lmh_tensor *attn_sinks(const lmh_cache *c, const lmh_attn_params *p) {
+    return c->host && c->host->abi_minor >= 10 ? p->sinks : NULL;
+}
+
 static int attend_codes(lmh_cache *c, int32_t l, int kern, layer_kv *kv, lmh_tensor *q,
                         lmh_tensor *out, const lmh_attn_params *p) {
     const lmh_layer_state *st = &c->layers[l];
@@ -633,9 +638,11 @@ static int attend_codes(lmh_cache *c, int32_t l, int kern, layer_kv *kv, lmh_ten
     memcpy(&v[10], &p->scale, 4);
     memcpy(&v[11], &p->softcap, 4);
     int rc = run(c, kern, t, 6, 1u << 5, (uint64_t)kvh * nch, 1, v, 15);
-    uint32_t m[2] = {nch, dv};
-    lmh_tensor *t2[2] = {part, out};
-    if (rc == LMH_OK) rc = run(c, K_MERGE, t2, 2, 2u, heads, 1, m, 2);
+    /* the merge, with the layer's sinks where it has them */
+    lmh_tensor *sinks = attn_sinks(c, p);
+    uint32_t m[3] = {nch, dv, sinks != NULL};
+    lmh_tensor *t2[3] = {part, out, sinks};
+    if (rc == LMH_OK) rc = run(c, K_MERGE, t2, sinks ? 3 : 2, 2u, heads, 1, m, 3);
     c->be->tensor_free(c->b, part);
     return rc;
 }
@@ -656,6 +663,7 @@ static int attend(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *q, lmh_tenso
         op.p.i[4] = kv->pos;
         op.p.f[0] = p->scale;
         op.p.f[1] = p->softcap;
+        if ((op.src_more[0] = attn_sinks(c, p))) op.p.i[5] = LMH_ATTN_SINKS;
         int rc = c->be->enqueue(c->b, &op);
         if (rc == LMH_OK) c->read += f16_row(c, l) * (uint64_t)kv_rows_seen(kv, nq, p->window);
         return rc;
@@ -676,6 +684,7 @@ static int attend(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *q, lmh_tenso
         op.p.i[4] = kv->pos;
         op.p.f[0] = p->scale;
         op.p.f[1] = p->softcap;
+        if ((op.src_more[0] = attn_sinks(c, p))) op.p.i[5] = LMH_ATTN_SINKS;
         rc = c->be->enqueue(c->b, &op);
     } else if (nq == 1 && q->ndim == 3 && q->dtype == LMH_F32 && p->window == 0 && G >= 1 &&
                G <= TQ_ATT_G && G * st->n_kv_heads == q->ne[1] && q->ne[2] == st->head_dim_k &&
@@ -694,6 +703,7 @@ static int attend(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *q, lmh_tenso
             op.p.i[4] = kv->pos;
             op.p.f[0] = p->scale;
             op.p.f[1] = p->softcap;
+            if ((op.src_more[0] = attn_sinks(c, p))) op.p.i[5] = LMH_ATTN_SINKS;
             rc = c->be->enqueue(c->b, &op);
         }
         if (fk) c->be->tensor_free(c->b, fk);

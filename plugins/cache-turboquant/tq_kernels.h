@@ -446,12 +446,14 @@ static void tq_attend_cpu(const lmh_kernel_cpu_args *a, uint32_t first, uint32_t
     for (uint32_t i = first; i < first + count && i < a->call->params[0]; i++) tq_attend_item(a, i);
 }
 
-/* ---- attend_merge: params 0 items (heads), 1 chunks, 2 dv. Tensors: partials, out
- * [1, heads, dv]. A workgroup a head. ---- */
+/* ---- attend_merge: params 0 items (heads), 1 chunks, 2 dv, 3 whether there are sinks.
+ * Tensors: partials, out [1, heads, dv], the sinks f32 [heads] (ABI 1.10 attention sinks:
+ * each head's joins its denominator). A workgroup a head. ---- */
 static void tq_merge_cpu(const lmh_kernel_cpu_args *a, uint32_t first, uint32_t count) {
     const uint32_t *p = a->call->params;
     const float *part = a->data[0];
     float *out = a->data[1];
+    const float *sinks = p[3] ? a->data[2] : NULL;
     uint32_t nch = p[1], dv = p[2];
     float w[1024]; /* a chunk's weight (chunks are at most ATT_MAXCH, cache_tq.c) */
     for (uint32_t h = first; h < first + count && h < p[0]; h++) {
@@ -464,6 +466,7 @@ static void tq_merge_cpu(const lmh_kernel_cpu_args *a, uint32_t first, uint32_t 
             w[c] = pc[dv + 1] > 0.0f ? expf(pc[dv] - m) : 0.0f;
             l += pc[dv + 1] * w[c];
         }
+        if (sinks) l += expf(sinks[h] - m);
         for (uint32_t i = 0; i < dv; i++) {
             float acc = 0.0f;
             for (uint32_t c = 0; c < nch && c < 1024; c++)

@@ -134,6 +134,7 @@ typedef struct layer {
     float *k, *v;
     double *kq, *vq;
     int pos;
+    const float *sinks; /* (ABI 1.10) per-head sink logits, or NULL */
 } layer;
 
 enum { MAXPOS = 8500, APPEND_ONLY = 1000, NL = 4 };
@@ -164,6 +165,9 @@ static void attend_ref(const layer *L, const float *q, int n, double *out) {
                 s[pk] = dot;
                 if (dot > m) m = dot;
             }
+            /* a sink joins the denominator only */
+            if (L->sinks && L->sinks[h] > m) m = L->sinks[h];
+            if (L->sinks) sum = exp(L->sinks[h] - m);
             for (int pk = 0; pk <= pq; pk++) {
                 if (L->st.window && pq - pk >= L->st.window) continue;
                 double w = exp(s[pk] - m);
@@ -268,6 +272,10 @@ static void run_backend(const char *name, const lmh_backend_api *be, lmh_backend
         {.st = {LMH_STATE_KV, 1, 16, 16, 0}, .heads = 1, .softcap = 0},
     };
     int nl = group == 32 ? 3 : NL;
+    /* the q4 runs give the full and the sliding layer attention sinks (ABI 1.10): the codes'
+     * merge in decode, the backend's attention in prefill */
+    static const float sinks[4] = {0.5f, 3.0f, -1.0f, 6.0f};
+    if (bits == 4) L[0].sinks = L[1].sinks = sinks;
     if (group == 128) {
         L[0].st = (lmh_layer_state){LMH_STATE_KV, 2, 128, 128, 0};
         nl = 2;
@@ -353,7 +361,12 @@ static void run_backend(const char *name, const lmh_backend_api *be, lmh_backend
             lmh_tensor *qt = upload(be, b, LMH_F32, 3, qne, q),
                        *pt = upload(be, b, LMH_I32, 1, one, qp),
                        *ot = be->tensor_new(b, LMH_F32, 3, one_out, 0);
-            lmh_attn_params ap = {(float)(1.0 / sqrt((double)d)), y->softcap, y->st.window};
+            int64_t nh = y->heads;
+            lmh_tensor *skt = y->sinks ? upload(be, b, LMH_F32, 1, &nh, y->sinks) : NULL;
+            lmh_attn_params ap = {.scale = (float)(1.0 / sqrt((double)d)),
+                                  .softcap = y->softcap,
+                                  .window = y->st.window,
+                                  .sinks = skt};
             if (rc == LMH_OK) rc = g_cache->attend(c, id, l, qt, pt, ot, &ap);
             size_t no = (size_t)n * y->heads * dv;
             float *got = malloc(no * sizeof(float));
@@ -395,6 +408,7 @@ static void run_backend(const char *name, const lmh_backend_api *be, lmh_backend
             be->tensor_free(b, qt);
             be->tensor_free(b, pt);
             be->tensor_free(b, ot);
+            if (skt) be->tensor_free(b, skt);
         }
     }
     /* bytes: rows allocated x heads x (codes + a scale and a bias a group) x 4 */

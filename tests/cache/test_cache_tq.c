@@ -96,7 +96,8 @@ typedef struct setting {
     const char *format, *options;
     int heads, hd;
     float softcap;
-    int big; /* the 8300-row step too */
+    int big;   /* the 8300-row step too */
+    int sinks; /* (ABI 1.10) per-head attention sinks */
 } setting;
 
 /* What one backend gave for one setting: the single-row attention outputs of every step
@@ -121,7 +122,7 @@ static lmh_tensor *upload(const lmh_backend_api *be, lmh_backend *b, lmh_dtype d
 /* out[n, heads, hd]: queries at positions pos - n .. pos - 1 over rows k, v [pos, KVH, hd]
  * (each query sees the rows up to its own position), softmax in double */
 static void attend_ref(const float *q, int n, int heads, int hd, const float *k, const float *v,
-                       int pos, float scale, float softcap, double *out) {
+                       int pos, float scale, float softcap, const float *sinks, double *out) {
     double *s = malloc((size_t)pos * sizeof(double));
     for (int r = 0; r < n; r++) {
         int pq = pos - n + r;
@@ -138,6 +139,9 @@ static void attend_ref(const float *q, int n, int heads, int hd, const float *k,
                 s[j] = d;
                 if (d > m) m = d;
             }
+            /* a sink joins the denominator only */
+            if (sinks && sinks[h] > m) m = sinks[h];
+            if (sinks) sum = exp(sinks[h] - m);
             for (int i = 0; i < hd; i++) o[i] = 0;
             for (int j = 0; j <= pq; j++) {
                 double w = exp(s[j] - m);
@@ -177,7 +181,12 @@ static void run_setting(const char *name, const lmh_backend_api *be, lmh_backend
           *v = malloc((size_t)most * row * sizeof(float));
     res->att = malloc((size_t)n_steps * heads * hd * sizeof(float));
     res->n_att = 0;
-    lmh_attn_params ap = {(float)(1.0 / sqrt((double)hd)), S->softcap, 0};
+    float sinks[32];
+    for (int h = 0; h < heads && h < 32; h++) sinks[h] = (float)(h % 5) - 1.0f;
+    int64_t nh = heads;
+    lmh_tensor *skt = S->sinks ? upload(be, b, LMH_F32, 1, &nh, sinks) : NULL;
+    lmh_attn_params ap = {
+        .scale = (float)(1.0 / sqrt((double)hd)), .softcap = S->softcap, .sinks = skt};
     for (int si = 0; si < n_steps; si++) {
         int n = steps[si] % APPEND_ONLY, only_append = steps[si] >= APPEND_ONLY;
         float *kn = malloc((size_t)n * row * sizeof(float)),
@@ -225,7 +234,7 @@ static void run_setting(const char *name, const lmh_backend_api *be, lmh_backend
         be->tensor_free(b, ot);
         check(rc == LMH_OK, "%s: step %d: attend %d rows: %d", label, si, n, rc);
         if (rc == LMH_OK) {
-            attend_ref(q, n, heads, hd, k, v, pos, ap.scale, ap.softcap, want);
+            attend_ref(q, n, heads, hd, k, v, pos, ap.scale, ap.softcap, skt ? sinks : NULL, want);
             double maxw = 0, maxd = 0;
             for (size_t i = 0; i < nq; i++) {
                 double e = fabs(got[i] - want[i]);
@@ -245,6 +254,7 @@ static void run_setting(const char *name, const lmh_backend_api *be, lmh_backend
         free(want);
         free(qp);
     }
+    if (skt) be->tensor_free(b, skt);
     res->k = k;
     res->v = v;
     res->n_rows = (size_t)pos;
@@ -253,30 +263,35 @@ static void run_setting(const char *name, const lmh_backend_api *be, lmh_backend
 }
 
 static const setting g_settings[] = {
-    {"tq3", "hot=0,start=0,step=1", 4, 64, 0, 0},
-    {"tq3", "hot=0,start=0,step=1", 8, 128, 0, 0},
-    {"tq3", "hot=0,start=0,step=1", 4, 256, 30, 0},
-    {"tq4", "hot=0,start=0,step=1", 8, 64, 0, 0},
-    {"tq4", "hot=0,start=0,step=1", 4, 128, 0, 0},
-    {"tq4", "hot=0,start=0,step=1", 8, 256, 30, 0},
-    {"tq3", "hot=16,start=32,step=8", 8, 64, 0, 0},
-    {"tq3", "hot=16,start=32,step=8", 4, 128, 0, 0},
-    {"tq3", "hot=16,start=32,step=8", 8, 256, 30, 0},
-    {"tq4", "hot=16,start=32,step=8", 4, 64, 0, 0},
-    {"tq4", "hot=16,start=32,step=8", 8, 128, 0, 0},
-    {"tq4", "hot=16,start=32,step=8", 4, 256, 30, 0},
-    {"tq3", "hot=0,start=0,step=1,qjl=off", 4, 128, 0, 0},
-    {"tq3", "hot=16,start=32,step=8", 8, 128, 0, 1},
+    {"tq3", "hot=0,start=0,step=1", 4, 64, 0, 0, 0},
+    {"tq3", "hot=0,start=0,step=1", 8, 128, 0, 0, 0},
+    {"tq3", "hot=0,start=0,step=1", 4, 256, 30, 0, 0},
+    {"tq4", "hot=0,start=0,step=1", 8, 64, 0, 0, 0},
+    {"tq4", "hot=0,start=0,step=1", 4, 128, 0, 0, 0},
+    {"tq4", "hot=0,start=0,step=1", 8, 256, 30, 0, 0},
+    {"tq3", "hot=16,start=32,step=8", 8, 64, 0, 0, 0},
+    {"tq3", "hot=16,start=32,step=8", 4, 128, 0, 0, 0},
+    {"tq3", "hot=16,start=32,step=8", 8, 256, 30, 0, 0},
+    {"tq4", "hot=16,start=32,step=8", 4, 64, 0, 0, 0},
+    {"tq4", "hot=16,start=32,step=8", 8, 128, 0, 0, 0},
+    {"tq4", "hot=16,start=32,step=8", 4, 256, 30, 0, 0},
+    {"tq3", "hot=0,start=0,step=1,qjl=off", 4, 128, 0, 0, 0},
+    {"tq3", "hot=16,start=32,step=8", 8, 128, 0, 1, 0},
     /* more query heads a K/V head (8 and 16: the kernels take them 8 or 4 at a time), heads
      * of 512 and of 384 */
-    {"tq3", "hot=16,start=32,step=8", 16, 128, 0, 0},
-    {"tq4", "hot=0,start=0,step=1", 32, 256, 30, 0},
-    {"tq3", "hot=0,start=0,step=1", 8, 512, 0, 0},
-    {"tq3", "hot=16,start=32,step=8", 16, 512, 0, 0},
-    {"tq3", "hot=0,start=0,step=1", 6, 384, 0, 0},
-    {"tq4", "hot=16,start=32,step=8", 2, 64, 0, 0}, /* one query a K/V head */
+    {"tq3", "hot=16,start=32,step=8", 16, 128, 0, 0, 0},
+    {"tq4", "hot=0,start=0,step=1", 32, 256, 30, 0, 0},
+    {"tq3", "hot=0,start=0,step=1", 8, 512, 0, 0, 0},
+    {"tq3", "hot=16,start=32,step=8", 16, 512, 0, 0, 0},
+    {"tq3", "hot=0,start=0,step=1", 6, 384, 0, 0, 0},
+    {"tq4", "hot=16,start=32,step=8", 2, 64, 0, 0, 0}, /* one query a K/V head */
     /* 8300 rows of 4 blocks: encode's 66400 workgroups take rows of the grid */
-    {"tq3", "hot=0,start=0,step=1", 4, 512, 0, 1},
+    {"tq3", "hot=0,start=0,step=1", 4, 512, 0, 1, 0},
+    /* attention sinks (ABI 1.10): the codes' merge in decode, the backend's attention over
+     * decoded rows in prefill, with and without hot rows */
+    {"tq3", "hot=0,start=0,step=1", 8, 128, 0, 0, 1},
+    {"tq4", "hot=16,start=32,step=8", 4, 64, 0, 0, 1},
+    {"tq3", "hot=16,start=32,step=8", 16, 256, 30, 0, 1},
 };
 enum { NS = sizeof g_settings / sizeof *g_settings };
 

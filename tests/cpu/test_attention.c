@@ -1,6 +1,7 @@
 /* The CPU backend's attention (LMH_OP_ATTENTION) on every SIMD path this CPU runs, through
  * the plugin's API: long contexts (5000 keys) with groups of 1, 2, 4 and 8 query heads a
- * kv head, K/V in f32, f16 and bf16, sliding windows, rings and soft-capping, against a
+ * kv head, K/V in f32, f16 and bf16, sliding windows, rings, soft-capping and (ABI 1.10)
+ * attention sinks (a per-head logit in the softmax's denominator only), against a
  * double-precision model; and the invariance rules the backend keeps in exact mode, bit
  * for bit:
  *   - a row alone (a decode step, the cache holding keys up to its position) gives what it
@@ -92,8 +93,14 @@ typedef struct acase {
     int32_t ring;   /* 0: flat (kv0 = 0, n_kv = total) */
     int32_t ring2;  /* a second ring size to compare with (0: none) */
     float scale, cap;
-    int nrows; /* query rows: the last nrows positions, and a few earlier ones */
+    int nrows;  /* query rows: the last nrows positions, and a few earlier ones */
+    float sink; /* non-zero: per-head sinks (LMH_ATTN_SINKS) of about this size */
 } acase;
+
+/* Head h's sink logit of a case with sinks. */
+static float sink_of(const acase *c, int64_t h) {
+    return c->sink * val((uint64_t)h, 77, 5);
+}
 
 typedef struct bk {
     lmh_backend *b;
@@ -155,8 +162,15 @@ static void run_op(const bk *be, const acase *c, int32_t ring, int32_t n_kv, con
             qp[r * c->heads * c->d + i] = val((uint64_t)pos[r] + 1000003u, 99, (uint64_t)i);
     lmh_tensor *K = upload(b, c->dt, 3, kne, kp), *V = upload(b, c->dt, 3, vne, vp);
     lmh_tensor *Q = upload(b, LMH_F32, 3, qne, qp), *P = upload(b, LMH_I32, 1, one, pos);
-    lmh_tensor *Y = g_api->tensor_new(b, LMH_F32, 3, one_ne, 0);
+    lmh_tensor *Y = g_api->tensor_new(b, LMH_F32, 3, one_ne, 0), *S = NULL;
     lmh_op op = {.code = LMH_OP_ATTENTION, .dst = Y, .src = {Q, K, V, P}};
+    if (c->sink != 0) {
+        float sk[64];
+        for (int64_t h = 0; h < c->heads; h++) sk[h] = sink_of(c, h);
+        S = upload(b, LMH_F32, 1, &c->heads, sk);
+        op.p.i[5] = LMH_ATTN_SINKS;
+        op.src_more[0] = S;
+    }
     if (ring) {
         int32_t stored_n = c->total < ring ? c->total : ring;
         op.p.i[0] = stored_n;
@@ -177,8 +191,9 @@ static void run_op(const bk *be, const acase *c, int32_t ring, int32_t n_kv, con
         fprintf(stderr, "FAIL %s: enqueue/download: %d\n", c->name, rc);
         g_fail++;
     }
-    lmh_tensor *all[] = {K, V, Q, P, Y};
-    for (int i = 0; i < 5; i++) g_api->tensor_free(b, all[i]);
+    lmh_tensor *all[] = {K, V, Q, P, Y, S};
+    for (int i = 0; i < 6; i++)
+        if (all[i]) g_api->tensor_free(b, all[i]);
     free(kp);
     free(vp);
     free(qp);
@@ -204,7 +219,10 @@ static void reference(const acase *c, int32_t pq, int32_t lo_stored, double *y) 
             s[p - lo] = dot;
             if (dot > mx) mx = dot;
         }
-        double sum = 0;
+        /* a sink joins the denominator only */
+        const double sink = c->sink != 0 ? (double)sink_of(c, h) : -INFINITY;
+        if (sink > mx) mx = sink;
+        double sum = c->sink != 0 ? exp(sink - mx) : 0;
         for (int32_t p = lo; p <= hi; p++) sum += (s[p - lo] = exp(s[p - lo] - mx));
         for (int64_t j = 0; j < c->dv; j++) {
             double acc = 0;
@@ -354,19 +372,25 @@ int main(int argc, char **argv) {
     }
     g_api = load(want == 2 ? argv[1] : "(static)");
     static const acase cases[] = {
-        /* name, heads, kvh, d, dv, dtype, total, window, ring, ring2, scale, cap, rows */
-        {"gqa1 f32", 4, 4, 128, 128, LMH_F32, 5000, 0, 0, 0, 0.25f, 0, 3},
-        {"gqa2 f16", 8, 4, 128, 128, LMH_F16, 5000, 0, 0, 0, 0.3f, 0, 3},
-        {"gqa4 bf16", 8, 2, 128, 128, LMH_BF16, 5000, 0, 0, 0, 0.3f, 0, 3},
-        {"gqa8 f16", 16, 2, 128, 128, LMH_F16, 5000, 0, 0, 0, 0.3f, 0, 3},
-        {"gqa8 f32 d72 dv44", 8, 1, 72, 44, LMH_F32, 5000, 0, 0, 0, 0.4f, 0, 3},
-        {"gqa3 bf16 d72 dv44", 6, 2, 72, 44, LMH_BF16, 3001, 0, 0, 0, 0.4f, 0, 2},
-        {"gqa2 f16 soft-cap", 4, 2, 128, 128, LMH_F16, 5000, 0, 0, 0, 1.0f, 5.0f, 3},
-        {"gqa4 f16 window", 8, 2, 128, 128, LMH_F16, 5000, 1000, 0, 0, 0.3f, 0, 3},
-        {"gqa2 f16 window ring", 4, 2, 128, 128, LMH_F16, 5000, 1000, 1024, 1500, 0.3f, 0, 4},
-        {"gqa4 bf16 ring wraps", 8, 2, 64, 64, LMH_BF16, 5000, 700, 777, 1300, 0.5f, 0, 4},
-        {"gqa1 f32 short", 2, 2, 16, 16, LMH_F32, 37, 0, 0, 0, 0.5f, 0, 3},
-        {"gqa2 f16 ring short", 4, 2, 32, 32, LMH_F16, 45, 8, 16, 24, 0.5f, 2.0f, 3},
+        /* name, heads, kvh, d, dv, dtype, total, window, ring, ring2, scale, cap, rows, sink */
+        {"gqa1 f32", 4, 4, 128, 128, LMH_F32, 5000, 0, 0, 0, 0.25f, 0, 3, 0},
+        {"gqa2 f16", 8, 4, 128, 128, LMH_F16, 5000, 0, 0, 0, 0.3f, 0, 3, 0},
+        {"gqa4 bf16", 8, 2, 128, 128, LMH_BF16, 5000, 0, 0, 0, 0.3f, 0, 3, 0},
+        {"gqa8 f16", 16, 2, 128, 128, LMH_F16, 5000, 0, 0, 0, 0.3f, 0, 3, 0},
+        {"gqa8 f32 d72 dv44", 8, 1, 72, 44, LMH_F32, 5000, 0, 0, 0, 0.4f, 0, 3, 0},
+        {"gqa3 bf16 d72 dv44", 6, 2, 72, 44, LMH_BF16, 3001, 0, 0, 0, 0.4f, 0, 2, 0},
+        {"gqa2 f16 soft-cap", 4, 2, 128, 128, LMH_F16, 5000, 0, 0, 0, 1.0f, 5.0f, 3, 0},
+        {"gqa4 f16 window", 8, 2, 128, 128, LMH_F16, 5000, 1000, 0, 0, 0.3f, 0, 3, 0},
+        {"gqa2 f16 window ring", 4, 2, 128, 128, LMH_F16, 5000, 1000, 1024, 1500, 0.3f, 0, 4, 0},
+        {"gqa4 bf16 ring wraps", 8, 2, 64, 64, LMH_BF16, 5000, 700, 777, 1300, 0.5f, 0, 4, 0},
+        {"gqa1 f32 short", 2, 2, 16, 16, LMH_F32, 37, 0, 0, 0, 0.5f, 0, 3, 0},
+        {"gqa2 f16 ring short", 4, 2, 32, 32, LMH_F16, 45, 8, 16, 24, 0.5f, 2.0f, 3, 0},
+        /* attention sinks (ABI 1.10): small, and large enough to take most of the weight */
+        {"gqa4 f16 sinks", 8, 2, 64, 64, LMH_F16, 5000, 0, 0, 0, 0.3f, 0, 3, 2.0f},
+        {"gqa2 f32 sinks large", 4, 2, 32, 32, LMH_F32, 600, 0, 0, 0, 0.5f, 0, 3, 12.0f},
+        {"gqa2 f16 window ring sinks", 4, 2, 64, 64, LMH_F16, 3000, 500, 512, 777, 0.3f, 0, 4,
+         3.0f},
+        {"gqa1 bf16 short sinks", 2, 2, 16, 16, LMH_BF16, 37, 8, 0, 0, 0.5f, 0, 3, 1.0f},
     };
     static const char *paths[] = {"portable", "avx2", "avx512", "neon"};
     int tested = 0;

@@ -202,16 +202,22 @@ static tt *mk_quant(int bits, int32_t group, lmh_dtype sdt, int ndim, int64_t n0
     return x;
 }
 
+/* An attention's sinks (ABI 1.10, LMH_ATTN_SINKS): run() passes them to LMH_OP_ATTENTION
+ * while set. */
+static tt *g_sinks;
+
 static int run(const char *what, lmh_op_code code, tt *dst, tt *s0, tt *s1, tt *s2, tt *s3,
                const float *f, const int32_t *iv) {
     for (int k = 0; k < 2; k++) {
         lmh_op op = {.code = code, .dst = dst->t[k]};
         tt *src[4] = {s0, s1, s2, s3};
         for (int i = 0; i < 4; i++) op.src[i] = src[i] ? src[i]->t[k] : NULL;
+        if (code == LMH_OP_ATTENTION && g_sinks) op.src_more[0] = g_sinks->t[k];
         for (int i = 0; i < 8; i++) {
             op.p.f[i] = f ? f[i] : 0;
             op.p.i[i] = iv ? iv[i] : 0;
         }
+        if (code == LMH_OP_ATTENTION && g_sinks) op.p.i[5] |= LMH_ATTN_SINKS;
         if (!g_be[k].api->supports(g_be[k].b, &op)) {
             fprintf(stderr, "FAIL %s: backend %s does not support it\n", what,
                     k ? "vulkan" : "cpu");
@@ -584,6 +590,15 @@ static void t_eltwise(void) {
     if (!run("geglu fused", LMH_OP_GEGLU, h, view(b, 0, LMH_F32, 2, 1000, 76, 0), NULL, NULL, NULL,
              NULL, NULL))
         check("geglu fused", h, TOL);
+    /* (ABI 1.10) the clamped SwiGLU of interleaved pairs: gate and up well past the limit */
+    float oai[8] = {1.702f, 7.0f};
+    if (!run("swiglu_oai", LMH_OP_SWIGLU_OAI, h, view(a, 0, LMH_F32, 2, 1000, 76, 0), NULL, NULL,
+             NULL, oai, NULL))
+        check("swiglu_oai", h, TOL);
+    oai[1] = 0.5f;
+    if (!run("swiglu_oai limit 0.5", LMH_OP_SWIGLU_OAI, h, view(b, 0, LMH_F32, 2, 1000, 76, 0),
+             NULL, NULL, NULL, oai, NULL))
+        check("swiglu_oai limit 0.5", h, TOL);
     tt *t3 = mk(LMH_F32, 3, 5, 7, 9, -1, 1, 0), *t3d = mk(LMH_F32, 3, 7, 5, 9, 0, 0, 0);
     if (!run("transpose", LMH_OP_TRANSPOSE, t3d, t3, NULL, NULL, NULL, NULL, NULL))
         check("transpose", t3d, 0);
@@ -1250,6 +1265,11 @@ static void t_attention(void) {
         char what[96];
         snprintf(what, sizeof what, "attention %s (%s)", a->name, lmh_dtype_name(a->kdt));
         if (!run(what, LMH_OP_ATTENTION, y, q, K, V, p, f, iv)) check(what, y, attn_tol);
+        /* (ABI 1.10) with per-head sinks, some above every logit: every kernel's way */
+        g_sinks = mk(LMH_F32, 1, a->heads, 0, 0, -2, 6, 0);
+        snprintf(what, sizeof what, "attention %s (%s), sinks", a->name, lmh_dtype_name(a->kdt));
+        if (!run(what, LMH_OP_ATTENTION, y, q, K, V, p, f, iv)) check(what, y, attn_tol);
+        g_sinks = NULL;
         free_all();
     }
     /* K/V as views at an odd row offset: unaligned bindings */
@@ -1277,6 +1297,8 @@ static void t_attention_seqs(void) {
         {{300, 300, 1234}, {40, 0, 0}, {260, 260, 270}, {256, 256, 999}, {200, 0, 0}}};
     for (int g = 0; g < 2; g++) {
         int window = g ? 256 : 0;
+        /* the second group with sinks (ABI 1.10), the same for all: still one dispatch */
+        g_sinks = g ? mk(LMH_F32, 1, H, 0, 0, -1, 3, 0) : NULL;
         tt *q = mk(LMH_F32, 3, NS, H, D, -1, 1, 0);
         tt *yb = mk(LMH_F32, 3, NS, H, D, 5, 5, 0), *ys[NS], *K[NS], *V[NS];
         int32_t pos[NS];
@@ -1320,6 +1342,7 @@ static void t_attention_seqs(void) {
             free(one);
         }
         free(all);
+        g_sinks = NULL;
         free_all();
     }
 }

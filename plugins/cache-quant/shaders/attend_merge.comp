@@ -7,10 +7,12 @@
 layout(local_size_x = 64) in;
 layout(binding = 0) readonly buffer T { float part[]; }; // [heads, chunks, dv + 2]
 layout(binding = 1) writeonly buffer O { float o[]; };   // [1, heads, dv]
+layout(binding = 2) readonly buffer S { float sink[]; }; // [heads] where pc.sinks
 layout(push_constant) uniform PC {
     uint off[8];
     uint items; // heads
     uint chunks, dv;
+    uint sinks; // the sinks' logits join each head's denominator (ABI 1.10)
 } pc;
 
 const uint MAXCH = 1024u; // cache_quant.c's ATT_MAXCH
@@ -38,6 +40,7 @@ void main() {
     barrier();
     float l = 0.0;
     for (uint c = 0u; c < n; c++) l += sl[c] * sw[c];
+    if (pc.sinks != 0u) l += exp(sink[pc.off[2] + h] - smax);
     for (uint i = t; i < pc.dv; i += 64u) {
         float acc = 0.0;
         for (uint c0 = 0u; c0 < n; c0 += 8u) // eight chunks' loads in flight
