@@ -540,8 +540,9 @@ static htensor *track_weight(engine *e, htensor *t) {
 
 /* A weight on the backend of `layer`: the mapped file itself where the backend computes
  * from host memory (no copy at load), else a device copy. */
-static lmh_tensor *make_weight(lmh_load_ctx *ld, int32_t layer, lmh_dtype dt, int32_t ndim,
-                               const int64_t *ne, const void *data, const char *what) {
+static lmh_tensor *make_weight_from(lmh_load_ctx *ld, int32_t layer, lmh_dtype dt, int32_t ndim,
+                                    const int64_t *ne, const void *data, const char *what,
+                                    int lend) {
     engine *e = ld->e;
     int s = slot_of(e, layer);
     pl_slot *sl = &e->slots[s];
@@ -549,8 +550,9 @@ static lmh_tensor *make_weight(lmh_load_ctx *ld, int32_t layer, lmh_dtype dt, in
     for (int i = 0; i < ndim; i++) bytes *= (size_t)ne[i];
     /* (a file whose header length is not a multiple of 8 leaves data misaligned: copy it) */
     int aligned = ((uintptr_t)data % (lmh_dtype_size(dt) ? lmh_dtype_size(dt) : 1)) == 0;
-    lmh_tensor *p =
-        sl->api->tensor_wrap && aligned ? sl->api->tensor_wrap(sl->b, dt, ndim, ne, data) : NULL;
+    lmh_tensor *p = lend && sl->api->tensor_wrap && aligned
+                        ? sl->api->tensor_wrap(sl->b, dt, ndim, ne, data)
+                        : NULL;
     if (!p) {
         p = sl->api->tensor_new(sl->b, dt, ndim, ne, LMH_TENSOR_WEIGHT);
         if (!p) {
@@ -572,6 +574,11 @@ static lmh_tensor *make_weight(lmh_load_ctx *ld, int32_t layer, lmh_dtype dt, in
     }
     e->weight_bytes += bytes;
     return &t->pub;
+}
+
+static lmh_tensor *make_weight(lmh_load_ctx *ld, int32_t layer, lmh_dtype dt, int32_t ndim,
+                               const int64_t *ne, const void *data, const char *what) {
+    return make_weight_from(ld, layer, dt, ndim, ne, data, what, 1);
 }
 
 static const st_tensor *find_checked(lmh_load_ctx *ld, const char *name, int32_t ndim,
@@ -662,6 +669,68 @@ static lmh_tensor *host_weight(lmh_load_ctx *ld, int32_t layer, const char *name
     }
     const st_tensor *t = find_checked(ld, name, ndim, ne);
     return t ? make_weight(ld, layer, t->dtype, t->ndim, t->ne, t->data, name) : NULL;
+}
+
+/* An input-major checkpoint tensor [.., in, out] as [.., out, in]: transposed in host
+ * memory, then copied to the backend (the buffer is not the file's, so it is not lent). */
+static lmh_tensor *host_weight_transposed(lmh_load_ctx *ld, int32_t layer, const char *name,
+                                          int32_t ndim, const int64_t *ne) {
+    qweight q;
+    int qr = quant_of(ld, name, &q);
+    if (qr) {
+        if (qr > 0)
+            host_fail(ld,
+                      "tensor %s is quantized (%d-bit); only float tensors can be loaded "
+                      "transposed",
+                      name, q.bits);
+        return NULL;
+    }
+    const st_tensor *t = md_find(ld->e->md, name);
+    if (!t) {
+        host_fail(ld, "missing tensor %s in %s", name, md_path(ld->e->md));
+        return NULL;
+    }
+    if (t->ndim < 2) {
+        host_fail(ld, "tensor %s has %d dimensions; a transposed load needs at least 2", name,
+                  t->ndim);
+        return NULL;
+    }
+    int64_t sw[LMH_MAX_DIMS]; /* the stored shape of what ne asks for */
+    if (ndim > 0) {
+        if (ndim < 2 || ndim > LMH_MAX_DIMS) {
+            host_fail(ld, "weight_transposed: bad rank %d for %s", ndim, name);
+            return NULL;
+        }
+        memcpy(sw, ne, (size_t)ndim * sizeof *ne);
+        sw[ndim - 2] = ne[ndim - 1];
+        sw[ndim - 1] = ne[ndim - 2];
+    }
+    if (!(t = find_checked(ld, name, ndim, sw))) return NULL;
+    const int32_t nd = t->ndim;
+    const int64_t R = t->ne[nd - 2], C = t->ne[nd - 1];
+    int64_t mats = 1;
+    for (int i = 0; i < nd - 2; i++) mats *= t->ne[i];
+    const size_t es = lmh_dtype_size(t->dtype), bytes = (size_t)(mats * R * C) * es;
+    uint8_t *buf = malloc(bytes ? bytes : 1);
+    if (!buf) {
+        host_fail(ld, "out of memory transposing %s (%zu bytes)", name, bytes);
+        return NULL;
+    }
+    const uint8_t *src = t->data;
+    for (int64_t m = 0; m < mats; m++) {
+        const uint8_t *a = src + (size_t)(m * R * C) * es;
+        uint8_t *o = buf + (size_t)(m * R * C) * es;
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t c = 0; c < C; c++)
+                memcpy(o + (size_t)(c * R + r) * es, a + (size_t)(r * C + c) * es, es);
+    }
+    int64_t tne[LMH_MAX_DIMS];
+    memcpy(tne, t->ne, sizeof tne);
+    tne[nd - 2] = C;
+    tne[nd - 1] = R;
+    lmh_tensor *w = make_weight_from(ld, layer, t->dtype, nd, tne, buf, name, 0);
+    free(buf);
+    return w;
 }
 
 static lmh_tensor *host_weight_stack(lmh_load_ctx *ld, int32_t layer, const char *fmt,
@@ -829,6 +898,15 @@ static int host_fwd_op(lmh_fwd *f, int32_t layer, const lmh_op *op) {
         lmh_op_set_src(&p, i, on);
         in_place |= t == op->dst;
     }
+    lmh_tensor *sinks = lmh_op_attn_sinks(&p); /* (ABI 1.10) an operand past src[] */
+    if (sinks) {
+        if (e->slots[s].plugin->info->abi_minor < 10) {
+            fwd_failf(f, "backend %s (plugin ABI 1.%u) cannot run attention sinks (ABI 1.10)",
+                      e->slots[s].plugin->info->name, e->slots[s].plugin->info->abi_minor);
+            return LMH_EUNSUPPORTED;
+        }
+        if (!(p.src_more[0] = pl_on_why(e->slots, HT(sinks), s, 0, why, sizeof why))) goto oom;
+    }
     if (!(p.dst = pl_on_why(e->slots, HT(op->dst), s, !in_place, why, sizeof why))) goto oom;
     int rc = e->slots[s].api->enqueue(e->slots[s].b, &p);
     if (rc != 0) {
@@ -896,6 +974,39 @@ static int host_fwd_attention(lmh_fwd *f, int32_t layer, lmh_tensor *q, lmh_tens
         fwd_failf(f, "out of backend memory for attention operands");
         return LMH_ENOMEM;
     }
+    /* the arch plugin's params as it knows them: sinks from ABI 1.10 on */
+    lmh_attn_params ap = {0};
+    memcpy(&ap, p, e->arch_p->info->abi_minor >= 10 ? sizeof ap : offsetof(lmh_attn_params, sinks));
+    if (ap.sinks) {
+        const plugin *bp = sl->plugin;
+        if (bp->info->abi_minor < 10) {
+            fwd_failf(f,
+                      "layer %d has attention sinks, which backend %s (plugin ABI 1.%u) "
+                      "cannot run (ABI 1.10 added them)",
+                      layer, bp->info->name, bp->info->abi_minor);
+            return LMH_EUNSUPPORTED;
+        }
+        if (lmh_nelem(ap.sinks) != q->ne[1] || ap.sinks->dtype != LMH_F32) {
+            fwd_failf(f, "layer %d: attention sinks must be f32 [%lld] (one a head)", layer,
+                      (long long)q->ne[1]);
+            return LMH_ESHAPE;
+        }
+        if (!(ap.sinks = pl_on(e->slots, HT(ap.sinks), s, 0))) {
+            fwd_failf(f, "out of backend memory for attention sinks");
+            return LMH_ENOMEM;
+        }
+        for (int i = 0; i < f->n_segs; i++) {
+            const plugin *cp = e->caches[f->segs[i].ci].spec.p;
+            if (cp->info->abi_minor < 10) {
+                fwd_failf(f,
+                          "layer %d has attention sinks, which cache plugin %s (plugin ABI "
+                          "1.%u) cannot apply (ABI 1.10 added them); use a newer build",
+                          layer, cp->info->name, cp->info->abi_minor);
+                return LMH_EUNSUPPORTED;
+            }
+        }
+    }
+    p = &ap;
     int32_t ll = e->local[s][layer];
     /* Each sequence's rows go to its own entry of its own cache (a step may mix caches):
      * every sequence's append first, then every attend, so that a backend may run the
@@ -1023,6 +1134,7 @@ const lmh_host_api host_api = {
     .fwd_attention = host_fwd_attention,
     .declare_recurrent = host_declare_recurrent,
     .fwd_recurrent = host_fwd_recurrent,
+    .weight_transposed = host_weight_transposed,
 };
 
 /* ---- engine ------------------------------------------------------------------------ */

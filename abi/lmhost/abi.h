@@ -336,6 +336,14 @@ struct lmh_host_api {
      * sequence's state buffer `buf` of `layer` (the cache plugin's), in order, and leave
      * it updated. Rows of the op's row operands and dst are the pass's rows. */
     int (*fwd_recurrent)(lmh_fwd *f, int32_t layer, int32_t buf, const struct lmh_op *op);
+
+    /* (ABI 1.10) check abi_minor >= 10 (or size) before calling. Like weight(), for a
+     * float (f32, f16, bf16) checkpoint tensor stored input-major, [.., in, out] (fused
+     * experts saved as [E, in, out]): it comes back with its last two dimensions swapped,
+     * [.., out, in], the layout matmul and moe_matmul take; ne (ndim > 0) is that swapped
+     * shape. Any other dtype, MLX-quantized included, is an error (fail()). */
+    lmh_tensor *(*weight_transposed)(lmh_load_ctx *ld, int32_t layer, const char *name,
+                                     int32_t ndim, const int64_t *ne);
 };
 
 /* Pseudo layer indices for placement of tensors outside the layer stack. */

@@ -61,7 +61,12 @@ typedef enum lmh_op_code {
      *     row j holds the largest position pk < p.i[4] with pk % R == j.
      * p.i[2] window: key at position pk is visible to a query at pq iff pk <= pq and
      * (window == 0 or pq - pk < window). p.f[0]: logit scale; p.f[1]: soft-cap c
-     * (logits become c * tanh(logit / c)), 0 for none. */
+     * (logits become c * tanh(logit / c)), 0 for none.
+     * (ABI 1.10) p.i[5] & LMH_ATTN_SINKS: src_more[0] is f32 [heads], a per-head sink logit
+     * s that joins each softmax's denominator but not its sum of values:
+     *   out = sum_j e^(l_j - m) v_j / (sum_j e^(l_j - m) + e^(s - m)), m = max(l_j, s),
+     * and a row that sees no key gets zeros. Older backends ignore p.i[5]: the host hands
+     * sinks only to caches on backends built with 1.10 on. */
     LMH_OP_ATTENTION = 11,
     /* dst = p.f[0] * tanh(src0 / p.f[0]): final-logit soft-capping. */
     LMH_OP_SOFTCAP = 12,
@@ -145,6 +150,11 @@ typedef enum lmh_op_code {
      *   S = exp(g) S,  S += k (beta (v - S^T k))^T,  o = S^T q.
      * A backend may run a chunked form for many rows: same result within f32 rounding. */
     LMH_OP_DELTA_RULE = 24,
+    /* (ABI 1.10) gpt-oss's clamped SwiGLU over a fused gate_up whose columns interleave:
+     * src0 f32 [rows, 2d], gate at even columns, up at odd; dst f32 [rows, d]. With
+     * g = min(gate, limit), u = clamp(up, -limit, limit):
+     *   dst = (u + 1) * g * sigmoid(alpha * g),  p.f[0] alpha (1.702), p.f[1] limit. */
+    LMH_OP_SWIGLU_OAI = 25,
     LMH_OP_COUNT
 } lmh_op_code;
 
@@ -164,6 +174,9 @@ enum {
 
 /* LMH_OP_MATMUL's p.i[0] flags (ABI 1.9) */
 #define LMH_MATMUL_EXACT 1
+
+/* LMH_OP_ATTENTION's p.i[5] flags (ABI 1.10) */
+#define LMH_ATTN_SINKS 1 /* src_more[0]: per-head sink logits */
 
 #define LMH_OP_MAX_SRC      4
 #define LMH_OP_MAX_OPERANDS 8 /* src[] and, for the ops of ABI 1.7 on, src_more[] */
@@ -197,6 +210,11 @@ static inline void lmh_op_set_src(lmh_op *op, int i, lmh_tensor *t) {
         op->src[i] = t;
     else if (i >= LMH_OP_MAX_SRC && i < LMH_OP_MAX_OPERANDS)
         op->src_more[i - LMH_OP_MAX_SRC] = t;
+}
+
+/* (ABI 1.10) LMH_OP_ATTENTION's sinks operand (src_more[0] under LMH_ATTN_SINKS), or NULL. */
+static inline lmh_tensor *lmh_op_attn_sinks(const lmh_op *op) {
+    return op->code == LMH_OP_ATTENTION && (op->p.i[5] & LMH_ATTN_SINKS) ? op->src_more[0] : NULL;
 }
 
 /* The recurrent ops' state operand: its index, or -1 for ops that keep no state. */
@@ -235,7 +253,8 @@ static inline const char *lmh_op_name(lmh_op_code c) {
         "mul",         "scale",     "swiglu",       "geglu",     "rope",
         "copy",        "attention", "softcap",      "moe_route", "moe_matmul",
         "moe_combine", "transpose", "sigmoid_gate", "argmax",    "cols",
-        "unary",       "conv1d",    "ssm_scan",     "ssd_scan",  "delta_rule"};
+        "unary",       "conv1d",    "ssm_scan",     "ssd_scan",  "delta_rule",
+        "swiglu_oai"};
     return (unsigned)c < LMH_OP_COUNT ? names[c] : "?";
 }
 
@@ -244,6 +263,9 @@ typedef struct lmh_attn_params {
     float scale;    /* logit scale, usually 1/sqrt(head_dim) */
     float softcap;  /* 0: none */
     int32_t window; /* sliding window in positions, 0: none */
+    /* (ABI 1.10) f32 [heads] per-head sink logits (LMH_OP_ATTENTION's), a weight of the
+     * layer; NULL: none. Read only from plugins built with 1.10 on. */
+    lmh_tensor *sinks;
 } lmh_attn_params;
 
 #ifdef __cplusplus

@@ -534,6 +534,16 @@ static void do_elementwise(void *arg, int64_t i0, int64_t i1, int w) {
         for (int64_t i = i0; i < i1; i++) y[i] = c * tanhf(a[i] / c);
         break;
     }
+    case LMH_OP_SWIGLU_OAI: { /* rows of interleaved (gate, up) pairs */
+        const float alpha = op->p.f[0], lim = op->p.f[1];
+        for (int64_t i = i0; i < i1; i++) {
+            float g = a[2 * i], u = a[2 * i + 1];
+            g = g < lim ? g : lim;
+            u = u < -lim ? -lim : u > lim ? lim : u;
+            y[i] = (u + 1.0f) * (g / (1.0f + expf(-alpha * g)));
+        }
+        break;
+    }
     default:
         break;
     }
@@ -647,6 +657,7 @@ typedef struct attn_job {
     const int64_t *first;                 /* row r's first chunk (lo / ATT_CHUNK) */
     const int64_t *off; /* row r's partials start at off[r] * kvh (split mode), off[n] in all */
     float *part;        /* split mode: every partial */
+    const float *sinks; /* [heads] sink logits (LMH_ATTN_SINKS) or NULL */
     float *wbuf; /* per worker: kvs (1 per row) x group x ATT_CHUNK scores, then (per-row mode)
                   * ATT_ROWS x max_nc partials */
     int64_t wper;
@@ -769,6 +780,9 @@ static void attn_merge(const attn_job *a, int64_t r, int64_t h, const float *par
         const float *m = parts + c * stride + G * dv;
         if (m[hg] > M) M = m[hg];
     }
+    /* a sink joins the denominator only, after the chunks (the same order in any batch) */
+    const float sink = a->sinks ? a->sinks[h] : -INFINITY;
+    if (sink > M) M = sink;
     float L = 0;
     for (int64_t c = 0; c < nc; c++) {
         const float *pc = parts + c * stride, *m = pc + G * dv, *l = m + G;
@@ -776,6 +790,7 @@ static void attn_merge(const attn_job *a, int64_t r, int64_t h, const float *par
         L += l[hg] * w;
         a->k->axpy_f32(out, w, pc + hg * dv, dv);
     }
+    if (a->sinks) L += expf(sink - M);
     const float inv = 1.0f / L;
     for (int64_t i = 0; i < dv; i++) out[i] *= inv;
 }
@@ -871,6 +886,8 @@ static int attention(lmh_backend *b, const lmh_op *op) {
                   .dv = op->src[2]->ne[2]};
     a.group = a.heads / a.kvh;
     a.ps = a.group * (a.dv + 2);
+    const lmh_tensor *sinks = lmh_op_attn_sinks(op);
+    a.sinks = sinks ? (const float *)DATA(sinks) : NULL;
     const int64_t n = q->ne[0];
     const int th = cpu_pool_threads(b->pool);
     const int32_t *qpos = (const int32_t *)DATA(op->src[3]);
@@ -1380,6 +1397,11 @@ static int check_op(const lmh_op *op) {
         if (a->dtype != LMH_F32 || d->dtype != LMH_F32) break;
         if (op->code == LMH_OP_SOFTCAP && !(op->p.f[0] > 0)) return LMH_EINVAL;
         return lmh_nelem(a) == lmh_nelem(d) ? LMH_OK : LMH_ESHAPE;
+    case LMH_OP_SWIGLU_OAI:
+        if (a->dtype != LMH_F32 || d->dtype != LMH_F32) break;
+        if (!(op->p.f[1] > 0) || !isfinite(op->p.f[0])) return LMH_EINVAL;
+        return lmh_inner(a) == 2 * lmh_inner(d) && lmh_nelem(a) == 2 * lmh_nelem(d) ? LMH_OK
+                                                                                    : LMH_ESHAPE;
     case LMH_OP_SWIGLU:
     case LMH_OP_GEGLU:
         if (a->dtype != LMH_F32 || d->dtype != LMH_F32 || (b && b->dtype != LMH_F32)) break;
@@ -1422,6 +1444,11 @@ static int check_op(const lmh_op *op) {
         if (op->p.i[0] < 0 || op->p.i[0] > K->ne[0] || op->p.i[2] < 0 || op->p.i[3] < 0 ||
             (op->p.i[3] > 0 && (op->p.i[3] > K->ne[0] || op->p.i[4] < op->p.i[0])))
             return LMH_EINVAL;
+        if (op->p.i[5] & ~LMH_ATTN_SINKS) return LMH_EINVAL;
+        const lmh_tensor *sk = lmh_op_attn_sinks(op);
+        if ((op->p.i[5] & LMH_ATTN_SINKS) &&
+            (!sk || sk->dtype != LMH_F32 || lmh_nelem(sk) != a->ne[1]))
+            return LMH_ESHAPE;
         return LMH_OK;
     }
     case LMH_OP_MOE_ROUTE:
@@ -1525,6 +1552,7 @@ static int cpu_enqueue(lmh_backend *b, const lmh_op *op) {
     case LMH_OP_SCALE:
     case LMH_OP_SWIGLU:
     case LMH_OP_GEGLU:
+    case LMH_OP_SWIGLU_OAI:
     case LMH_OP_SOFTCAP: {
         int64_t n = lmh_nelem(op->dst);
         cpu_pool_run(b->pool, n, grain_for(n, th, 4096), do_elementwise, &j);
@@ -1746,10 +1774,10 @@ static int cpu_kernel_run(lmh_backend *b, lmh_kernel *k, const lmh_kernel_call *
 static const char *const weight_dtypes[] = {"f32", "f16", "bf16", "q2",    "q3", "q4",
                                             "q5",  "q6",  "q8",   "mxfp4", NULL};
 static const char *const ops[] = {
-    "get_rows",    "matmul",       "rms_norm",   "add",       "mul",     "scale",     "swiglu",
-    "geglu",       "rope",         "copy",       "attention", "softcap", "moe_route", "moe_matmul",
-    "moe_combine", "sigmoid_gate", "transpose",  "argmax",    "cols",    "unary",     "conv1d",
-    "ssm_scan",    "ssd_scan",     "delta_rule", NULL};
+    "get_rows",    "matmul",       "rms_norm",   "add",        "mul",     "scale",     "swiglu",
+    "geglu",       "rope",         "copy",       "attention",  "softcap", "moe_route", "moe_matmul",
+    "moe_combine", "sigmoid_gate", "transpose",  "argmax",     "cols",    "unary",     "conv1d",
+    "ssm_scan",    "ssd_scan",     "delta_rule", "swiglu_oai", NULL};
 
 static const lmh_backend_api api = {
     .size = sizeof(lmh_backend_api),

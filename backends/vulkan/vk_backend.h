@@ -195,11 +195,12 @@ typedef struct vk_range {
 } vk_range;
 
 /* An op held by vk_fuse.c to run with the next sequences' (one dispatch: decode attention,
- * cache appends), with copies of its tensors (dst, src0..src3 where it has them). */
-#define VK_SEQ_KEY (1 + VK_NSPEC + 8) /* words of vk_seq_key's key */
+ * cache appends), with copies of its tensors (dst, src0..src3 where it has them, then an
+ * attention's sinks). */
+#define VK_SEQ_KEY (1 + VK_NSPEC + 8 + 4) /* words of vk_seq_key's key (4: the sinks) */
 typedef struct vk_held_seq {
     lmh_op op;
-    vk_tensor t[5];
+    vk_tensor t[6];
     uint32_t key[VK_SEQ_KEY];
 } vk_held_seq;
 

@@ -145,6 +145,8 @@ static void settle_op(lmh_backend *b, const lmh_op *op, int skip) {
             if (writes_src(op, k)) wr[nw++] = VT(t);
         }
     }
+    const lmh_tensor *sinks = lmh_op_attn_sinks(op); /* (ABI 1.10) past src[] */
+    if (sinks) rd[nr++] = VT(sinks);
     settle(b, rd, nr, wr, nw, 1, skip);
 }
 
@@ -288,6 +290,7 @@ static lmh_op seq_op(vk_held_seq *h) {
     lmh_op o = h->op;
     o.dst = &h->t[0].t;
     for (int k = 0; k < 4; k++) o.src[k] = h->op.src[k] ? &h->t[k + 1].t : NULL;
+    if (lmh_op_attn_sinks(&h->op)) o.src_more[0] = &h->t[5].t;
     return o;
 }
 
@@ -375,13 +378,18 @@ static int hold_seq(lmh_backend *b, const lmh_op *op, const uint32_t key[VK_SEQ_
             h->t[k].owned = 0;
             hrng_add(b, k, VT(ts[k]));
         }
+    const lmh_tensor *sinks = lmh_op_attn_sinks(op);
+    if (sinks) {
+        h->t[5] = *VT(sinks);
+        h->t[5].owned = 0;
+    }
     return LMH_OK;
 }
 
 /* a held op's tensor lives in allocation a */
 static int seqs_use(const lmh_backend *b, const vk_alloc *a) {
     for (int i = 0; i < b->nhseq; i++)
-        for (int k = 0; k < 5; k++)
+        for (int k = 0; k < 6; k++)
             if (b->hseq[i].t[k].a == a) return 1;
     return 0;
 }

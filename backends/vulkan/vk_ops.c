@@ -4,6 +4,7 @@
 #include "recurrent_check.h"
 #include "vk_backend.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,7 +17,8 @@ enum {
     ELT_GEGLU,
     ELT_SOFTCAP,
     ELT_SIGMOID_GATE,
-    ELT_UNARY
+    ELT_UNARY,
+    ELT_SWIGLU_OAI
 };
 
 #define MATVEC_MAXR     4 /* rows the matrix-vector kernels hold at most (matvec8: 8) */
@@ -123,6 +125,11 @@ static int check_semantics(const lmh_op *op) {
         if (a->dtype != LMH_F32 || d->dtype != LMH_F32) break;
         if (op->code == LMH_OP_SOFTCAP && !(op->p.f[0] > 0)) return LMH_EINVAL;
         return lmh_nelem(a) == lmh_nelem(d) ? LMH_OK : LMH_ESHAPE;
+    case LMH_OP_SWIGLU_OAI: /* (ABI 1.10) */
+        if (a->dtype != LMH_F32 || d->dtype != LMH_F32) break;
+        if (!(op->p.f[1] > 0) || !isfinite(op->p.f[0])) return LMH_EINVAL;
+        return lmh_inner(a) == 2 * lmh_inner(d) && lmh_nelem(a) == 2 * lmh_nelem(d) ? LMH_OK
+                                                                                    : LMH_ESHAPE;
     case LMH_OP_SWIGLU:
     case LMH_OP_GEGLU:
         if (a->dtype != LMH_F32 || d->dtype != LMH_F32 || (b && b->dtype != LMH_F32)) break;
@@ -165,6 +172,11 @@ static int check_semantics(const lmh_op *op) {
         if (op->p.i[0] < 0 || op->p.i[0] > K->ne[0] || op->p.i[2] < 0 || op->p.i[3] < 0 ||
             (op->p.i[3] > 0 && (op->p.i[3] > K->ne[0] || op->p.i[4] < op->p.i[0])))
             return LMH_EINVAL;
+        if (op->p.i[5] & ~LMH_ATTN_SINKS) return LMH_EINVAL;
+        const lmh_tensor *sk = lmh_op_attn_sinks(op); /* (ABI 1.10) */
+        if ((op->p.i[5] & LMH_ATTN_SINKS) &&
+            (!sk || sk->dtype != LMH_F32 || lmh_nelem(sk) != a->ne[1]))
+            return LMH_ESHAPE;
         return LMH_OK;
     }
     case LMH_OP_MOE_ROUTE:
@@ -267,7 +279,8 @@ int vk_check_op(lmh_backend *b, const lmh_op *op) {
     const int nsrc = lmh_op_n_src(op->code);
     const lmh_tensor *all[1 + LMH_OP_MAX_OPERANDS] = {op->dst};
     for (int i = 0; i < nsrc; i++) all[1 + i] = lmh_op_src(op, i);
-    for (int i = 0; i < 1 + nsrc; i++)
+    if (op->code == LMH_OP_ATTENTION) all[1 + LMH_OP_MAX_SRC] = lmh_op_attn_sinks(op);
+    for (int i = 0; i < 1 + LMH_OP_MAX_OPERANDS; i++)
         if (all[i] &&
             ((!lmh_dtype_is_packed(all[i]->dtype) && lmh_nelem(all[i]) >= ((int64_t)1 << 31)) ||
              !vk_bindable(b, all[i])))
@@ -697,14 +710,15 @@ int vk_rms_norm(lmh_backend *b, const lmh_op *op, const lmh_op *add, const lmh_o
 static int op_eltwise(lmh_backend *b, const lmh_op *op) {
     const lmh_tensor *a = op->src[0], *s1 = op->src[1];
     int64_t n = lmh_nelem(op->dst);
-    uint32_t kind = op->code == LMH_OP_ADD       ? ELT_ADD
-                    : op->code == LMH_OP_MUL     ? ELT_MUL
-                    : op->code == LMH_OP_SCALE   ? ELT_SCALE
-                    : op->code == LMH_OP_SWIGLU  ? ELT_SWIGLU
-                    : op->code == LMH_OP_GEGLU   ? ELT_GEGLU
-                    : op->code == LMH_OP_SOFTCAP ? ELT_SOFTCAP
-                    : op->code == LMH_OP_UNARY   ? ELT_UNARY
-                                                 : ELT_SIGMOID_GATE;
+    uint32_t kind = op->code == LMH_OP_ADD          ? ELT_ADD
+                    : op->code == LMH_OP_MUL        ? ELT_MUL
+                    : op->code == LMH_OP_SCALE      ? ELT_SCALE
+                    : op->code == LMH_OP_SWIGLU     ? ELT_SWIGLU
+                    : op->code == LMH_OP_GEGLU      ? ELT_GEGLU
+                    : op->code == LMH_OP_SOFTCAP    ? ELT_SOFTCAP
+                    : op->code == LMH_OP_UNARY      ? ELT_UNARY
+                    : op->code == LMH_OP_SWIGLU_OAI ? ELT_SWIGLU_OAI
+                                                    : ELT_SIGMOID_GATE;
     int uses_b = kind == ELT_ADD || kind == ELT_MUL || kind == ELT_SIGMOID_GATE ||
                  ((kind == ELT_SWIGLU || kind == ELT_GEGLU) && s1);
     vk_dispatch x = {.shader = VK_SH_ELTWISE, .spec = {256, kind}, .writes = 1};
@@ -719,7 +733,9 @@ static int op_eltwise(lmh_backend *b, const lmh_op *op) {
     if (kind == ELT_SIGMOID_GATE && lmh_nelem(s1) == lmh_nelem(a)) x.pc[8] = 1;
     x.pc[9] = (kind == ELT_SWIGLU || kind == ELT_GEGLU) && !s1;
     x.pc[10] = fbits(op->p.f[0]);
-    x.pc[11] = kind == ELT_UNARY ? (uint32_t)op->p.i[0] : 0;
+    x.pc[11] = kind == ELT_UNARY        ? (uint32_t)op->p.i[0]
+               : kind == ELT_SWIGLU_OAI ? fbits(op->p.f[1]) /* the limit */
+                                        : 0;
     grid(&x, cdiv((uint64_t)n, 256));
     return vk_record(b, &x);
 }
@@ -894,7 +910,7 @@ static int attn_decode_shape(const lmh_backend *b, const lmh_op *op, uint32_t *t
     if (n * ept > 64) return 0;
     uint32_t kp = ATTN_DEC_WG / t;
     /* its shared memory: the key groups' (max, sum, acc[d]), the splits' (max, sum), red4 */
-    if (4u * (kp * n * ((uint32_t)d + 2) + 2 * n * ATTN_DEC_MAXS + 4 * ATTN_DEC_WG + 1) >
+    if (4u * (kp * n * ((uint32_t)d + 2) + 2 * n * ATTN_DEC_MAXS + n + 4 * ATTN_DEC_WG + 1) >
         b->max_shared)
         return 0;
     *tpk = t;
@@ -974,6 +990,10 @@ static void attn_plan_make(lmh_backend *b, const lmh_op *op, attn_plan *pl) {
     x.pc[16] = nsplit;
     x.pc[17] = fbits(op->p.f[0]);
     x.pc[18] = fbits(op->p.f[1]);
+    /* pc[19]: the counters' offset (the caller's); pc[20]: the sinks' (ABI 1.10), 1 + it */
+    const lmh_tensor *sinks = lmh_op_attn_sinks(op);
+    x.bind[7] = sinks ? VT(sinks) : NULL;
+    x.pc[20] = sinks ? 1 + vk_elem_off(b, VT(sinks)) : 0;
     x.groups[0] = qblocks;
     x.groups[1] = (uint32_t)kvh;
     x.groups[2] = nsplit;
@@ -995,7 +1015,7 @@ static vk_tensor *attn_counters(lmh_backend *b) {
 static int op_attention(lmh_backend *b, const lmh_op *op) {
     attn_plan pl;
     attn_plan_make(b, op, &pl);
-    vk_dispatch x = pl.x;
+    vk_dispatch x = pl.x; /* the sinks bound (7) by the plan */
     x.bind[0] = VT(op->dst);
     x.bind[1] = VT(op->src[0]);
     x.bind[2] = VT(op->src[1]);
@@ -1052,6 +1072,15 @@ int vk_seq_key(lmh_backend *b, const lmh_op *op, uint32_t key[VK_SEQ_KEY]) {
     static const int same_pc[8] = {5, 6, 7, 8, 9, 12, 17, 18};
     memcpy(key + 1, pl.x.spec, sizeof pl.x.spec);
     for (int i = 0; i < 8; i++) key[1 + VK_NSPEC + i] = pl.x.pc[same_pc[i]];
+    /* and the same sinks (one binding for all): their memory and offset */
+    const lmh_tensor *sinks = lmh_op_attn_sinks(op);
+    if (sinks) {
+        uint64_t a = (uint64_t)(uintptr_t)VT(sinks)->a;
+        key[1 + VK_NSPEC + 8] = 1;
+        key[1 + VK_NSPEC + 9] = (uint32_t)a;
+        key[1 + VK_NSPEC + 10] = (uint32_t)(a >> 32);
+        key[1 + VK_NSPEC + 11] = (uint32_t)VT(sinks)->off;
+    }
     return 1;
 }
 
@@ -1573,6 +1602,7 @@ int vk_enqueue_op(lmh_backend *b, const lmh_op *op) {
     case LMH_OP_GEGLU:
     case LMH_OP_SOFTCAP:
     case LMH_OP_SIGMOID_GATE:
+    case LMH_OP_SWIGLU_OAI:
         return op_eltwise(b, op);
     case LMH_OP_ROPE:
         return op_rope(b, op);

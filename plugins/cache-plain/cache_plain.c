@@ -26,7 +26,8 @@ struct lmh_cache {
     int32_t max_len;
     kv_seqs t;
     uint64_t bytes;
-    uint64_t read; /* bytes_read() */
+    uint64_t read;       /* bytes_read() */
+    uint32_t host_minor; /* the host's ABI minor: attention sinks from 1.10 on */
 };
 
 static const char *const formats[] = {"f32", "f16", NULL};
@@ -50,7 +51,6 @@ static uint64_t v_row_bytes(const lmh_cache *c, int32_t l) {
 
 static int create(const lmh_host_api *host, const lmh_backend_api *be, lmh_backend *b,
                   const lmh_cache_config *cfg, lmh_cache **out, char *err, size_t err_len) {
-    (void)host;
     lmh_dtype dt = LMH_F32;
     if (cfg->format && strcmp(cfg->format, "f16") == 0)
         dt = LMH_F16;
@@ -78,6 +78,7 @@ static int create(const lmh_host_api *host, const lmh_backend_api *be, lmh_backe
     }
     memcpy(c->layers, cfg->layers, (size_t)cfg->n_layers * sizeof *c->layers);
     c->be = be;
+    c->host_minor = host ? host->abi_minor : 0;
     c->b = b;
     c->dtype = dt;
     c->n_layers = cfg->n_layers;
@@ -232,6 +233,12 @@ static int attend(lmh_cache *c, uint64_t id, int32_t l, lmh_tensor *q, lmh_tenso
     op.p.i[4] = kv->pos;
     op.p.f[0] = p->scale;
     op.p.f[1] = p->softcap;
+    /* (ABI 1.10) a host built earlier passes params without sinks */
+    lmh_tensor *sinks = c->host_minor >= 10 ? p->sinks : NULL;
+    if (sinks) {
+        op.p.i[5] = LMH_ATTN_SINKS;
+        op.src_more[0] = sinks;
+    }
     int rc = c->be->enqueue(c->b, &op);
     if (rc == LMH_OK) c->read += layer_bytes(c, l, kv_rows_seen(kv, (int32_t)q->ne[0], p->window));
     return rc;

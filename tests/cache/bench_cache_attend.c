@@ -126,7 +126,7 @@ int main(int argc, char **argv) {
     die_if(be->upload(b, k1, 0, buf, row * 4), "upload");
     die_if(be->upload(b, v1, 0, buf + row, row * 4), "upload");
     die_if(be->upload(b, q, 0, buf, (size_t)heads * hd * 4), "upload");
-    lmh_attn_params ap = {(float)(1.0 / sqrt((double)hd)), 0, 0};
+    lmh_attn_params ap = {.scale = (float)(1.0 / sqrt((double)hd))};
     float res[4];
     double t0 = 0;
     for (int s = 0; s < warm + steps; s++) {

@@ -353,7 +353,9 @@ static void run_backend(const char *name, const lmh_backend_api *be, lmh_backend
             lmh_tensor *qt = upload(be, b, LMH_F32, 3, qne, q),
                        *pt = upload(be, b, LMH_I32, 1, one, qp),
                        *ot = be->tensor_new(b, LMH_F32, 3, one_out, 0);
-            lmh_attn_params ap = {(float)(1.0 / sqrt((double)d)), y->softcap, y->st.window};
+            lmh_attn_params ap = {.scale = (float)(1.0 / sqrt((double)d)),
+                                  .softcap = y->softcap,
+                                  .window = y->st.window};
             if (rc == LMH_OK) rc = g_cache->attend(c, id, l, qt, pt, ot, &ap);
             size_t no = (size_t)n * y->heads * dv;
             float *got = malloc(no * sizeof(float));

@@ -177,7 +177,7 @@ static void run_setting(const char *name, const lmh_backend_api *be, lmh_backend
           *v = malloc((size_t)most * row * sizeof(float));
     res->att = malloc((size_t)n_steps * heads * hd * sizeof(float));
     res->n_att = 0;
-    lmh_attn_params ap = {(float)(1.0 / sqrt((double)hd)), S->softcap, 0};
+    lmh_attn_params ap = {.scale = (float)(1.0 / sqrt((double)hd)), .softcap = S->softcap};
     for (int si = 0; si < n_steps; si++) {
         int n = steps[si] % APPEND_ONLY, only_append = steps[si] >= APPEND_ONLY;
         float *kn = malloc((size_t)n * row * sizeof(float)),

@@ -205,6 +205,7 @@ void main() {
         uint row = query_row(qi);
         if (pc.nsplit == 1u) {
             float L = l_s[q];
+            if (L > 0.0) L += sink_term(row, m_s[q]);
             [[unroll]] for (uint j = 0; j < DPT; j++) {
                 uint dim = l + j * WG;
                 if (dim < pc.dv)
@@ -251,6 +252,7 @@ void main() {
                     M = mn;
                 }
             }
+            if (L > 0.0) L += sink_term(row, M);
             D[pc.od + row * pc.dv + dim] = floatBitsToUint(L > 0.0 ? o / L : 0.0);
         }
     }

@@ -203,9 +203,12 @@ void main() {
         barrier(); // every subgroup is done with the tiles before the next ones
     }
 
-    // the outputs over the rows' sums (0 for a row that saw no key), through the staging area
+    // the outputs over the rows' sums (0 for a row that saw no key) and a sink's share
+    // against the same max m, through the staging area
     [[unroll]] for (uint r = 0; r < 16u; r++) {
         float L = subgroupAdd(lpart[r]);
+        uint qi = q0 + sg * 16u + r;
+        if (L > 0.0 && qi < pc.nq) L += sink_term(query_row(qi), m[r]);
         if (lane == r) row_s[sg * 16u + r] = L > 0.0 ? 1.0 / L : 0.0;
     }
     [[unroll]] for (uint j = 0; j < QD / 16u; j++) {

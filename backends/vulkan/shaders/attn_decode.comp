@@ -90,7 +90,7 @@ const uint SP = WG > NO ? WG / NO : 1u;   // threads an output's split merge is 
 
 shared float cm[KP * BQ], cl[KP * BQ];
 shared float cacc[KP * BQ * QD];
-shared float wm[BQ * MAXS], wl[BQ * MAXS];
+shared float wm[BQ * MAXS], wl[BQ * MAXS], wmax[BQ];
 shared vec4 red4[WG];
 // after the kernel's own shared arrays (its last_s was last before too)
 #include "attn_split.glsl"
@@ -251,6 +251,7 @@ void main() {
         }
         uint row = query_row(qi);
         if (S_NSPLIT == 1u) {
+            if (L > 0.0) L += sink_term(row, M);
             D[S_OD + row * QD + dim] = floatBitsToUint(L > 0.0 ? o / L : 0.0);
         } else {
             uint pb = S_PBASE + (row * S_NSPLIT + z) * STRIDE;
@@ -283,6 +284,7 @@ void main() {
         float M = MASKED, ms = wm[q * MAXS + s];
         for (uint k = 0; k < S_NSPLIT; k++) M = max(M, wm[q * MAXS + k]);
         w = ms <= -1.0e38 ? 0.0 : exp(ms - M);
+        if (s == 0u) wmax[q] = M; // the sinks' reference
     }
     barrier();
     if (lid < BQ * S_NSPLIT) wm[lid / S_NSPLIT * MAXS + lid % S_NSPLIT] = w;
@@ -308,6 +310,7 @@ void main() {
             for (uint k = 1; k < SP; k++) r += red4[k * NO + lid];
             float L = 0.0;
             for (uint k = 0; k < S_NSPLIT; k++) L += wm[q * MAXS + k] * wl[q * MAXS + k];
+            if (L > 0.0) L += sink_term(query_row(qi), wmax[q]);
             r = L > 0.0 ? r / L : vec4(0.0);
             uint db = S_OD + query_row(qi) * QD + (ov - q * (QD / 4u)) * 4u;
             [[unroll]] for (uint e = 0; e < 4u; e++) D[db + e] = floatBitsToUint(r[e]);

@@ -24,7 +24,19 @@ layout(push_constant) uniform PC {
     float scale;
     float cap;
     uint ocnt; // this dispatch's counters in CNT: one per (query block, K/V head)
+    uint osink; // (ABI 1.10 sinks) 1 + the element offset of the sinks in binding 7; 0: none
 } pc;
+
+// per-head sink logits (ops.h LMH_ATTN_SINKS), one f32 a head
+layout(binding = 7) readonly buffer SINK_b { uint SINK[]; };
+
+// A sink's share of the softmax denominator of query row `row` (token row * heads + head),
+// against the max M its sum L was taken with: out = acc / (L + sink_term). Only for L > 0 (a
+// row that saw no key stays 0).
+float sink_term(uint row, float M) {
+    if (pc.osink == 0u) return 0.0;
+    return exp(uintBitsToFloat(SINK[pc.osink - 1u + row % pc.heads]) - M);
+}
 
 shared uint last_s;
 

@@ -2,8 +2,9 @@
 #extension GL_GOOGLE_include_directive : require
 // add, mul (src1 of dst's shape, of the innermost size, or one element; any float dtype),
 // scale, swiglu, geglu (src1 or the fused [gate | up] rows), softcap, sigmoid_gate (src1
-// one f32 per row, or of dst's shape with d = 1), unary (LMH_UNARY_* fn). One thread per
-// element of dst.
+// one f32 per row, or of dst's shape with d = 1), unary (LMH_UNARY_* fn), swiglu_oai (the
+// clamped SwiGLU of interleaved (gate, up) pairs: alpha f0, limit in fn's bits). One thread
+// per element of dst.
 layout(constant_id = 0) const uint WG = 256;
 layout(constant_id = 1) const uint OP = 0; // see VK_ELT_* in vk_ops.c
 layout(local_size_x_id = 0) in;
@@ -56,6 +57,11 @@ void main() {
         r = pc.f0 * tanh_safe(uintBitsToFloat(A[pc.oa + i]) / pc.f0);
     } else if (OP == 7u) {
         r = unary_f(pc.fn, uintBitsToFloat(A[pc.oa + i]));
+    } else if (OP == 8u) {
+        float lim = uintBitsToFloat(pc.fn);
+        float g = min(uintBitsToFloat(A[pc.oa + 2u * i]), lim);
+        float u = clamp(uintBitsToFloat(A[pc.oa + 2u * i + 1u]), -lim, lim);
+        r = (u + 1.0) * (g / (1.0 + exp(-pc.f0 * g)));
     } else {
         float g = uintBitsToFloat(B[pc.ob + i / pc.d]);
         r = uintBitsToFloat(A[pc.oa + i]) * (1.0 / (1.0 + exp(-g)));
