@@ -3,6 +3,7 @@
 
 usage: gen_mxfp4_fixture.py quantize SRC DST
        gen_mxfp4_fixture.py reference SRC DST OUT
+       gen_mxfp4_fixture.py dequantize SRC DST OUT
 
 quantize (plain Python, no numpy) reads the float fixture SRC (tests/data/models/gpt_oss:
 experts as transformers holds them, gate_up_proj [E, H, 2I] and down_proj [E, I, H], input
@@ -18,6 +19,9 @@ reference (torch + transformers, the device machine) builds SRC's float model wi
 experts replaced by DST's dequantized values (exact in f32; decoded here and by
 transformers' own convert_moe_packed_tensors where it has one, which must agree), runs
 SRC's prompt and writes OUT/reference.json and OUT/logits.npy in gen_fixtures.py's format.
+
+dequantize (plain Python) writes OUT: SRC's float model with DST's experts dequantized in
+SRC's layout, so that lmhost's float path can be compared with its MXFP4 path without torch.
 """
 import json
 import math
@@ -106,6 +110,44 @@ def quantize(src, dst):
     print(f"wrote {dst}: {off} bytes of tensors")
 
 
+def dequantize(src, dst, outdir):
+    """OUTDIR: SRC's float model with DST's experts dequantized (transformers' layout), a
+    float-path twin of the MXFP4 fixture for checks that need no torch."""
+    sh, sdata = read_st(os.path.join(src, "model.safetensors"))
+    mh, mdata = read_st(os.path.join(dst, "model.safetensors"))
+    os.makedirs(outdir, exist_ok=True)
+    out = bytearray()
+    hdr = {}
+    for name in sorted(k for k in sh if k != "__metadata__"):
+        t = sh[name]
+        raw = sdata[t["data_offsets"][0]:t["data_offsets"][1]]
+        if name + "_blocks" in mh:
+            b, sc = mh[name + "_blocks"], mh[name + "_scales"]
+            blocks = mdata[b["data_offsets"][0]:b["data_offsets"][1]]
+            scales = mdata[sc["data_offsets"][0]:sc["data_offsets"][1]]
+            E, nout, nb, _ = b["shape"]
+            nin = nb * 32
+            lut = E2M1 + [-x for x in E2M1]
+            w = array("f", bytes(4 * E * nin * nout))
+            for e in range(E):
+                for o in range(nout):
+                    r = e * nout + o
+                    for i in range(nin):
+                        byte = blocks[r * nin // 2 + i // 2]
+                        c = byte >> 4 if i % 2 else byte & 15
+                        w[(e * nin + i) * nout + o] = math.ldexp(lut[c], scales[r * nb + i // 32] - 127)
+            raw = w.tobytes()
+        hdr[name] = {"dtype": t["dtype"], "shape": t["shape"],
+                     "data_offsets": [len(out), len(out) + len(raw)]}
+        out += raw
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(os.path.join(outdir, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + out)
+    with open(os.path.join(src, "config.json")) as f, open(os.path.join(outdir, "config.json"), "w") as g:
+        g.write(f.read())
+
+
 def reference(src, dst, outdir):
     import numpy as np
     import torch
@@ -168,6 +210,8 @@ if __name__ == "__main__":
     a = sys.argv[1:]
     if len(a) == 3 and a[0] == "quantize":
         quantize(a[1], a[2])
+    elif len(a) == 4 and a[0] == "dequantize":
+        dequantize(a[1], a[2], a[3])
     elif len(a) == 4 and a[0] == "reference":
         reference(a[1], a[2], a[3])
     else:

@@ -91,6 +91,9 @@ static const cpu_q8act *q8_for(lmh_backend *b, const cpu_qmat *W, const float *x
                                cpu_q8act *a) {
     if (b->precision != LMH_PRECISION_FAST || !b->q8) return NULL;
     if (W->group != 32 && W->group != 64 && W->group != 128) return NULL;
+    /* microscaled weights: int8 activations only with a SIMD row function (the portable one
+     * is slower than the exact kernels) */
+    if (W->sb == CPU_Q_MX && !b->q8->rows_mx) return NULL;
     size_t need = cpu_q8_bytes(n, W->in, W->group);
     need = (need + 63) & ~(size_t)63;
     if (b->q8mem_bytes < need) {

@@ -130,7 +130,7 @@ typedef struct cpu_q8kernel {
     /* `rows` for microscaled matrices (sb CPU_Q_MX, activations in blocks of 32): the codes
      * as cpu_mx_lut2's integers, so isum is exact and a row is
      * y[o] = sum_g (2^(s - 128) d[g]) isum[o,g] in one fixed order. NULL: cpu_q8_matmul
-     * uses the portable one. */
+     * uses the portable one, and the backend keeps such matrices on the exact kernels. */
     cpu_q8_rows_fn rows_mx;
 } cpu_q8kernel;
 
