@@ -329,6 +329,7 @@ typedef struct qweight {
     int bits, group;
     int32_t ndim;
     int64_t ne[LMH_MAX_DIMS]; /* logical: the packed width times 32 / bits */
+    int mx;                   /* microscaled (mx_of): w the blocks, scales e8m0 bytes, no biases */
 } qweight;
 
 static int get_small_int(json_object *o, const char *key, int *out) {
@@ -451,10 +452,72 @@ static int quant_of(lmh_load_ctx *ld, const char *name, qweight *q) {
     return 1;
 }
 
+/* Whether checkpoint tensor `name` is stored as microscaled 4-bit blocks, name_blocks (u8
+ * [.., out, in / 32, 16]) with name_scales (u8 [.., out, in / 32]) beside it, config.json's
+ * "quantization_config" saying "quant_method": "mxfp4": 1 (q filled with the logical shape
+ * [.., out, in]), 0 (no such pair), or -1 after fail() for a malformed one. */
+static int mx_of(lmh_load_ctx *ld, const char *name, qweight *q) {
+    model_dir *md = ld->e->md;
+    size_t len = strlen(name);
+    if (len > 400) return 0;
+    char bn[416], sn[416];
+    snprintf(bn, sizeof bn, "%s_blocks", name);
+    snprintf(sn, sizeof sn, "%s_scales", name);
+    const st_tensor *bt = md_find(md, bn), *sc = md_find(md, sn);
+    if (!bt && !sc) return 0;
+    if (!bt || !sc) {
+        host_fail(ld, "microscaled tensor %s lacks %s", bt ? bn : sn, bt ? sn : bn);
+        return -1;
+    }
+    json_object *qc = cfg_lookup(md_config(md), "quantization_config");
+    json_object *qm = qc && json_object_is_type(qc, json_type_object)
+                          ? json_object_object_get(qc, "quant_method")
+                          : NULL;
+    if (!qm || !json_object_is_type(qm, json_type_string) ||
+        strcmp(json_object_get_string(qm), "mxfp4") != 0) {
+        host_fail(ld,
+                  "tensors %s and %s need config.json \"quantization_config\" with "
+                  "\"quant_method\": \"mxfp4\"",
+                  bn, sn);
+        return -1;
+    }
+    int same = bt->dtype == LMH_U8 && sc->dtype == LMH_U8 && (bt->ndim == 3 || bt->ndim == 4) &&
+               sc->ndim == bt->ndim - 1 && bt->ne[bt->ndim - 1] == 16;
+    for (int i = 0; same && i < sc->ndim; i++) same = sc->ne[i] == bt->ne[i] && sc->ne[i] > 0;
+    if (!same) {
+        char bs[128], ss[128];
+        shape_str(bs, sizeof bs, bt->ndim, bt->ne);
+        shape_str(ss, sizeof ss, sc->ndim, sc->ne);
+        host_fail(ld,
+                  "microscaled tensor %s: blocks %s (%s) and scales %s (%s) must be u8 "
+                  "[.., out, in/32, 16] and [.., out, in/32]",
+                  name, bs, lmh_dtype_name(bt->dtype), ss, lmh_dtype_name(sc->dtype));
+        return -1;
+    }
+    *q = (qweight){.w = bt, .scales = sc, .bits = 4, .group = 32, .ndim = sc->ndim, .mx = 1};
+    memcpy(q->ne, sc->ne, sizeof q->ne);
+    q->ne[sc->ndim - 1] = sc->ne[sc->ndim - 1] * 32;
+    return 1;
+}
+
+/* A packed weight of either kind: quant_of, then mx_of (whose X has no tensor of its own). */
+static int packed_of(lmh_load_ctx *ld, const char *name, qweight *q) {
+    int rc = quant_of(ld, name, q);
+    return rc ? rc : mx_of(ld, name, q);
+}
+
 static int host_weight_info(lmh_load_ctx *ld, const char *name, lmh_weight_info *out) {
     const st_tensor *t = md_find(ld->e->md, name);
-    if (!t) return LMH_ENOTFOUND;
     qweight q;
+    if (!t) {
+        int rc = mx_of(ld, name, &q);
+        if (rc < 0) return LMH_ETYPE;
+        if (!rc) return LMH_ENOTFOUND;
+        out->dtype = LMH_MXFP4;
+        out->ndim = q.ndim;
+        memcpy(out->ne, q.ne, sizeof out->ne);
+        return LMH_OK;
+    }
     int rc = quant_of(ld, name, &q);
     if (rc < 0) return LMH_ETYPE;
     out->dtype = rc ? lmh_quant_dtype(q.bits) : t->dtype;
@@ -561,19 +624,20 @@ static lmh_tensor *make_qweight(lmh_load_ctx *ld, int32_t layer, const qweight *
     int s = slot_of(e, layer);
     pl_slot *sl = &e->slots[s];
     if (sl->api->size < offsetof(lmh_backend_api, tensor_quant) + sizeof sl->api->tensor_quant ||
-        !sl->api->tensor_quant) {
-        host_fail(ld, "backend %s cannot run quantized weights (%s is %d-bit)",
-                  sl->plugin->info->name, name, q->bits);
+        !sl->api->tensor_quant || (q->mx && sl->plugin->info->abi_minor < 10)) {
+        host_fail(ld, "backend %s cannot run %s weights (%s)", sl->plugin->info->name,
+                  q->mx ? "microscaled 4-bit" : "quantized", name);
         return NULL;
     }
-    lmh_tensor *p = sl->api->tensor_quant(sl->b, lmh_quant_dtype(q->bits), q->group, q->ndim, q->ne,
-                                          (const uint32_t *)q->w->data, q->scales->dtype,
-                                          q->scales->data, q->biases->data);
+    size_t parts = (size_t)((q->w->end - q->w->begin) + (q->scales->end - q->scales->begin) +
+                            (q->biases ? q->biases->end - q->biases->begin : 0));
+    lmh_tensor *p =
+        sl->api->tensor_quant(sl->b, q->mx ? LMH_MXFP4 : lmh_quant_dtype(q->bits), q->group,
+                              q->ndim, q->ne, (const uint32_t *)q->w->data, q->scales->dtype,
+                              q->scales->data, q->biases ? q->biases->data : NULL);
     if (!p) {
-        host_fail(ld, "backend %s refused quantized tensor %s (%zu bytes; out of memory or layout)",
-                  sl->plugin->info->name, name,
-                  (size_t)((q->w->end - q->w->begin) + (q->scales->end - q->scales->begin) +
-                           (q->biases->end - q->biases->begin)));
+        host_fail(ld, "backend %s refused %s tensor %s (%zu bytes; out of memory or layout)",
+                  sl->plugin->info->name, q->mx ? "microscaled 4-bit" : "quantized", name, parts);
         return NULL;
     }
     htensor *t = track_weight(e, pl_adopt(p, s, 1));
@@ -585,17 +649,16 @@ static lmh_tensor *make_qweight(lmh_load_ctx *ld, int32_t layer, const qweight *
     t->pub.group = q->group;
     t->q = (pl_qsrc){.packed = (const uint32_t *)q->w->data,
                      .scales = q->scales->data,
-                     .biases = q->biases->data,
+                     .biases = q->biases ? q->biases->data : NULL,
                      .sb_dtype = q->scales->dtype};
-    e->weight_bytes += (q->w->end - q->w->begin) + (q->scales->end - q->scales->begin) +
-                       (q->biases->end - q->biases->begin);
+    e->weight_bytes += parts;
     return &t->pub;
 }
 
 static lmh_tensor *host_weight(lmh_load_ctx *ld, int32_t layer, const char *name, int32_t ndim,
                                const int64_t *ne) {
     qweight q;
-    int qr = quant_of(ld, name, &q);
+    int qr = packed_of(ld, name, &q);
     if (qr < 0) return NULL;
     if (qr) {
         int same = ndim <= 0 || q.ndim == ndim;
@@ -605,9 +668,9 @@ static lmh_tensor *host_weight(lmh_load_ctx *ld, int32_t layer, const char *name
             shape_str(want, sizeof want, ndim, ne);
             shape_str(have, sizeof have, q.ndim, q.ne);
             host_fail(ld,
-                      "shape mismatch for tensor %s: checkpoint has %s (quantized, %d-bit), "
+                      "shape mismatch for tensor %s: checkpoint has %s (%s, %d-bit), "
                       "config implies %s",
-                      name, have, q.bits, want);
+                      name, have, q.mx ? "microscaled" : "quantized", q.bits, want);
             return NULL;
         }
         return make_qweight(ld, layer, &q, name);

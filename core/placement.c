@@ -68,25 +68,30 @@ static void shape_of(const htensor *t, char *buf, size_t len) {
 /* A quantized weight on `slot`, made again from its checkpoint parts by that backend. */
 static int migrate_quant(pl_slot *slots, htensor *b, int slot, char *err, size_t err_len) {
     const lmh_backend_api *api = slots[slot].api;
-    int bits = lmh_quant_bits(b->pub.dtype);
-    char shape[96];
+    char kind[32], shape[96];
+    if (lmh_dtype_is_mxfp4(b->pub.dtype))
+        snprintf(kind, sizeof kind, "microscaled 4-bit");
+    else
+        snprintf(kind, sizeof kind, "%d-bit", lmh_quant_bits(b->pub.dtype));
     shape_of(b, shape, sizeof shape);
     if (!b->q.packed)
-        return errf(err, err_len, "a %d-bit quantized tensor %s has no host copy to move from",
-                    bits, shape);
+        return errf(err, err_len, "a %s quantized tensor %s has no host copy to move from", kind,
+                    shape);
     if (api->size < offsetof(lmh_backend_api, tensor_quant) + sizeof api->tensor_quant ||
-        !api->tensor_quant)
-        return errf(err, err_len, "backend %s cannot run quantized weights (a %d-bit tensor %s)",
-                    slot_name(slots, slot), bits, shape);
+        !api->tensor_quant ||
+        (lmh_dtype_is_mxfp4(b->pub.dtype) && slots[slot].plugin && slots[slot].plugin->info &&
+         slots[slot].plugin->info->abi_minor < 10))
+        return errf(err, err_len, "backend %s cannot run quantized weights (a %s tensor %s)",
+                    slot_name(slots, slot), kind, shape);
     if (!b->phys[slot])
         b->phys[slot] =
             api->tensor_quant(slots[slot].b, b->pub.dtype, b->pub.group, b->pub.ndim, b->pub.ne,
                               b->q.packed, b->q.sb_dtype, b->q.scales, b->q.biases);
     if (!b->phys[slot])
         return errf(err, err_len,
-                    "backend %s refused a %d-bit quantized tensor %s in groups of %d (out of "
+                    "backend %s refused a %s quantized tensor %s in groups of %d (out of "
                     "memory, or a layout it does not take)",
-                    slot_name(slots, slot), bits, shape, b->pub.group);
+                    slot_name(slots, slot), kind, shape, b->pub.group);
     b->valid |= 1u << slot;
     return 0;
 }
@@ -94,7 +99,7 @@ static int migrate_quant(pl_slot *slots, htensor *b, int slot, char *err, size_t
 /* Makes the base's copy on `slot` current: from the first slot that has one, through host
  * memory (both ends are sync points of their backends). */
 static int migrate(pl_slot *slots, htensor *b, int slot, char *err, size_t err_len) {
-    if (lmh_dtype_is_quant(b->pub.dtype)) return migrate_quant(slots, b, slot, err, err_len);
+    if (lmh_dtype_is_packed(b->pub.dtype)) return migrate_quant(slots, b, slot, err, err_len);
     size_t n = pl_bytes(b);
     int from = 0;
     while (from < PL_MAX_SLOTS && !(b->valid & (1u << from))) from++;
@@ -126,7 +131,7 @@ lmh_tensor *pl_on_why(pl_slot *slots, htensor *t, int slot, int overwrite, char 
                       size_t err_len) {
     htensor *b = root(t);
     if (!(b->valid & (1u << slot))) {
-        if (overwrite && b == t && !lmh_dtype_is_quant(b->pub.dtype)) {
+        if (overwrite && b == t && !lmh_dtype_is_packed(b->pub.dtype)) {
             if (!b->phys[slot])
                 b->phys[slot] = slots[slot].api->tensor_new(slots[slot].b, b->pub.dtype,
                                                             b->pub.ndim, b->pub.ne, 0);

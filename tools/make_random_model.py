@@ -3,7 +3,7 @@
 benchmarks (no download, no numpy: bytes come from os.urandom).
 
 usage: make_random_model.py OUT [--preset qwen3-0.6b|qwen3-1.7b|llama-2-7b|mixtral-2g|
-                                          granite-4.0-h-tiny]
+                                          granite-4.0-h-tiny|gpt-oss-20b]
                              [--layers N] [--vocab N] [--set KEY=N ...] [--mlx BITS[:GROUP]]
 
 --set overrides any integer of the preset's config (e.g. hidden_size=256 intermediate_size=256
@@ -15,6 +15,12 @@ and head too) as mlx-lm's quantized checkpoints hold them: random BITS-bit codes
 scales of the weights' magnitude and biases (default group 64), with no quantize step
 between (a 7B shape in seconds rather than minutes). The tokenizer is not written: `lmhost bench`
 feeds token ids directly.
+
+gpt-oss-20b writes the experts as the published gpt-oss checkpoints hold them, microscaled
+4-bit (MXFP4): mlp.experts.X_blocks uint8 [E, out, in/32, 16] of random e2m1 codes and
+X_scales uint8 [E, out, in/32] of e8m0 scales 2^-7 or 2^-6 (weights of the same spread),
+config.json's quantization_config saying mxfp4; everything else bf16 (biases and sinks
+too).
 """
 import json
 import os
@@ -62,7 +68,49 @@ PRESETS = {
                                embedding_multiplier=12.0, logits_scaling=6.0,
                                residual_multiplier=0.22, attention_multiplier=0.0078125,
                                tie_word_embeddings=True, hidden_act="silu"),
+    # gpt-oss-20b (OpenAI, gpt_oss): hidden 2880, 24 layers alternating sliding (128) and full
+    # attention, 64 query heads / 8 KV heads of 64 with sinks and q/k/v/o biases, 32 experts
+    # of 2880 (top 4, biased router, fused interleaved gate/up, clamped SwiGLU), YaRN x32,
+    # vocabulary 201088; experts MXFP4. About 12.8 GiB.
+    "gpt-oss-20b": dict(model_type="gpt_oss", architectures=["GptOssForCausalLM"],
+                        hidden_size=2880, num_hidden_layers=24, num_attention_heads=64,
+                        num_key_value_heads=8, head_dim=64, intermediate_size=2880,
+                        num_local_experts=32, num_experts_per_tok=4, experts_per_token=4,
+                        vocab_size=201088, max_position_embeddings=131072,
+                        initial_context_length=4096, rms_norm_eps=1e-5, rope_theta=150000.0,
+                        rope_scaling={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0,
+                                      "beta_slow": 1.0, "truncate": False,
+                                      "original_max_position_embeddings": 4096},
+                        sliding_window=128, swiglu_limit=7.0, attention_bias=True,
+                        tie_word_embeddings=False, hidden_act="silu",
+                        quantization_config={"quant_method": "mxfp4", "modules_to_not_convert": [
+                            "model.layers.*.self_attn", "model.layers.*.mlp.router",
+                            "model.embed_tokens", "lm_head"]}),
 }
+
+
+def gpt_oss_tensors(c):
+    """(name, shape, kind) with kind "norm", "weight", "blocks" or "e8m0"."""
+    H, L, V = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
+    nh, nkv, hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    E, I = c["num_local_experts"], c["intermediate_size"]
+    yield "model.embed_tokens.weight", [V, H], "weight"
+    for i in range(L):
+        p = f"model.layers.{i}."
+        yield p + "input_layernorm.weight", [H], "norm"
+        yield p + "post_attention_layernorm.weight", [H], "norm"
+        for x, o, n in (("q", nh * hd, H), ("k", nkv * hd, H), ("v", nkv * hd, H), ("o", H, nh * hd)):
+            yield p + f"self_attn.{x}_proj.weight", [o, n], "weight"
+            yield p + f"self_attn.{x}_proj.bias", [o], "weight"
+        yield p + "self_attn.sinks", [nh], "weight"
+        yield p + "mlp.router.weight", [E, H], "weight"
+        yield p + "mlp.router.bias", [E], "weight"
+        for x, o, n in (("gate_up_proj", 2 * I, H), ("down_proj", H, I)):
+            yield p + f"mlp.experts.{x}_blocks", [E, o, n // 32, 16], "blocks"
+            yield p + f"mlp.experts.{x}_scales", [E, o, n // 32], "e8m0"
+            yield p + f"mlp.experts.{x}_bias", [E, o], "weight"
+    yield "model.norm.weight", [H], "norm"
+    yield "lm_head.weight", [V, H], "weight"
 
 
 def granite_tensors(c):
@@ -144,6 +192,7 @@ LO_NORM = bytes((0x80 | (b & 0x7F)) for b in range(256))  # exponent 127: [1, 2)
 
 
 HI_SCALE = bytes([0x3B] * 256)  # positive, exponent 118/119: [2^-9, 2^-7), a code step
+E8M0_SCALE = bytes((120 + (b & 1)) for b in range(256))  # 2^-7 or 2^-6: e2m1 up to 6 x that
 
 
 def random_bf16(n, kind):
@@ -191,6 +240,11 @@ def main():
     if c["model_type"] == "granitemoehybrid":
         c["layer_types"] = ["attention" if i % 10 == 5 else "mamba"
                             for i in range(c["num_hidden_layers"])]
+    if c["model_type"] == "gpt_oss":
+        c["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention"
+                            for i in range(c["num_hidden_layers"])]
+        if mlx:
+            sys.exit("--mlx: the gpt-oss preset's experts are MXFP4 already")
     if mlx:
         c["quantization"] = {"group_size": mlx[1], "bits": mlx[0]}
     os.makedirs(out, exist_ok=True)
@@ -204,7 +258,15 @@ def main():
         plan.append((nbytes, kind))
         off += nbytes
 
-    for name, shape, norm in tensors(c):
+    for name, shape, kind in gpt_oss_tensors(c) if c["model_type"] == "gpt_oss" else ():
+        n = 1
+        for d in shape:
+            n *= d
+        if kind in ("blocks", "e8m0"):
+            add(name, "U8", shape, n, kind)
+        else:
+            add(name, "BF16", shape, 2 * n, kind)
+    for name, shape, norm in tensors(c) if c["model_type"] != "gpt_oss" else ():
         n = 1
         for d in shape:
             n *= d
@@ -225,11 +287,14 @@ def main():
         for nbytes, kind in plan:
             for at in range(0, nbytes, 1 << 25):
                 m = min(1 << 25, nbytes - at)
-                if kind == "codes":
+                if kind in ("codes", "blocks"):
                     f.write(os.urandom(m))
+                elif kind == "e8m0":
+                    f.write(os.urandom(m).translate(E8M0_SCALE))
                 else:
                     f.write(random_bf16(m // 2, kind))
-    what = f"MLX {mlx[0]}-bit g{mlx[1]}" if mlx else "bf16"
+    what = (f"MLX {mlx[0]}-bit g{mlx[1]}" if mlx else
+            "bf16 and MXFP4 expert" if c["model_type"] == "gpt_oss" else "bf16")
     print(f"wrote {out}: {off / 2**30:.2f} GiB of {what} weights")
 
 

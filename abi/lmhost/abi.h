@@ -71,6 +71,13 @@ typedef enum lmh_dtype {
     LMH_Q5 = 10,
     LMH_Q6 = 11,
     LMH_Q8 = 12,
+    /* (ABI 1.10) Microscaled 4-bit floats (OCP MXFP4): each row of the logical [.., out, in]
+     * matrix is blocks of `group` = 32 values, a block 16 bytes of e2m1 codes (sign, 2-bit
+     * exponent, 1-bit mantissa: magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6), two a byte, the even
+     * value in the low nibble, and one e8m0 scale byte s (2^(s - 127)): w = e2m1 * 2^(s - 127).
+     * Made only by tensor_quant; lmh_dtype_size is 0, lmh_quant_bits 0 (it is not MLX
+     * affine): use lmh_dtype_is_mxfp4, or lmh_dtype_is_packed for every made-only kind. */
+    LMH_MXFP4 = 13,
     LMH_DTYPE_COUNT
 } lmh_dtype;
 
@@ -113,12 +120,21 @@ static inline size_t lmh_dtype_size(lmh_dtype d) {
 
 static inline const char *lmh_dtype_name(lmh_dtype d) {
     static const char *const names[] = {"f32", "f16", "bf16", "i32", "u32", "u8", "i8",
-                                        "q2",  "q3",  "q4",   "q5",  "q6",  "q8"};
+                                        "q2",  "q3",  "q4",   "q5",  "q6",  "q8", "mxfp4"};
     return (unsigned)d < LMH_DTYPE_COUNT ? names[d] : "?";
 }
 
 static inline int lmh_dtype_is_quant(lmh_dtype d) {
     return d >= LMH_Q2 && d <= LMH_Q8;
+}
+/* (ABI 1.10) Microscaled 4-bit weights (LMH_MXFP4). */
+static inline int lmh_dtype_is_mxfp4(lmh_dtype d) {
+    return d == LMH_MXFP4;
+}
+/* (ABI 1.10) Weights only tensor_quant makes, with no whole byte size a value: MLX
+ * affine (lmh_dtype_is_quant) or microscaled (lmh_dtype_is_mxfp4). */
+static inline int lmh_dtype_is_packed(lmh_dtype d) {
+    return lmh_dtype_is_quant(d) || lmh_dtype_is_mxfp4(d);
 }
 static inline int lmh_dtype_is_float(lmh_dtype d) {
     return d == LMH_F32 || d == LMH_F16 || d == LMH_BF16;
@@ -275,7 +291,11 @@ struct lmh_host_api {
      * accepts any shape. Returns NULL after calling fail() (missing tensor, shape). The
      * host owns the tensor and frees it with the model. An MLX-quantized weight (config.json
      * "quantization", X.scales/X.biases beside X.weight) comes back as a quantized tensor
-     * (LMH_Q2..LMH_Q8) of the logical shape; matmul, get_rows and moe_matmul take it. */
+     * (LMH_Q2..LMH_Q8) of the logical shape; matmul, get_rows and moe_matmul take it.
+     * (ABI 1.10) So does a microscaled 4-bit one: name X stored as X_blocks (u8
+     * [.., out, in / 32, 16]) and X_scales (u8 [.., out, in / 32]) with config.json
+     * "quantization_config": {"quant_method": "mxfp4"} comes back as LMH_MXFP4
+     * [.., out, in], and weight_info reports that dtype and shape. */
     lmh_tensor *(*weight)(lmh_load_ctx *ld, int32_t layer, const char *name, int32_t ndim,
                           const int64_t *ne);
     /* Loads `count` checkpoint tensors named by printf(fmt, i) for i in 0..count-1, each

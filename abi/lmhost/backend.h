@@ -144,7 +144,11 @@ typedef struct lmh_backend_api {
      * hold in / group values per row. Like tensor_wrap, a backend may use the three
      * buffers in place: they stay valid and unchanged for as long as the tensor lives
      * (the host lends the mapped file). NULL when out of memory or the arguments are bad.
-     * The member may be NULL (or absent by size): the backend runs no quantized weights. */
+     * The member may be NULL (or absent by size): the backend runs no quantized weights.
+     * (ABI 1.10) qtype LMH_MXFP4 (group 32, hosts check the backend's abi_minor >= 10):
+     * packed holds rows of in / 2 bytes (the blocks, 16 bytes each, not necessarily
+     * 4-byte aligned), sb_dtype is LMH_U8, scales holds the in / 32 e8m0 bytes of each row
+     * and biases is NULL. */
     lmh_tensor *(*tensor_quant)(lmh_backend *b, lmh_dtype qtype, int32_t group, int32_t ndim,
                                 const int64_t *ne, const uint32_t *packed, lmh_dtype sb_dtype,
                                 const void *scales, const void *biases);

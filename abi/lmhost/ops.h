@@ -3,7 +3,8 @@
  * Every op writes dst from src[] and the scalar parameters p. Shapes are given by the
  * tensors themselves (see lmh_tensor); "rows" are all dimensions but the innermost.
  * Activations are f32; weights may be any float dtype a backend claims, and the weight
- * operands of get_rows, matmul and moe_matmul may also be quantized (LMH_Q2..LMH_Q8, abi.h)
+ * operands of get_rows, matmul and moe_matmul may also be quantized (LMH_Q2..LMH_Q8, abi.h;
+ * LMH_MXFP4 from ABI 1.10)
  * where the backend makes such tensors (tensor_quant). New ops get new
  * codes at the end (a minor version); a backend says which it runs via supports(). */
 #ifndef LMHOST_OPS_H

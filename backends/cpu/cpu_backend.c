@@ -91,6 +91,9 @@ static const cpu_q8act *q8_for(lmh_backend *b, const cpu_qmat *W, const float *x
                                cpu_q8act *a) {
     if (b->precision != LMH_PRECISION_FAST || !b->q8) return NULL;
     if (W->group != 32 && W->group != 64 && W->group != 128) return NULL;
+    /* microscaled weights: int8 activations only with a SIMD row function (the portable one
+     * is slower than the exact kernels) */
+    if (W->sb == CPU_Q_MX && !b->q8->rows_mx) return NULL;
     size_t need = cpu_q8_bytes(n, W->in, W->group);
     need = (need + 63) & ~(size_t)63;
     if (b->q8mem_bytes < need) {
@@ -116,7 +119,7 @@ static size_t nbytes(lmh_dtype dt, int32_t ndim, const int64_t *ne) {
 
 static int valid_shape(lmh_dtype dt, int32_t ndim, const int64_t *ne) {
     /* quantized tensors come only from tensor_quant */
-    if ((unsigned)dt >= LMH_DTYPE_COUNT || lmh_dtype_is_quant(dt) || ndim < 1 ||
+    if ((unsigned)dt >= LMH_DTYPE_COUNT || lmh_dtype_is_packed(dt) || ndim < 1 ||
         ndim > LMH_MAX_DIMS)
         return 0;
     for (int i = 0; i < ndim; i++)
@@ -190,9 +193,62 @@ static lmh_tensor *cpu_tensor_view(lmh_backend *b, lmh_tensor *base, size_t offs
     return &t->t;
 }
 
+/* (ABI 1.10) A microscaled 4-bit weight: the blocks and scales used in place where the
+ * blocks are 4-byte aligned (the kernels read them as bytes; cpu_qmat keeps words), else
+ * copied. */
+static lmh_tensor *cpu_tensor_mx(lmh_backend *b, int32_t group, int32_t ndim, const int64_t *ne,
+                                 const uint32_t *packed, lmh_dtype sbt, const void *scales,
+                                 const void *biases) {
+    if (group != 32 || (ndim != 2 && ndim != 3) || !packed || !scales || biases || sbt != LMH_U8)
+        return NULL;
+    for (int i = 0; i < ndim; i++)
+        if (ne[i] <= 0 || ne[i] > ((int64_t)1 << 31)) return NULL;
+    int64_t in = ne[ndim - 1], rows = ne[0] * (ndim == 3 ? ne[1] : 1);
+    if (in % 32) return NULL;
+    cpu_tensor *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->t.dtype = LMH_MXFP4;
+    t->t.ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->t.ne[i] = ne[i];
+    t->t.group = 32;
+    t->t.backend_priv = t;
+    cpu_qmat *m = &t->qm;
+    *m = (cpu_qmat){.sb = CPU_Q_MX,
+                    .bits = 4,
+                    .group = 32,
+                    .rows = rows,
+                    .in = in,
+                    .wpr = in / 8,
+                    .gpr = in / 32};
+    size_t qb = (size_t)(rows * in / 2), sb = (size_t)(rows * m->gpr);
+    t->bytes = qb + sb;
+    t->weight = 1;
+    if ((uintptr_t)packed % 4 == 0) {
+        m->q = packed;
+        m->scales = scales;
+        t->wrapped = 1;
+        atomic_fetch_add(&b->mapped_bytes, t->bytes);
+        return &t->t;
+    }
+    t->data = aligned_alloc(64, (t->bytes + 63) & ~(size_t)63);
+    if (!t->data) {
+        free(t);
+        return NULL;
+    }
+    memcpy(t->data, packed, qb);
+    memcpy(t->data + qb, scales, sb);
+    m->q = (const uint32_t *)t->data;
+    m->scales = t->data + qb;
+    t->owned = 1;
+    atomic_fetch_add(&b->weight_bytes, t->bytes);
+    return &t->t;
+}
+
 static lmh_tensor *cpu_tensor_quant(lmh_backend *b, lmh_dtype qt, int32_t group, int32_t ndim,
                                     const int64_t *ne, const uint32_t *packed, lmh_dtype sbt,
                                     const void *scales, const void *biases) {
+    if (lmh_dtype_is_mxfp4(qt))
+        return cpu_tensor_mx(b, group, ndim, ne, packed, sbt, scales, biases);
     int bits = lmh_quant_bits(qt);
     if (!bits || (group != 32 && group != 64 && group != 128) || (ndim != 2 && ndim != 3) ||
         !packed || !scales || !biases || (sbt != LMH_F32 && sbt != LMH_F16 && sbt != LMH_BF16))
@@ -277,7 +333,7 @@ static void cpu_tensor_free(lmh_backend *b, lmh_tensor *x) {
 
 static int cpu_upload(lmh_backend *b, lmh_tensor *x, size_t off, const void *src, size_t n) {
     (void)b;
-    if (!x || lmh_dtype_is_quant(x->dtype) || off > CT(x)->bytes || n > CT(x)->bytes - off)
+    if (!x || lmh_dtype_is_packed(x->dtype) || off > CT(x)->bytes || n > CT(x)->bytes - off)
         return LMH_EINVAL;
     memcpy(DATA(x) + off, src, n);
     return LMH_OK;
@@ -285,7 +341,7 @@ static int cpu_upload(lmh_backend *b, lmh_tensor *x, size_t off, const void *src
 
 static int cpu_download(lmh_backend *b, const lmh_tensor *x, size_t off, void *dst, size_t n) {
     (void)b;
-    if (!x || lmh_dtype_is_quant(x->dtype) || off > CT(x)->bytes || n > CT(x)->bytes - off)
+    if (!x || lmh_dtype_is_packed(x->dtype) || off > CT(x)->bytes || n > CT(x)->bytes - off)
         return LMH_EINVAL;
     memcpy(dst, DATA(x) + off, n);
     return LMH_OK;
@@ -295,13 +351,14 @@ static int cpu_download(lmh_backend *b, const lmh_tensor *x, size_t off, void *d
 
 /* A weight operand: a float dtype, or quantized (made by tensor_quant). */
 static int is_weight(lmh_dtype d) {
-    return lmh_dtype_is_float(d) || lmh_dtype_is_quant(d);
+    return lmh_dtype_is_float(d) || lmh_dtype_is_packed(d);
 }
 
 /* Bytes of a quantized tensor's rows [r0, r0 + n) that a kernel reads: codes, scales and
  * biases. */
 static size_t qbytes(const lmh_tensor *w, int64_t n) {
     const cpu_qmat *m = &CT(w)->qm;
+    if (m->sb == CPU_Q_MX) return (size_t)n * ((size_t)m->wpr * 4 + (size_t)m->gpr);
     return (size_t)n * ((size_t)m->wpr * 4 + 2 * (size_t)m->gpr * (m->sb == 0 ? 4 : 2));
 }
 
@@ -359,8 +416,8 @@ static void do_get_rows(void *arg, int64_t i0, int64_t i1, int w) {
     for (int64_t i = i0; i < i1; i++) {
         if (ids[i] < 0 || ids[i] >= V)
             memset(y + i * d, 0, (size_t)d * sizeof(float));
-        else if (lmh_dtype_is_quant(op->src[0]->dtype))
-            j->b->qk->dequant(&CT(op->src[0])->qm, ids[i], 0, d, y + i * d);
+        else if (lmh_dtype_is_packed(op->src[0]->dtype))
+            cpu_q_dequant(j->b->qk, &CT(op->src[0])->qm, ids[i], 0, d, y + i * d);
         else
             row_to_f32(j->b->k, op->src[0], ids[i], d, y + i * d);
     }
@@ -959,12 +1016,12 @@ static void do_moe_tasks(void *arg, int64_t t0, int64_t t1, int w) {
         const float *x = m->xg + m->start[e] * m->in;
         float *y = m->yg + m->start[e] * m->out;
         int64_t n = m->count[e];
-        if (lmh_dtype_is_quant(m->W->dtype)) { /* expert e's slice of the stack */
+        if (lmh_dtype_is_packed(m->W->dtype)) { /* expert e's slice of the stack */
             cpu_qmat q = CT(m->W)->qm;
-            size_t sbs = q.sb == 0 ? 4 : 2;
+            size_t sbs = q.sb == CPU_Q_MX ? 1 : q.sb == 0 ? 4 : 2;
             q.q += e * m->out * q.wpr;
             q.scales = (const uint8_t *)q.scales + (size_t)(e * m->out * q.gpr) * sbs;
-            q.biases = (const uint8_t *)q.biases + (size_t)(e * m->out * q.gpr) * sbs;
+            if (q.biases) q.biases = (const uint8_t *)q.biases + (size_t)(e * m->out * q.gpr) * sbs;
             q.rows = m->out;
             if (m->q8a) { /* expert e's rows of the int8 activations */
                 const int64_t gpr = m->in / q.group, s0 = m->start[e];
@@ -1042,7 +1099,7 @@ static int moe_matmul(lmh_backend *b, const lmh_op *op) {
     }
     cpu_q8act q8a;
     const cpu_q8act *q8 = NULL;
-    if (lmh_dtype_is_quant(W->dtype)) {
+    if (lmh_dtype_is_packed(W->dtype)) {
         q8 = q8_for(b, &CT(W)->qm, xg, start[E], &q8a);
         if (!q8) qbuf_for(b, in);
     }
@@ -1066,7 +1123,7 @@ static int moe_matmul(lmh_backend *b, const lmh_op *op) {
             memcpy(dst + p * out, yg + order[p] * out, (size_t)out * sizeof(float));
     }
     count_read(b, W,
-               lmh_dtype_is_quant(W->dtype)
+               lmh_dtype_is_packed(W->dtype)
                    ? qbytes(W, active * out)
                    : (size_t)active * (size_t)out * (size_t)in * lmh_dtype_size(W->dtype));
     rc = LMH_OK;
@@ -1460,7 +1517,7 @@ static int cpu_enqueue(lmh_backend *b, const lmh_op *op) {
         int64_t n = lmh_nelem(op->src[1]);
         cpu_pool_run(b->pool, n, 16, do_get_rows, &j);
         count_read(b, a,
-                   lmh_dtype_is_quant(a->dtype)
+                   lmh_dtype_is_packed(a->dtype)
                        ? qbytes(a, n)
                        : (size_t)n * (size_t)lmh_inner(a) * lmh_dtype_size(a->dtype));
         break;
@@ -1472,7 +1529,7 @@ static int cpu_enqueue(lmh_backend *b, const lmh_op *op) {
          * multiple of 16 rows to keep the kernels' blocks whole. */
         int64_t g = grain_for(out, th, 16);
         g = (g + 15) & ~(int64_t)15;
-        int quant = lmh_dtype_is_quant(W->dtype);
+        int quant = lmh_dtype_is_packed(W->dtype);
         cpu_q8act q8a;
         if (quant) {
             /* (a router's product stays exact: LMH_MATMUL_EXACT) */
@@ -1717,8 +1774,8 @@ static int cpu_kernel_run(lmh_backend *b, lmh_kernel *k, const lmh_kernel_call *
     return LMH_OK;
 }
 
-static const char *const weight_dtypes[] = {"f32", "f16", "bf16", "q2", "q3",
-                                            "q4",  "q5",  "q6",   "q8", NULL};
+static const char *const weight_dtypes[] = {"f32", "f16", "bf16", "q2",    "q3", "q4",
+                                            "q5",  "q6",  "q8",   "mxfp4", NULL};
 static const char *const ops[] = {
     "get_rows",    "matmul",       "rms_norm",   "add",        "mul",     "scale",     "swiglu",
     "geglu",       "rope",         "copy",       "attention",  "softcap", "moe_route", "moe_matmul",

@@ -18,11 +18,27 @@
 /* One quantized matrix [rows, in] (an expert's slice of a stack is one too). */
 typedef struct cpu_qmat {
     const uint32_t *q;  /* rows x wpr words: each row an LSB-first stream of `bits`-wide codes */
-    const void *scales; /* rows x gpr values of sb (0 f32, 1 f16, 2 bf16 as lmh_dtype) */
+    const void *scales; /* rows x gpr values of sb (0 f32, 1 f16, 2 bf16 as lmh_dtype; 3 MX) */
     const void *biases;
     int32_t sb, bits, group;
     int64_t rows, in, wpr, gpr; /* wpr = in * bits / 32, gpr = in / group */
 } cpu_qmat;
+
+/* sb of a microscaled 4-bit matrix (abi.h LMH_MXFP4): bits 4, group 32, each row's blocks of
+ * 16 bytes (the even value in the low nibble: an LSB-first 4-bit stream, like q4) e2m1
+ * codes, scales one e8m0 byte a block, no biases. A value is cpu_mx_lut2[code] (twice the
+ * e2m1 value, an integer in [-12, 12]) times cpu_mx_half_scale(s) = 2^(s - 128): both
+ * factors and their product are exact in f32, so every path dequantizes to the same bits
+ * and the exact mode's products are the f32 products over the exact weights. */
+#define CPU_Q_MX 3
+extern const int8_t cpu_mx_lut2[16];
+static inline float cpu_mx_half_scale(uint8_t s) {
+    /* 2^(s - 128): a normal float from s = 2 on, the subnormals 2^-127 and 2^-128 below */
+    uint32_t u = s >= 2 ? (uint32_t)(s - 1) << 23 : 0x00400000u >> (1 - s);
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 
 typedef struct cpu_qkernels {
     const char *name; /* the cpu_kernels path it goes with */
@@ -35,7 +51,17 @@ typedef struct cpu_qkernels {
      * the bits cpu_q_matmul gives for the same row in a batch. NULL: no fused kernel. */
     void (*matvec)(const cpu_qmat *w, const float *x, int64_t o0, int64_t o1, float *y,
                    int64_t kblock);
+    /* The same two for microscaled matrices (sb CPU_Q_MX); matvec_mx may be NULL. */
+    void (*dequant_mx)(const cpu_qmat *w, int64_t row, int64_t k0, int64_t k1, float *y);
+    void (*matvec_mx)(const cpu_qmat *w, const float *x, int64_t o0, int64_t o1, float *y,
+                      int64_t kblock);
 } cpu_qkernels;
+
+/* Row `row`'s values [k0, k1) as f32 through the table's dequant for w's kind. */
+static inline void cpu_q_dequant(const cpu_qkernels *qk, const cpu_qmat *w, int64_t row, int64_t k0,
+                                 int64_t k1, float *y) {
+    (w->sb == CPU_Q_MX ? qk->dequant_mx : qk->dequant)(w, row, k0, k1, y);
+}
 
 struct cpu_kernels;
 /* Rows of W per block of cpu_q_matmul: dequantized whole (read from memory in order, so
@@ -101,8 +127,16 @@ typedef struct cpu_q8kernel {
     void (*rows_u8)(const cpu_qmat *w, const uint8_t *ub, int64_t ub0, int64_t stride,
                     const int8_t *xq, const float *xd, const float *xs, const int32_t *xi,
                     int64_t o0, int64_t o1, float *y);
+    /* `rows` for microscaled matrices (sb CPU_Q_MX, activations in blocks of 32): the codes
+     * as cpu_mx_lut2's integers, so isum is exact and a row is
+     * y[o] = sum_g (2^(s - 128) d[g]) isum[o,g] in one fixed order. NULL: cpu_q8_matmul
+     * uses the portable one, and the backend keeps such matrices on the exact kernels. */
+    cpu_q8_rows_fn rows_mx;
 } cpu_q8kernel;
 
+/* The portable microscaled row function (cpu_q8kernel.rows_mx's stand-in). */
+void cpu_q8_mx_rows_portable(const cpu_qmat *w, const int8_t *xq, const float *xd, const float *xs,
+                             const int32_t *xi, int64_t o0, int64_t o1, float *y);
 /* Bytes cpu_q8_quantize needs for n rows of `in` in groups of `group`. */
 size_t cpu_q8_bytes(int64_t n, int64_t in, int32_t group);
 /* Quantizes x [n, in] into `mem` (cpu_q8_bytes of it, 64-byte aligned) and fills a. */

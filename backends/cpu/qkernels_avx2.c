@@ -265,10 +265,101 @@ static void matvec_avx2(const cpu_qmat *w, const float *x, int64_t o0, int64_t o
         matvec_mode(w, x, o0, o1, y, kblock, GENERIC);
 }
 
+/* ---- microscaled 4-bit (qkernels.h CPU_Q_MX) ----------------------------------------
+ * A block's 16 bytes split into low and high nibbles and interleaved back into order (32
+ * codes), a byte shuffle through cpu_mx_lut2 gives each code's integer, and 8 at a time
+ * they are widened, converted and multiplied by 2^(s - 128): exact, so dequant_mx and
+ * matvec_mx make the same weights, and matvec_mx adds them with matmul_f32's arithmetic
+ * (acc = fma(x, w, acc) lane-wise along k, one cpu_hsum4_256 per kblock, blocks added in
+ * order). */
+static inline void mx_ints(const uint8_t *p, __m128i lut, __m128i *i0, __m128i *i1) {
+    const __m128i m = _mm_set1_epi8(0x0f);
+    const __m128i v = _mm_loadu_si128((const __m128i *)p);
+    const __m128i lo = _mm_and_si128(v, m), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m);
+    *i0 = _mm_shuffle_epi8(lut, _mm_unpacklo_epi8(lo, hi)); /* values 0..15 */
+    *i1 = _mm_shuffle_epi8(lut, _mm_unpackhi_epi8(lo, hi)); /* values 16..31 */
+}
+
+/* The block's 32 weights, w[0..3] eight each. */
+static inline void mx_block(const uint8_t *p, __m128i lut, __m256 hs, __m256 w[4]) {
+    __m128i i0, i1;
+    mx_ints(p, lut, &i0, &i1);
+    w[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(i0)), hs);
+    w[1] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(i0, 8))), hs);
+    w[2] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(i1)), hs);
+    w[3] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(i1, 8))), hs);
+}
+
+static void dequant_mx_avx2(const cpu_qmat *w, int64_t row, int64_t k0, int64_t k1, float *y) {
+    const __m128i lut = _mm_loadu_si128((const __m128i *)cpu_mx_lut2);
+    const uint8_t *rb = (const uint8_t *)(w->q + row * w->wpr);
+    const uint8_t *sc = (const uint8_t *)w->scales + row * w->gpr;
+    const int64_t ahead = (int64_t)CPU_Q_ROWS * w->wpr * 4;
+    for (int64_t g = k0 / 32; g < k1 / 32; g++) {
+        const uint8_t *p = rb + g * 16;
+        if (((uintptr_t)p & 63) < 16) _mm_prefetch((const char *)(p + ahead), _MM_HINT_T0);
+        __m256 v[4];
+        mx_block(p, lut, _mm256_set1_ps(cpu_mx_half_scale(sc[g])), v);
+        float *yg = y + g * 32 - k0;
+        for (int c = 0; c < 4; c++) _mm256_storeu_ps(yg + 8 * c, v[c]);
+    }
+}
+
+static inline __attribute__((always_inline)) void
+mx_rows(const cpu_qmat *w, const float *x, int64_t o, float *y, int64_t kblock, const int R) {
+    const __m128i lut = _mm_loadu_si128((const __m128i *)cpu_mx_lut2);
+    const int64_t in = w->in;
+    const uint8_t *row[4], *sc[4];
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+        row[r] = (const uint8_t *)(w->q + (o + r) * w->wpr);
+        sc[r] = (const uint8_t *)w->scales + (o + r) * w->gpr;
+    }
+    for (int64_t kb = 0; kb < in; kb += kblock) {
+        const int64_t ke = in - kb < kblock ? in : kb + kblock;
+        __m256 acc[4];
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+        for (int64_t g = kb / 32; g < ke / 32; g++) {
+            const float *xg = x + g * 32;
+            const __m256 x0 = _mm256_loadu_ps(xg), x1 = _mm256_loadu_ps(xg + 8),
+                         x2 = _mm256_loadu_ps(xg + 16), x3 = _mm256_loadu_ps(xg + 24);
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+                const uint8_t *p = row[r] + g * 16;
+                if (((uintptr_t)p & 63) < 16)
+                    _mm_prefetch((const char *)(p + PF_AHEAD), _MM_HINT_T0);
+                __m256 v[4];
+                mx_block(p, lut, _mm256_set1_ps(cpu_mx_half_scale(sc[r][g])), v);
+                acc[r] = _mm256_fmadd_ps(x0, v[0], acc[r]);
+                acc[r] = _mm256_fmadd_ps(x1, v[1], acc[r]);
+                acc[r] = _mm256_fmadd_ps(x2, v[2], acc[r]);
+                acc[r] = _mm256_fmadd_ps(x3, v[3], acc[r]);
+            }
+        }
+        if (R == 4) {
+            __m128 s4 = cpu_hsum4_256(acc[0], acc[1], acc[2], acc[3]);
+            if (kb > 0) s4 = _mm_add_ps(s4, _mm_loadu_ps(y + o));
+            _mm_storeu_ps(y + o, s4);
+        } else {
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+                float t = cpu_hsum_256(acc[r]);
+                y[o + r] = kb > 0 ? y[o + r] + t : t;
+            }
+        }
+    }
+}
+
+static void matvec_mx_avx2(const cpu_qmat *w, const float *x, int64_t o0, int64_t o1, float *y,
+                           int64_t kblock) {
+    int64_t o = o0;
+    for (; o + 4 <= o1; o += 4) mx_rows(w, x, o, y, kblock, 4);
+    for (; o < o1; o++) mx_rows(w, x, o, y, kblock, 1);
+}
+
 const cpu_qkernels cpu_qkernels_avx2 = {
     .name = "avx2",
     .dequant = dequant_avx2,
     .matvec = matvec_avx2,
+    .dequant_mx = dequant_mx_avx2,
+    .matvec_mx = matvec_mx_avx2,
 };
 
 /* ---- fast mode (qkernels.h, cpu_q8kernel): codes times int8 activations --------------

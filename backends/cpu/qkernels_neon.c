@@ -123,10 +123,35 @@ static void matvec_neon(const cpu_qmat *w, const float *x, int64_t o0, int64_t o
     for (; o < o1; o++) mv_rows(w, x, o, y, kblock, 1);
 }
 
+/* Microscaled 4-bit (qkernels.h CPU_Q_MX): a block's nibbles zipped back into order, a
+ * table lookup through cpu_mx_lut2, widened and multiplied by 2^(s - 128) (exact). Decode
+ * goes through cpu_q_matmul's row path (this dequant, then the f32 kernel): same bits. */
+static void dequant_mx_neon(const cpu_qmat *w, int64_t row, int64_t k0, int64_t k1, float *y) {
+    const int8x16_t lut = vld1q_s8(cpu_mx_lut2);
+    const uint8_t *rb = (const uint8_t *)(w->q + row * w->wpr);
+    const uint8_t *sc = (const uint8_t *)w->scales + row * w->gpr;
+    for (int64_t g = k0 / 32; g < k1 / 32; g++) {
+        const uint8x16_t v = vld1q_u8(rb + g * 16);
+        const uint8x16x2_t z = vzipq_u8(vandq_u8(v, vdupq_n_u8(0x0f)), vshrq_n_u8(v, 4));
+        const float32x4_t hs = vdupq_n_f32(cpu_mx_half_scale(sc[g]));
+        float *yg = y + g * 32 - k0;
+        for (int h = 0; h < 2; h++) {
+            const int8x16_t c = vqtbl1q_s8(lut, z.val[h]);
+            const int16x8_t lo = vmovl_s8(vget_low_s8(c)), hi = vmovl_s8(vget_high_s8(c));
+            vst1q_f32(yg + 16 * h, vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), hs));
+            vst1q_f32(yg + 16 * h + 4, vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(lo))), hs));
+            vst1q_f32(yg + 16 * h + 8, vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), hs));
+            vst1q_f32(yg + 16 * h + 12, vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(hi))), hs));
+        }
+    }
+}
+
 const cpu_qkernels cpu_qkernels_neon = {
     .name = "neon",
     .dequant = dequant_neon,
     .matvec = matvec_neon,
+    .dequant_mx = dequant_mx_neon,
+    .matvec_mx = NULL,
 };
 
 /* ---- fast mode (qkernels.h, cpu_q8kernel): codes times int8 activations --------------

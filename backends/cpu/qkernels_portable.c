@@ -55,23 +55,43 @@ static void dequant_portable(const cpu_qmat *w, int64_t row, int64_t k0, int64_t
     }
 }
 
+const int8_t cpu_mx_lut2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+static void dequant_mx_portable(const cpu_qmat *w, int64_t row, int64_t k0, int64_t k1, float *y) {
+    const uint8_t *rb = (const uint8_t *)(w->q + row * w->wpr);
+    const uint8_t *sc = (const uint8_t *)w->scales + row * w->gpr;
+    for (int64_t g = k0 / 32; g < k1 / 32; g++) {
+        const float hs = cpu_mx_half_scale(sc[g]);
+        const uint8_t *p = rb + g * 16;
+        float *yg = y + g * 32 - k0;
+        for (int i = 0; i < 16; i++) {
+            yg[2 * i] = (float)cpu_mx_lut2[p[i] & 15] * hs;
+            yg[2 * i + 1] = (float)cpu_mx_lut2[p[i] >> 4] * hs;
+        }
+    }
+}
+
 const cpu_qkernels cpu_qkernels_portable = {
     .name = "portable",
     .dequant = dequant_portable,
     .matvec = NULL, /* the row-by-row path of cpu_q_matmul: the f32 kernel's dot products */
+    .dequant_mx = dequant_mx_portable,
+    .matvec_mx = NULL,
 };
 
 void cpu_q_matmul(const cpu_kernels *k, const cpu_qkernels *qk, const float *x, int64_t n,
                   const cpu_qmat *w, int64_t o0, int64_t o1, float *y, int64_t ldy, float *buf) {
     const int64_t in = w->in;
-    if (n == 1 && qk->matvec) {
-        qk->matvec(w, x, o0, o1, y, k->kblock);
+    void (*matvec)(const cpu_qmat *, const float *, int64_t, int64_t, float *, int64_t) =
+        w->sb == CPU_Q_MX ? qk->matvec_mx : qk->matvec;
+    if (n == 1 && matvec) {
+        matvec(w, x, o0, o1, y, k->kblock);
         return;
     }
     if (buf) {
         for (int64_t ob = o0; ob < o1; ob += CPU_Q_ROWS) {
             const int64_t oc = o1 - ob < CPU_Q_ROWS ? o1 - ob : CPU_Q_ROWS;
-            for (int64_t i = 0; i < oc; i++) qk->dequant(w, ob + i, 0, in, buf + i * in);
+            for (int64_t i = 0; i < oc; i++) cpu_q_dequant(qk, w, ob + i, 0, in, buf + i * in);
             k->matmul_f32(x, n, in, buf, 0, oc, y + ob, ldy);
         }
         return;
@@ -84,7 +104,7 @@ void cpu_q_matmul(const cpu_kernels *k, const cpu_qkernels *qk, const float *x, 
         for (int64_t o = o0; o < o1; o++) {
             for (int64_t k0 = 0; k0 < in; k0 += kb) {
                 const int64_t kc = in - k0 < kb ? in - k0 : kb;
-                qk->dequant(w, o, k0, k0 + kc, part);
+                cpu_q_dequant(qk, w, o, k0, k0 + kc, part);
                 k->matmul_f32(x + r * in + k0, 1, kc, part, 0, 1, &yo, 1);
                 y[r * ldy + o] = k0 > 0 ? y[r * ldy + o] + yo : yo;
             }
@@ -141,6 +161,13 @@ void cpu_q8_quantize(const float *x, int64_t n, int64_t in, int32_t group, void 
 void cpu_q8_matmul(const cpu_q8kernel *k, const cpu_q8act *a, const cpu_qmat *w, int64_t o0,
                    int64_t o1, float *y, int64_t ldy, uint8_t *scratch) {
     const int64_t in = a->in, gpr = in / a->group;
+    if (w->sb == CPU_Q_MX) { /* one row function for decode and prefill alike */
+        cpu_q8_rows_fn rows = k->rows_mx ? k->rows_mx : cpu_q8_mx_rows_portable;
+        for (int64_t r = 0; r < a->n; r++)
+            rows(w, a->q + r * in, a->d + r * gpr, a->xs + r * gpr, a->isum + r * gpr, o0, o1,
+                 y + r * ldy);
+        return;
+    }
     if (a->n == 1) {
         k->rows(w, a->q, a->d, a->xs, a->isum, o0, o1, y);
         return;
@@ -160,6 +187,29 @@ void cpu_q8_matmul(const cpu_q8kernel *k, const cpu_q8act *a, const cpu_qmat *w,
         for (int64_t r = 0; r < a->n; r++)
             k->rows(w, a->q + r * in, a->d + r * gpr, a->xs + r * gpr, a->isum + r * gpr, ob, oe,
                     y + r * ldy);
+    }
+}
+
+/* Microscaled rows, portable: per block the exact integer sum of the codes' integers
+ * (cpu_mx_lut2) times the int8 activations, then acc += (2^(s - 128) d) isum in block
+ * order. */
+void cpu_q8_mx_rows_portable(const cpu_qmat *w, const int8_t *xq, const float *xd, const float *xs,
+                             const int32_t *xi, int64_t o0, int64_t o1, float *y) {
+    (void)xs;
+    (void)xi;
+    for (int64_t o = o0; o < o1; o++) {
+        const uint8_t *rb = (const uint8_t *)(w->q + o * w->wpr);
+        const uint8_t *sc = (const uint8_t *)w->scales + o * w->gpr;
+        float acc = 0;
+        for (int64_t g = 0; g < w->gpr; g++) {
+            const uint8_t *p = rb + g * 16;
+            const int8_t *x = xq + g * 32;
+            int32_t isum = 0;
+            for (int i = 0; i < 16; i++)
+                isum += cpu_mx_lut2[p[i] & 15] * x[2 * i] + cpu_mx_lut2[p[i] >> 4] * x[2 * i + 1];
+            acc += cpu_mx_half_scale(sc[g]) * xd[g] * (float)isum;
+        }
+        y[o] = acc;
     }
 }
 

@@ -895,7 +895,7 @@ VkDeviceAddress vk_addr(const vk_tensor *t) {
 uint32_t vk_elem_off(const lmh_backend *b, const vk_tensor *t) {
     VkDeviceSize base;
     bind_range(b, t, &base);
-    size_t es = lmh_dtype_is_quant(t->t.dtype) ? 4 : lmh_dtype_size(t->t.dtype);
+    size_t es = lmh_dtype_is_packed(t->t.dtype) ? 4 : lmh_dtype_size(t->t.dtype);
     return (uint32_t)((t->off - base) / (es ? es : 1));
 }
 
@@ -955,7 +955,7 @@ static int record(lmh_backend *b, const vk_dispatch *d) {
                                       .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                       .pBufferInfo = &bi[i]};
         if (i < 5) { /* quantized tensors are addressed in words */
-            size_t es = lmh_dtype_is_quant(t->t.dtype) ? 4 : lmh_dtype_size(t->t.dtype);
+            size_t es = lmh_dtype_is_packed(t->t.dtype) ? 4 : lmh_dtype_size(t->t.dtype);
             pc[i] = (uint32_t)((t->off - base) / (es ? es : 1));
         }
         if (d->bind[i]) {
@@ -1228,7 +1228,7 @@ static int upload_locked(lmh_backend *b, vk_tensor *t, size_t off, const uint8_t
 }
 
 static int vk_upload(lmh_backend *b, lmh_tensor *x, size_t off, const void *src, size_t n) {
-    if (!x || lmh_dtype_is_quant(x->dtype) || off > VT(x)->bytes || n > VT(x)->bytes - off ||
+    if (!x || lmh_dtype_is_packed(x->dtype) || off > VT(x)->bytes || n > VT(x)->bytes - off ||
         (n && !src))
         return LMH_EINVAL;
     pthread_mutex_lock(&b->mu);
@@ -1283,7 +1283,7 @@ int vk_read_locked(lmh_backend *b, const vk_tensor *t, size_t off, void *dst, si
 }
 
 static int vk_download(lmh_backend *b, const lmh_tensor *x, size_t off, void *dst, size_t n) {
-    if (!x || lmh_dtype_is_quant(x->dtype) || off > VT(x)->bytes || n > VT(x)->bytes - off ||
+    if (!x || lmh_dtype_is_packed(x->dtype) || off > VT(x)->bytes || n > VT(x)->bytes - off ||
         (n && !dst))
         return LMH_EINVAL;
     pthread_mutex_lock(&b->mu);
@@ -1299,7 +1299,7 @@ static int vk_download(lmh_backend *b, const lmh_tensor *x, size_t off, void *ds
  * the next one; download_wait then waits for that batch alone. */
 static int vk_download_start(lmh_backend *b, const lmh_tensor *x, size_t off, size_t n,
                              uint64_t *ticket) {
-    if (!x || !ticket || lmh_dtype_is_quant(x->dtype) || off > VT(x)->bytes ||
+    if (!x || !ticket || lmh_dtype_is_packed(x->dtype) || off > VT(x)->bytes ||
         n > VT(x)->bytes - off)
         return LMH_EINVAL;
     pthread_mutex_lock(&b->mu);
@@ -1340,10 +1340,15 @@ static int vk_download_wait(lmh_backend *b, uint64_t ticket, void *dst, size_t n
 static lmh_tensor *vk_tensor_quant(lmh_backend *b, lmh_dtype qt, int32_t group, int32_t ndim,
                                    const int64_t *ne, const uint32_t *packed, lmh_dtype sdt,
                                    const void *scales, const void *biases) {
-    int bits = lmh_quant_bits(qt);
-    if (!bits || (group != 32 && group != 64 && group != 128) || (ndim != 2 && ndim != 3) ||
-        !packed || !scales || !biases || (sdt != LMH_F32 && sdt != LMH_F16 && sdt != LMH_BF16))
+    /* (ABI 1.10) microscaled 4-bit: blocks as 4-bit codes, e8m0 byte scales, no biases
+     * (quant.glsl's DT_E8M0) */
+    const int mx = lmh_dtype_is_mxfp4(qt);
+    int bits = mx ? 4 : lmh_quant_bits(qt);
+    if (mx ? group != 32 || sdt != LMH_U8 || biases
+           : (group != 32 && group != 64 && group != 128) || !biases ||
+                 (sdt != LMH_F32 && sdt != LMH_F16 && sdt != LMH_BF16))
         return NULL;
+    if (!bits || (ndim != 2 && ndim != 3) || !packed || !scales) return NULL;
     for (int i = 0; i < ndim; i++)
         if (ne[i] <= 0 || ne[i] > ((int64_t)1 << 31)) return NULL;
     int64_t in = ne[ndim - 1], rows = ne[0] * (ndim == 3 ? ne[1] : 1);
@@ -1353,7 +1358,7 @@ static lmh_tensor *vk_tensor_quant(lmh_backend *b, lmh_dtype qt, int32_t group, 
                  sb = (VkDeviceSize)rows * gpr * lmh_dtype_size(sdt);
     VkDeviceSize at_s = (qb + 15) & ~(VkDeviceSize)15,
                  at_b = at_s + ((sb + 15) & ~(VkDeviceSize)15);
-    VkDeviceSize total = at_b + sb;
+    VkDeviceSize total = mx ? at_s + ((sb + 15) & ~(VkDeviceSize)15) : at_b + sb;
     /* the shaders index scales and biases in 16-bit units with 32-bit integers */
     if (total >= ((VkDeviceSize)1 << 32) - 256) {
         vk_log(b, LMH_LOG_ERROR, "a quantized tensor of %.1f MiB is larger than 4 GiB",
@@ -1370,9 +1375,9 @@ static lmh_tensor *vk_tensor_quant(lmh_backend *b, lmh_dtype qt, int32_t group, 
         t->q_bits = (uint32_t)bits;
         t->q_wpr = (uint32_t)wpr;
         t->q_gpr = (uint32_t)gpr;
-        t->q_sdt = sdt == LMH_F16 ? 1u : sdt == LMH_BF16 ? 2u : 0u;
+        t->q_sdt = mx ? 3u : sdt == LMH_F16 ? 1u : sdt == LMH_BF16 ? 2u : 0u;
         t->q_scales = (uint32_t)(at_s / 4);
-        t->q_biases = (uint32_t)(at_b / 4);
+        t->q_biases = (uint32_t)(mx ? at_s / 4 : at_b / 4); /* (none: never read) */
         t->a = mem_alloc(b, total, 1);
     }
     if (t && t->a) {
@@ -1381,7 +1386,7 @@ static lmh_tensor *vk_tensor_quant(lmh_backend *b, lmh_dtype qt, int32_t group, 
         b->weight_bytes += total;
         rc = upload_locked(b, t, 0, (const uint8_t *)packed, (size_t)qb);
         if (rc == LMH_OK) rc = upload_locked(b, t, (size_t)at_s, scales, (size_t)sb);
-        if (rc == LMH_OK) rc = upload_locked(b, t, (size_t)at_b, biases, (size_t)sb);
+        if (rc == LMH_OK && !mx) rc = upload_locked(b, t, (size_t)at_b, biases, (size_t)sb);
         if (rc == LMH_OK && total > b->max_range)
             vk_log(b, LMH_LOG_WARN,
                    "a quantized tensor of %.1f MiB exceeds this device's maxStorageBufferRange "
@@ -2328,8 +2333,8 @@ static int vk_init(const lmh_host_api *host, char *err, size_t err_len) {
     return 0;
 }
 
-static const char *const weight_dtypes[] = {"f32", "f16", "bf16", "q2", "q3",
-                                            "q4",  "q5",  "q6",   "q8", NULL};
+static const char *const weight_dtypes[] = {"f32", "f16", "bf16", "q2",    "q3", "q4",
+                                            "q5",  "q6",  "q8",   "mxfp4", NULL};
 static const char *const ops[] = {
     "get_rows",    "matmul",       "rms_norm",   "add",        "mul",     "scale",     "swiglu",
     "geglu",       "rope",         "copy",       "attention",  "softcap", "moe_route", "moe_matmul",

@@ -75,7 +75,7 @@ enum {
 
 /* A weight operand: a float dtype, or quantized (made by tensor_quant). */
 static int is_weight(lmh_dtype d) {
-    return lmh_dtype_is_float(d) || lmh_dtype_is_quant(d);
+    return lmh_dtype_is_float(d) || lmh_dtype_is_packed(d);
 }
 static uint32_t dtc(lmh_dtype d) {
     return d == LMH_F16 ? 1u : d == LMH_BF16 ? 2u : 0u;
@@ -282,7 +282,7 @@ int vk_check_op(lmh_backend *b, const lmh_op *op) {
     if (op->code == LMH_OP_ATTENTION) all[1 + LMH_OP_MAX_SRC] = lmh_op_attn_sinks(op);
     for (int i = 0; i < 1 + LMH_OP_MAX_OPERANDS; i++)
         if (all[i] &&
-            ((!lmh_dtype_is_quant(all[i]->dtype) && lmh_nelem(all[i]) >= ((int64_t)1 << 31)) ||
+            ((!lmh_dtype_is_packed(all[i]->dtype) && lmh_nelem(all[i]) >= ((int64_t)1 << 31)) ||
              !vk_bindable(b, all[i])))
             return LMH_EUNSUPPORTED;
     const lmh_tensor *a = op->src[0], *w = op->src[1];
@@ -333,7 +333,8 @@ static void count_read(lmh_backend *b, const lmh_tensor *w, uint64_t bytes) {
  * the CPU backend counts them). */
 static uint64_t row_bytes(const lmh_tensor *w) {
     const vk_tensor *t = VT(w);
-    if (lmh_dtype_is_quant(w->dtype))
+    if (lmh_dtype_is_mxfp4(w->dtype)) return (uint64_t)t->q_wpr * 4 + t->q_gpr;
+    if (lmh_dtype_is_packed(w->dtype))
         return (uint64_t)t->q_wpr * 4 + 2 * (uint64_t)t->q_gpr * (t->q_sdt ? 2 : 4);
     return (uint64_t)lmh_inner(w) * lmh_dtype_size(w->dtype);
 }
@@ -372,7 +373,7 @@ static int op_get_rows(lmh_backend *b, const lmh_op *op) {
     x.pc[5] = (uint32_t)(n * d);
     x.pc[6] = (uint32_t)d;
     x.pc[7] = (uint32_t)(lmh_nelem(tab) / (d ? d : 1));
-    if (lmh_dtype_is_quant(tab->dtype)) { /* dequantizes the gathered rows only */
+    if (lmh_dtype_is_packed(tab->dtype)) { /* dequantizes the gathered rows only */
         x.shader = VK_SH_QGET_ROWS;
         quant_args(&x, tab);
         x.pc[8] = x.pc[14];
@@ -504,7 +505,7 @@ static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
     x.pc[7] = (uint32_t)rows;
     x.pc[8] = bias != NULL;
     x.pc[9] = bias ? dtc(bias->dtype) : 0;
-    if (lmh_dtype_is_quant(W->dtype)) {
+    if (lmh_dtype_is_packed(W->dtype)) {
         quant_args(&x, W);
         if (rows <= b->matvec_rows) {
             x.shader = rows == 1             ? VK_SH_QMATVEC1
@@ -598,7 +599,7 @@ static int op_matmul(lmh_backend *b, const lmh_op *op) {
  * workgroup's share of the norm costs more than the 4-bit weights it reads. */
 int vk_matvec_fusable(const lmh_op *mm) {
     return mm->code == LMH_OP_MATMUL && lmh_nelem(mm->src[0]) == lmh_inner(mm->src[0]) &&
-           !lmh_dtype_is_quant(mm->src[1]->dtype);
+           !lmh_dtype_is_packed(mm->src[1]->dtype);
 }
 
 int vk_matvec_fused(lmh_backend *b, const lmh_op *mm, const lmh_op *pro, int write_pro,
@@ -1206,7 +1207,7 @@ static int op_moe_matmul(lmh_backend *b, const lmh_op *op) {
     so.pc[5] = (uint32_t)pairs;
     so.pc[6] = (uint32_t)E;
     so.pc[7] = item_rows;
-    uint32_t nr = lmh_dtype_is_quant(W->dtype) ? QMATVEC_NR : MATVEC_NR;
+    uint32_t nr = lmh_dtype_is_packed(W->dtype) ? QMATVEC_NR : MATVEC_NR;
     so.pc[8] = mv ? cdiv((uint64_t)out, nr) : cdiv((uint64_t)out, 64);
     so.pc[9] = list_at;
     so.pc[10] = items_at;
@@ -1225,7 +1226,7 @@ static int op_moe_matmul(lmh_backend *b, const lmh_op *op) {
         x.pc[11] = xt->ndim == 3;
         x.pc[12] = list_at;
         x.pc[13] = items_at;
-        int quant = lmh_dtype_is_quant(W->dtype);
+        int quant = lmh_dtype_is_packed(W->dtype);
         if (quant) quant_args(&x, W);
         if (mv && quant) {
             x.shader = VK_SH_QMATVEC_MOE;

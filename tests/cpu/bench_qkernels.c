@@ -1,6 +1,8 @@
 /* Timings, not a test: y = x W^T for a 4-bit group-64 W [14336, 4096] (bf16 scales and
  * biases) and one row of x, the decode shape of an 8B model's MLP, on every SIMD path,
- * exact (avx512, avx2, portable...) then fast mode (avx512-i8, avx2-i8, portable-i8...).
+ * exact (avx512, avx2, portable...) then fast mode (avx512-i8, avx2-i8, portable-i8...); then
+ * the same shape as microscaled 4-bit weights (MXFP4, group 32, e8m0 scales), exact, and fast
+ * where an int8 path has a microscaled row function of its own.
  * usage: bench_qkernels [threads] [bits] [rows] [in] [path] */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "kernels.h"
@@ -120,6 +122,56 @@ int main(int argc, char **argv) {
                mb / 1e3 / best, mb);
     }
     free(mem);
+    /* microscaled 4-bit (MXFP4) of the same shape: exact paths, then the fast ones */
+    cpu_qmat wm = {.sb = CPU_Q_MX,
+                   .bits = 4,
+                   .group = 32,
+                   .rows = out,
+                   .in = in,
+                   .wpr = in / 8,
+                   .gpr = in / 32};
+    uint8_t *ms = malloc((size_t)(out * wm.gpr));
+    mem = aligned_alloc(64, (cpu_q8_bytes(1, in, 32) + 63) & ~(size_t)63);
+    if (!ms || !mem) return 1;
+    for (int64_t i = 0; i < out * wm.gpr; i++) ms[i] = (uint8_t)(120 + i % 2);
+    wm.q = q; /* (the codes' bytes: any nibble is a value) */
+    wm.scales = ms;
+    double mbm = (double)(out * in / 2 + out * wm.gpr) / 1e6;
+    int64_t grain = (out / (threads * 4) + 15) & ~(int64_t)15;
+    for (const cpu_kernels *const *k = cpu_kernels_available(); *k; k++) {
+        if (argc > 5 && strcmp(argv[5], (*k)->name) != 0) continue;
+        arg a = {
+            .k = *k, .qk = cpu_qkernels_for((*k)->name), .w = &wm, .x = x, .y = y, .buf = qbuf};
+        cpu_pool_run(pool, out, grain, run, &a); /* warm */
+        double best = 1e9;
+        for (int rep = 0; rep < 20; rep++) {
+            double t0 = now();
+            cpu_pool_run(pool, out, grain, run, &a);
+            double t = now() - t0;
+            if (t < best) best = t;
+        }
+        printf("%-8s mxfp4 [%lld x %lld] matvec, %d threads: %.3f ms, %.1f GB/s of %.1f MB\n",
+               a.qk->name, (long long)out, (long long)in, threads, best * 1e3, mbm / 1e3 / best,
+               mbm);
+    }
+    for (const cpu_q8kernel *const *k = cpu_q8kernels_available(); *k; k++) {
+        if (argc > 5 && strncmp(argv[5], (*k)->name, strlen(argv[5])) != 0) continue;
+        if (!(*k)->rows_mx) continue; /* (the backend runs the exact kernels then) */
+        arg8 a = {.k = *k, .w = &wm, .x = x, .y = y, .mem = mem};
+        op8(pool, grain, &a); /* warm */
+        double best = 1e9;
+        for (int rep = 0; rep < 20; rep++) {
+            double t0 = now();
+            op8(pool, grain, &a);
+            double t = now() - t0;
+            if (t < best) best = t;
+        }
+        printf("%-8s mxfp4 [%lld x %lld] matvec, %d threads: %.3f ms, %.1f GB/s of %.1f MB\n",
+               (*k)->name, (long long)out, (long long)in, threads, best * 1e3, mbm / 1e3 / best,
+               mbm);
+    }
+    free(mem);
+    free(ms);
     cpu_pool_free(pool);
     free(qbuf);
     free(q);

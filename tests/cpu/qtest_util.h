@@ -19,7 +19,7 @@ static float frnd(void) {
     return (float)(rnd() % 20001) / 10000.0f - 1.0f;
 }
 
-static void put_sb(void *p, int sb, int64_t i, float v) {
+static inline void put_sb(void *p, int sb, int64_t i, float v) {
     if (sb == 0)
         ((float *)p)[i] = v;
     else if (sb == 1)

@@ -4,7 +4,8 @@
  * Loads both plugins through their entry symbols, runs each op with the same operands on
  * both (odd sizes, one row and many, every weight dtype, unaligned views, attention with
  * windows, rings, soft-cap and GQA, split keys, MoE; MLX-quantized weights of every bit width,
- * group size and scale dtype in get_rows, matmul and moe_matmul) and compares. It does so twice:
+ * group size and scale dtype in get_rows, matmul and moe_matmul, and microscaled 4-bit ones
+ * (MXFP4)) and compares. It does so twice:
  * with the device's subgroup reductions and push descriptors, and with the shared-memory reductions
  * and descriptor pools (LMHOST_VK_NO_SUBGROUP=1, LMHOST_VK_NO_PUSH_DESCRIPTOR=1); tiled products
  * in matmul_big.comp's tiles of 128 rows the first time, of 64 the second. Pairs of ops
@@ -205,6 +206,33 @@ static tt *mk_quant(int bits, int32_t group, lmh_dtype sdt, int ndim, int64_t n0
 /* An attention's sinks (ABI 1.10, LMH_ATTN_SINKS): run() passes them to LMH_OP_ATTENTION
  * while set. */
 static tt *g_sinks;
+
+/* A microscaled 4-bit weight (LMH_MXFP4) [n0, n1] or [n0, n1, n2] on both backends: random
+ * codes (every nibble is a value) and e8m0 scales around 2^-3 (some subnormal ones where
+ * sub is set); the blocks lent at an odd address where `odd` is set (the CPU copies
+ * them). */
+static tt *mk_mx(int ndim, int64_t n0, int64_t n1, int64_t n2, int sub, int odd) {
+    int64_t ne[3] = {n0, n1, n2}, in = ne[ndim - 1], rows = n0 * (ndim == 3 ? n1 : 1);
+    int64_t bytes = rows * in / 2, ng = rows * (in / 32);
+    uint8_t *blocks = malloc((size_t)bytes + 1), *sc = malloc((size_t)ng);
+    for (int64_t i = 0; i < bytes + 1; i++) blocks[i] = (uint8_t)rand32();
+    for (int64_t i = 0; i < ng; i++)
+        sc[i] = (uint8_t)(sub && i % 7 == 3 ? i % 2 : 120 + rand32() % 6);
+    g_keep[g_nkeep++] = blocks;
+    g_keep[g_nkeep++] = sc;
+    tt *x = &g_pool[g_npool++];
+    for (int k = 0; k < 2; k++) {
+        const lmh_backend_api *api = g_be[k].api;
+        x->t[k] = api->tensor_quant(g_be[k].b, LMH_MXFP4, 32, ndim, ne,
+                                    (const uint32_t *)(const void *)(blocks + (odd ? 1 : 0)),
+                                    LMH_U8, sc, NULL);
+        if (!x->t[k]) {
+            fprintf(stderr, "FAIL: tensor_quant (mxfp4) on backend %d\n", k);
+            exit(1);
+        }
+    }
+    return x;
+}
 
 static int run(const char *what, lmh_op_code code, tt *dst, tt *s0, tt *s1, tt *s2, tt *s3,
                const float *f, const int32_t *iv) {
@@ -1506,6 +1534,107 @@ static void t_quant(void) {
     free_all();
 }
 
+/* Microscaled 4-bit weights (LMH_MXFP4) against the CPU's (tests/cpu/test_mxfp4.c checks
+ * those against a naive dequantization): gathered rows, matvec (1..4 rows) and tiled
+ * matmul (odd row and column counts, bias, the rows of the matrix-core and big tiles),
+ * expert matmuls over a stack, misaligned blocks, bad arguments refused and the weight
+ * bytes read. */
+static void t_mxfp4(void) {
+    const double mm_tol = strstr(g_be[1].api->describe(g_be[1].b), "matrix cores") ? 3e-3 : TOL;
+    char what[128];
+    {
+        tt *tab = mk_mx(2, 37, 256, 0, 1, 0);
+        int32_t ids[7] = {0, 36, 5, -1, 37, 5, 17};
+        tt *id = mk_i32(1, 7, 0, ids), *dst = mk(LMH_F32, 2, 7, 256, 0, 9, 9, 0);
+        if (!run("get_rows mxfp4", LMH_OP_GET_ROWS, dst, tab, id, NULL, NULL, NULL, NULL))
+            check("get_rows mxfp4", dst, 1e-6);
+        free_all();
+    }
+    static const int64_t shapes[][3] = {{1, 128, 37},   {2, 384, 20},    {4, 256, 65},
+                                        {3, 2880, 130}, {5, 256, 33},    {19, 128, 40},
+                                        {70, 96, 70},   {130, 384, 129}, {256, 1024, 300}};
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+        int64_t rows = shapes[sh][0], in = shapes[sh][1], out = shapes[sh][2];
+        int bias = sh % 3 == 1;
+        tt *x = mk(LMH_F32, 2, rows, in, 0, -1, 1, 0);
+        tt *W = mk_mx(2, out, in, 0, sh % 2 == 0, sh % 4 == 3);
+        tt *bt = bias ? mk(fdt[sh % 3], 1, out, 0, 0, -1, 1, LMH_TENSOR_WEIGHT) : NULL;
+        tt *y = mk(LMH_F32, 2, rows, out, 0, 0, 0, 0);
+        snprintf(what, sizeof what, "matmul %lldx%lld -> %lld mxfp4%s", (long long)rows,
+                 (long long)in, (long long)out, bias ? " bias" : "");
+        if (!run(what, LMH_OP_MATMUL, y, x, W, bt, NULL, NULL, NULL))
+            check(what, y, rows >= 128 ? mm_tol : TOL);
+        free_all();
+    }
+    static const int mm[][5] = {/* n, k, E, in, out */
+                                {1, 4, 8, 128, 48},
+                                {3, 2, 4, 256, 40},
+                                {33, 3, 5, 96, 33},
+                                {70, 4, 6, 128, 72}};
+    for (size_t c = 0; c < sizeof mm / sizeof mm[0]; c++) {
+        int n = mm[c][0], k = mm[c][1], E = mm[c][2], in = mm[c][3], out = mm[c][4];
+        int per_slot = (int)c % 2;
+        tt *x = per_slot ? mk(LMH_F32, 3, n, k, in, -1, 1, 0) : mk(LMH_F32, 2, n, in, 0, -1, 1, 0);
+        tt *W = mk_mx(3, E, out, in, (int)c % 2, 0);
+        int32_t ids[512];
+        for (int i = 0; i < n * k; i++) ids[i] = (int32_t)(frand(0, 1) * E) % E;
+        if (c == 2) ids[1] = -1, ids[4] = E;
+        tt *id = mk_i32(2, n, k, ids);
+        tt *y = mk(LMH_F32, 3, n, k, out, 3, 3, 0);
+        snprintf(what, sizeof what, "moe_matmul n=%d k=%d E=%d %dx%d mxfp4%s", n, k, E, in, out,
+                 per_slot ? " per slot" : "");
+        if (!run(what, LMH_OP_MOE_MATMUL, y, x, W, id, NULL, NULL, NULL)) check(what, y, TOL);
+        free_all();
+    }
+    /* refused: a group other than 32, biases, scales not u8, a row not of whole blocks */
+    static uint8_t blk[64 * 16], scs[64];
+    static const int64_t ne_ok[2] = {4, 64}, ne_bad[2] = {4, 48};
+    for (int k = 0; k < 2; k++) {
+        const lmh_backend_api *api = g_be[k].api;
+        lmh_tensor *bad[4] = {api->tensor_quant(g_be[k].b, LMH_MXFP4, 64, 2, ne_ok,
+                                                (const uint32_t *)blk, LMH_U8, scs, NULL),
+                              api->tensor_quant(g_be[k].b, LMH_MXFP4, 32, 2, ne_ok,
+                                                (const uint32_t *)blk, LMH_U8, scs, scs),
+                              api->tensor_quant(g_be[k].b, LMH_MXFP4, 32, 2, ne_ok,
+                                                (const uint32_t *)blk, LMH_F16, scs, NULL),
+                              api->tensor_quant(g_be[k].b, LMH_MXFP4, 32, 2, ne_bad,
+                                                (const uint32_t *)blk, LMH_U8, scs, NULL)};
+        for (int i = 0; i < 4; i++) {
+            g_checks++;
+            if (bad[i]) {
+                fprintf(stderr, "FAIL: %s took bad mxfp4 arguments (case %d)\n",
+                        k ? "vulkan" : "cpu", i);
+                g_fail++;
+                api->tensor_free(g_be[k].b, bad[i]);
+            }
+        }
+    }
+    /* weight bytes read: blocks and scales of the rows used, as the CPU counts */
+    lmh_backend_mem m0[2], m1[2];
+    for (int k = 0; k < 2; k++) g_be[k].api->memory(g_be[k].b, &m0[k]);
+    tt *x = mk(LMH_F32, 2, 2, 128, 0, -1, 1, 0), *W = mk_mx(2, 48, 128, 0, 0, 0);
+    tt *y = mk(LMH_F32, 2, 2, 48, 0, 0, 0, 0);
+    run("mxfp4 matmul count", LMH_OP_MATMUL, y, x, W, NULL, NULL, NULL, NULL);
+    tt *xe = mk(LMH_F32, 2, 3, 128, 0, -1, 1, 0), *We = mk_mx(3, 6, 40, 128, 0, 0);
+    int32_t ids[6] = {1, 4, 4, 2, 1, 5};
+    tt *id = mk_i32(2, 3, 2, ids), *ye = mk(LMH_F32, 3, 3, 2, 40, 0, 0, 0);
+    run("mxfp4 moe count", LMH_OP_MOE_MATMUL, ye, xe, We, id, NULL, NULL, NULL);
+    for (int k = 0; k < 2; k++) {
+        g_be[k].api->sync(g_be[k].b);
+        g_be[k].api->memory(g_be[k].b, &m1[k]);
+    }
+    uint64_t r0 = m1[0].weight_bytes_read - m0[0].weight_bytes_read;
+    uint64_t r1 = m1[1].weight_bytes_read - m0[1].weight_bytes_read;
+    uint64_t want = 48 * (64 + 4) + 4 * 40 * (64 + 4);
+    g_checks++;
+    if (r0 != r1 || r1 != want) {
+        fprintf(stderr, "FAIL: mxfp4 weight bytes read: cpu %llu, vulkan %llu, want %llu\n",
+                (unsigned long long)r0, (unsigned long long)r1, (unsigned long long)want);
+        g_fail++;
+    }
+    free_all();
+}
+
 /* Memory behaviour: a freed tensor's memory is not reused before the ops that read it
  * ran; uploads larger than a staging buffer; weight bytes read counted as on the CPU. */
 static void t_memory(void) {
@@ -2350,6 +2479,7 @@ int main(int argc, char **argv) {
                      {"held ops' dependencies", t_seq_deps},
                      {"moe", t_moe},
                      {"quantized", t_quant},
+                     {"mxfp4", t_mxfp4},
                      {"fused pairs", t_fused},
                      {"fused products", t_fused_products},
                      {"fused count", t_fused_dispatches},

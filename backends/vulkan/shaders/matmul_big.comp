@@ -91,13 +91,13 @@ void load_x(uint r, uint k, out float xv[8]) {
 void load_w(uint n, uint k, out float wv[8]) {
     bool nok = n < pc.out_;
     uint wrow = nok ? n : 0u, wat = pc.ob + wrow * pc.wpr, g = wrow * pc.gpr + k / GROUP;
-    float s = QSB(W, pc.ob + pc.sc, g), b = QSB(W, pc.ob + pc.bi, g);
+    float s = QSB(W, pc.ob + pc.sc, g), b = QBI(W, pc.ob + pc.bi, g);
     [[unroll]] for (uint h = 0; h < 2u; h++) {
         uint bit = (k + h * 4u) * BITS, sh = bit & 31u;
         uint word = W[wat + (bit >> 5)] >> sh;
         if (sh + 4u * BITS > 32u) word |= W[wat + (bit >> 5) + 1u] << (32u - sh);
         [[unroll]] for (uint i = 0; i < 4u; i++)
-            wv[h * 4u + i] = nok ? s * QFLOAT((word >> (i * BITS)) & QMASK) + b : 0.0;
+            wv[h * 4u + i] = nok ? s * QVAL((word >> (i * BITS)) & QMASK) + b : 0.0;
     }
 }
 #else

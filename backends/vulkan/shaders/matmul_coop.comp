@@ -113,7 +113,7 @@ void load(uint m0, uint n0, uint l, uint k, out uvec4 xr[8], out uvec4 wr[8]) {
             wr[i] = uvec4(W[wat + (bit >> 5)],
                           sh + 8u * BITS > 32u ? W[wat + (bit >> 5) + 1u] : 0u,
                           floatBitsToUint(QSB(W, pc.ob + pc.sc, g)),
-                          floatBitsToUint(QSB(W, pc.ob + pc.bi, g)));
+                          floatBitsToUint(QBI(W, pc.ob + pc.bi, g)));
         } else {
             wr[i] = uvec4(0u);
         }
@@ -165,7 +165,7 @@ void put(uint buf, uint l, uvec4 xr[8], uvec4 wr[8]) {
                 uint p = sh + e * BITS;
                 uint c = p >= 32u ? v.y >> (p - 32u)
                                   : (v.x >> p) | (p + BITS > 32u ? v.y << (32u - p) : 0u);
-                f[e] = s * QFLOAT(c & QMASK) + b;
+                f[e] = s * QVAL(c & QMASK) + b;
             }
             v = uvec4(h2(f[0], f[1]), h2(f[2], f[3]), h2(f[4], f[5]), h2(f[6], f[7]));
         }

@@ -34,8 +34,8 @@ void main() {
     float v = 0.0;
     if (id >= 0 && uint(id) < pc.V) {
         uint row = uint(id), g = row * pc.gpr + c / GROUP;
-        float q = QFLOAT(QCODE_AT(T, pc.oa + row * pc.wpr, c));
-        v = QSB(T, pc.oa + pc.sc, g) * q + QSB(T, pc.oa + pc.bi, g);
+        float q = QVAL(QCODE_AT(T, pc.oa + row * pc.wpr, c));
+        v = QSB(T, pc.oa + pc.sc, g) * q + QBI(T, pc.oa + pc.bi, g);
     }
     D[pc.od + i] = floatBitsToUint(v);
 }

@@ -93,9 +93,9 @@ void main() {
             uint word = W[wat + (bit >> 5)] >> sh;
             if (sh + 4u * BITS > 32u) word |= W[wat + (bit >> 5) + 1u] << (32u - sh);
             uint g = wrow * pc.gpr + k0 / GROUP;
-            float s = QSB(W, pc.ob + pc.sc, g), b = QSB(W, pc.ob + pc.bi, g);
+            float s = QSB(W, pc.ob + pc.sc, g), b = QBI(W, pc.ob + pc.bi, g);
             [[unroll]] for (uint i = 0; i < 4u; i++)
-                ws[wc + i][wr] = wvalid ? s * QFLOAT((word >> (i * BITS)) & QMASK) + b : 0.0;
+                ws[wc + i][wr] = wvalid ? s * QVAL((word >> (i * BITS)) & QMASK) + b : 0.0;
         }
         barrier();
         [[unroll]] for (uint c = 0; c < BK; c++) {

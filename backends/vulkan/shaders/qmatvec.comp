@@ -86,8 +86,8 @@ void chunk(uint c, uint w[NR][9], uint nrows, uint xrow[MAXR], uint wrow0, uint 
             sx[j] += xv[j].x + xv[j].y + xv[j].z + xv[j].w;
         }
         [[unroll]] for (uint r = 0; r < NR; r++) {
-            vec4 qv = vec4(QFLOAT(QCODE(w[r], q * 4u)), QFLOAT(QCODE(w[r], q * 4u + 1u)),
-                           QFLOAT(QCODE(w[r], q * 4u + 2u)), QFLOAT(QCODE(w[r], q * 4u + 3u)));
+            vec4 qv = vec4(QVAL(QCODE(w[r], q * 4u)), QVAL(QCODE(w[r], q * 4u + 1u)),
+                           QVAL(QCODE(w[r], q * 4u + 2u)), QVAL(QCODE(w[r], q * 4u + 3u)));
             [[unroll]] for (uint j = 0; j < MAXR; j++) d[r][j] += dot(qv, xv[j]);
         }
     }
@@ -95,7 +95,7 @@ void chunk(uint c, uint w[NR][9], uint nrows, uint xrow[MAXR], uint wrow0, uint 
     [[unroll]] for (uint r = 0; r < NR; r++) {
         uint row = wrow0 + min(o0 + r, pc.out_ - 1u);
         float s = QSB(W, pc.ob + pc.sc, row * pc.gpr + g);
-        float b = QSB(W, pc.ob + pc.bi, row * pc.gpr + g);
+        float b = QBI(W, pc.ob + pc.bi, row * pc.gpr + g);
         [[unroll]] for (uint j = 0; j < MAXR; j++) acc[r][j] += s * d[r][j] + b * sx[j];
     }
 }
