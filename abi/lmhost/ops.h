@@ -144,6 +144,18 @@ typedef enum lmh_op_code {
      *   S = exp(g) S,  S += k (beta (v - S^T k))^T,  o = S^T q.
      * A backend may run a chunked form for many rows: same result within f32 rounding. */
     LMH_OP_DELTA_RULE = 24,
+
+    /* (ABI 1.10) Rotary embedding with two frequency tables, one chosen per row: LongRoPE's
+     * short and long factors, switched on a sequence's length. As LMH_OP_ROPE (src0/dst f32
+     * [n, heads, head_dim], src1 i32 [n] positions, p.i[0] rotated dims, p.i[1] style), and:
+     * src4 i32 [n] a value per row, compared with the threshold p.i[2] (>= 0); a row whose
+     * value is <= p.i[2] rotates with src2 f32 [p.i[0]/2] and cos/sin factor p.f[0], a row
+     * whose value is > p.i[2] with src3 f32 [p.i[0]/2] and p.f[1]. Each row's result is
+     * exactly LMH_OP_ROPE's with the table and factor it chose. Pass lmh_batch.seq_ends
+     * (arch.h) as src4: a row then depends on its own sequence alone. A backend built before
+     * 1.10 refuses the code, so a model that needs the switch fails rather than rotating
+     * every row with one table. */
+    LMH_OP_ROPE_SWITCH = 26,
     LMH_OP_COUNT
 } lmh_op_code;
 
@@ -234,7 +246,8 @@ static inline const char *lmh_op_name(lmh_op_code c) {
         "mul",         "scale",     "swiglu",       "geglu",     "rope",
         "copy",        "attention", "softcap",      "moe_route", "moe_matmul",
         "moe_combine", "transpose", "sigmoid_gate", "argmax",    "cols",
-        "unary",       "conv1d",    "ssm_scan",     "ssd_scan",  "delta_rule"};
+        "unary",       "conv1d",    "ssm_scan",     "ssd_scan",  "delta_rule",
+        "?" /* 25: another ABI 1.10 op, merged apart */, "rope_switch"};
     return (unsigned)c < LMH_OP_COUNT ? names[c] : "?";
 }
 
