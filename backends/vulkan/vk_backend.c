@@ -2334,7 +2334,7 @@ static const char *const ops[] = {
     "get_rows",    "matmul",       "rms_norm",   "add",       "mul",     "scale",     "swiglu",
     "geglu",       "rope",         "copy",       "attention", "softcap", "moe_route", "moe_matmul",
     "moe_combine", "sigmoid_gate", "transpose",  "argmax",    "cols",    "unary",     "conv1d",
-    "ssm_scan",    "ssd_scan",     "delta_rule", NULL};
+    "ssm_scan",    "ssd_scan",     "delta_rule", "rope_switch", NULL};
 
 static const lmh_backend_api api = {
     .size = sizeof(lmh_backend_api),
