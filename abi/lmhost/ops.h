@@ -240,6 +240,9 @@ static inline unsigned lmh_op_row_srcs(lmh_op_code c) {
     }
 }
 
+/* (ABI 1.10: 25 is another branch's op, its name merged apart; 26 rope_switch. The rows
+ * before 1.10 kept as they were.) */
+/* clang-format off */
 static inline const char *lmh_op_name(lmh_op_code c) {
     static const char *const names[LMH_OP_COUNT] = {
         "?",           "get_rows",  "matmul",       "rms_norm",  "add",
@@ -247,7 +250,8 @@ static inline const char *lmh_op_name(lmh_op_code c) {
         "copy",        "attention", "softcap",      "moe_route", "moe_matmul",
         "moe_combine", "transpose", "sigmoid_gate", "argmax",    "cols",
         "unary",       "conv1d",    "ssm_scan",     "ssd_scan",  "delta_rule",
-        "?" /* 25: another ABI 1.10 op, merged apart */, "rope_switch"};
+        "?",           "rope_switch"};
+    /* clang-format on */
     return (unsigned)c < LMH_OP_COUNT ? names[c] : "?";
 }
 

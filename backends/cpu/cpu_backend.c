@@ -1705,10 +1705,11 @@ static int cpu_kernel_run(lmh_backend *b, lmh_kernel *k, const lmh_kernel_call *
 static const char *const weight_dtypes[] = {"f32", "f16", "bf16", "q2", "q3",
                                             "q4",  "q5",  "q6",   "q8", NULL};
 static const char *const ops[] = {
-    "get_rows",    "matmul",       "rms_norm",   "add",       "mul",     "scale",     "swiglu",
-    "geglu",       "rope",         "copy",       "attention", "softcap", "moe_route", "moe_matmul",
-    "moe_combine", "sigmoid_gate", "transpose",  "argmax",    "cols",    "unary",     "conv1d",
-    "ssm_scan",    "ssd_scan",     "delta_rule", "rope_switch", NULL};
+    "get_rows",    "matmul",     "rms_norm",    "add",          "mul",       "scale",
+    "swiglu",      "geglu",      "rope",        "copy",         "attention", "softcap",
+    "moe_route",   "moe_matmul", "moe_combine", "sigmoid_gate", "transpose", "argmax",
+    "cols",        "unary",      "conv1d",      "ssm_scan",     "ssd_scan",  "delta_rule",
+    "rope_switch", NULL};
 
 static const lmh_backend_api api = {
     .size = sizeof(lmh_backend_api),
