@@ -203,7 +203,9 @@ int cli_prefill(engine *e, uint64_t seq, const int32_t *ids, int32_t n, int32_t 
     int32_t V = engine_vocab(e);
     engine_row *rows = malloc((size_t)chunk * sizeof *rows);
     int32_t *outs = malloc((size_t)chunk * sizeof *outs);
-    int rc = 0;
+    /* one prompt however many steps it takes: what a model sees of its length is the
+     * prompt's (engine_seq_prompt) */
+    int rc = engine_seq_prompt(e, seq, n) ? 1 : 0;
     char err[1024];
     for (int32_t at = 0; rows && outs && at < n && rc == 0; at += chunk) {
         int32_t m = n - at < chunk ? n - at : chunk;

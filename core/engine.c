@@ -71,6 +71,7 @@ typedef struct ecache {
 typedef struct seq_ent {
     uint64_t seq;
     int ci;
+    int32_t prompt_end; /* engine_seq_prompt's: the prompt fed over several steps ends here */
 } seq_ent;
 
 struct engine {
@@ -1595,9 +1596,18 @@ int32_t engine_seq_len(engine *e, uint64_t seq) {
     return ec ? ec_seq_len(e, ec, seq) : -1;
 }
 
+int engine_seq_prompt(engine *e, uint64_t seq, int32_t n) {
+    int i = seq_find(e, seq);
+    int32_t len = engine_seq_len(e, seq);
+    if (i < 0 || len < 0 || n < 0) return LMH_EINVAL;
+    e->seqs[i].prompt_end = n > 0 ? len + n : 0;
+    return 0;
+}
+
 int engine_seq_trim(engine *e, uint64_t seq, int32_t len) {
     ecache *ec = cache_of(e, seq);
     if (!ec) return LMH_EINVAL;
+    e->seqs[seq_find(e, seq)].prompt_end = 0;
     /* recurrent state cannot go back but to 0: the caches leave it unusable until a
      * snapshot is restored, and the caller hears of it */
     int rc = e->n_rec && len > 0 && len < ec_seq_len(e, ec, seq) ? LMH_EUNSUPPORTED : 0;
@@ -1694,6 +1704,7 @@ int engine_seq_restore(engine *e, uint64_t seq, const engine_snapshot *sn, char 
                     "the snapshot is at position %d without its keys and values; sequence %llu "
                     "holds %d positions",
                     sn->len, (unsigned long long)seq, len);
+    e->seqs[seq_find(e, seq)].prompt_end = 0;
     for (int s = 0; s < e->n_slots; s++) {
         int rc = sn->state[s] ? ec->api->state_load(ec->c[s], seq, sn->state[s], sn->bytes[s])
                               : ec->api->seq_trim(ec->c[s], seq, sn->len);
@@ -1840,9 +1851,10 @@ static int run_step(engine *e, const engine_row *rows, int32_t n_rows, const int
     htensor *picks = NULL;
     int32_t *tok = malloc((size_t)n_rows * sizeof *tok);
     int32_t *pos = malloc((size_t)n_rows * sizeof *pos);
+    int32_t *ends = malloc((size_t)n_rows * sizeof *ends);
     f.segs = malloc((size_t)n_rows * sizeof *f.segs);
     int rc = -1;
-    if (!tok || !pos || !f.segs) {
+    if (!tok || !pos || !ends || !f.segs) {
         errf(err, err_len, "out of memory");
         goto done;
     }
@@ -1882,6 +1894,18 @@ static int run_step(engine *e, const engine_row *rows, int32_t n_rows, const int
             errf(err, err_len, "output row %d out of range", out_rows[i]);
             goto done;
         }
+    /* each sequence's end in this pass, or its prompt's while one is fed in chunks
+     * (lmh_batch.seq_ends); the prompt's end is forgotten once a pass reaches it */
+    for (int s = 0; s < f.n_segs; s++) {
+        const seg *g = &f.segs[s];
+        seq_ent *se = &e->seqs[seq_find(e, g->seq)];
+        int32_t end = pos[g->r0] + g->n;
+        if (se->prompt_end > end)
+            end = se->prompt_end;
+        else
+            se->prompt_end = 0;
+        for (int32_t i = g->r0; i < g->r0 + g->n; i++) ends[i] = end;
+    }
 
     lmh_batch b = {.n_rows = n_rows, .n_out = n_out};
     /* chained: the embedding reads the picks where they are (copied on use if the first
@@ -1890,6 +1914,8 @@ static int run_step(engine *e, const engine_row *rows, int32_t n_rows, const int
     b.positions = input_tensor(e, &f, LMH_I32, n_rows, pos);
     f.positions = b.positions ? HT(b.positions) : NULL;
     b.out_rows = input_tensor(e, &f, LMH_I32, n_out, out_rows);
+    /* (ABI 1.10) read by plugins that know of it only */
+    if (e->arch_p->info->abi_minor >= 10) b.seq_ends = input_tensor(e, &f, LMH_I32, n_rows, ends);
     int64_t lne[2] = {n_out, e->vocab};
     b.logits = host_fwd_tensor(&f, LMH_LAYER_OUTPUT, LMH_F32, 2, lne);
     if (f.failed) {
@@ -1967,6 +1993,7 @@ done:
     free(f.segs);
     free(tok);
     free(pos);
+    free(ends);
     return rc;
 }
 

@@ -102,6 +102,11 @@ int engine_seq_add(engine *e, uint64_t seq);
 int engine_seq_cache(const engine *e, uint64_t seq);
 void engine_seq_remove(engine *e, uint64_t seq);
 int32_t engine_seq_len(engine *e, uint64_t seq);
+/* The next n rows of seq are one prompt, which the caller may feed over several steps
+ * (chunked prefill): until the sequence reaches the prompt's end, its rows' seq_ends
+ * (lmh_batch, ABI 1.10) say that end, as one step over the whole prompt would. A trim or a
+ * restore forgets it; n = 0 too. LMH_EINVAL for an unknown sequence or n < 0. */
+int engine_seq_prompt(engine *e, uint64_t seq, int32_t n);
 /* Forgets positions >= len. A model with recurrent state can only go back to 0 this way:
  * to another length it answers LMH_EUNSUPPORTED and the sequence's state is unusable until
  * engine_seq_restore. */

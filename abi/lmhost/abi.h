@@ -26,7 +26,9 @@ extern "C" {
        * 8: lmh_cache_config.options and flags, lmh_cache_api.read_rows, row_bytes;                \
        * 9: lmh_backend_opts.precision, lmh_backend_api.precision, LMH_MATMUL_EXACT              \
        *    (LMH_OP_MATMUL p.i[0]);                                                                \
-       * 10: see the "(ABI 1.10)" notes (attention sinks, MXFP4 weights, longrope) */
+       * 10: attention sinks (lmh_attn_params.sinks, LMH_ATTN_SINKS), LMH_OP_SWIGLU_OAI,        \
+       *    LMH_OP_ROPE_SWITCH, lmh_batch.seq_ends, lmh_host_api.weight_transposed, LMH_MXFP4     \
+       *    weights (tensor_quant); a plugin of a newer minor than the host's is refused */
 
 /* Every plugin exports this symbol (C linkage, default visibility). */
 #define LMH_PLUGIN_ENTRY_NAME "lmhost_plugin_entry"

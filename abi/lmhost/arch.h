@@ -62,6 +62,13 @@ typedef struct lmh_batch {
     int32_t n_out;
     lmh_tensor *out_rows; /* i32 [n_out]: the rows whose logits are wanted */
     lmh_tensor *logits;   /* f32 [n_out, vocab] to fill, on the LMH_LAYER_OUTPUT backend */
+    /* (ABI 1.10; read only where host->abi_minor >= 10) i32 [n_rows], placed as positions:
+     * per row, the length its sequence reaches by the end of this pass (one past its last
+     * row's position), or, while the host feeds a prompt over several passes (chunked
+     * prefill), one past the prompt's last position, so that every chunk sees what one pass
+     * over the whole prompt would. Equal for the rows of a sequence, and independent of the
+     * other sequences in the batch. LMH_OP_ROPE_SWITCH takes it. */
+    lmh_tensor *seq_ends;
 } lmh_batch;
 
 typedef struct lmh_model lmh_model; /* the plugin's own */

@@ -155,6 +155,17 @@ typedef enum lmh_op_code {
      * g = min(gate, limit), u = clamp(up, -limit, limit):
      *   dst = (u + 1) * g * sigmoid(alpha * g),  p.f[0] alpha (1.702), p.f[1] limit. */
     LMH_OP_SWIGLU_OAI = 25,
+    /* (ABI 1.10) Rotary embedding with two frequency tables, one chosen per row: LongRoPE's
+     * short and long factors, switched on a sequence's length. As LMH_OP_ROPE (src0/dst f32
+     * [n, heads, head_dim], src1 i32 [n] positions, p.i[0] rotated dims, p.i[1] style), and:
+     * src4 i32 [n] a value per row, compared with the threshold p.i[2] (>= 0); a row whose
+     * value is <= p.i[2] rotates with src2 f32 [p.i[0]/2] and cos/sin factor p.f[0], a row
+     * whose value is > p.i[2] with src3 f32 [p.i[0]/2] and p.f[1]. Each row's result is
+     * exactly LMH_OP_ROPE's with the table and factor it chose. Pass lmh_batch.seq_ends
+     * (arch.h) as src4: a row then depends on its own sequence alone. A backend built before
+     * 1.10 refuses the code, so a model that needs the switch fails rather than rotating
+     * every row with one table. */
+    LMH_OP_ROPE_SWITCH = 26,
     LMH_OP_COUNT
 } lmh_op_code;
 
@@ -247,6 +258,9 @@ static inline unsigned lmh_op_row_srcs(lmh_op_code c) {
     }
 }
 
+/* (ABI 1.10: 25 is another branch's op, its name merged apart; 26 rope_switch. The rows
+ * before 1.10 kept as they were.) */
+/* clang-format off */
 static inline const char *lmh_op_name(lmh_op_code c) {
     static const char *const names[LMH_OP_COUNT] = {
         "?",           "get_rows",  "matmul",       "rms_norm",  "add",
@@ -254,9 +268,10 @@ static inline const char *lmh_op_name(lmh_op_code c) {
         "copy",        "attention", "softcap",      "moe_route", "moe_matmul",
         "moe_combine", "transpose", "sigmoid_gate", "argmax",    "cols",
         "unary",       "conv1d",    "ssm_scan",     "ssd_scan",  "delta_rule",
-        "swiglu_oai"};
+        "swiglu_oai",  "rope_switch"};
     return (unsigned)c < LMH_OP_COUNT ? names[c] : "?";
 }
+/* clang-format on */
 
 /* Attention settings an architecture passes with fwd_attention(). */
 typedef struct lmh_attn_params {

@@ -595,14 +595,18 @@ static void do_rope(void *arg, int64_t r0, int64_t r1, int w) {
     const lmh_tensor *x = op->src[0];
     int64_t heads = x->ne[1], hd = x->ne[2];
     int32_t rot = op->p.i[0], style = op->p.i[1];
-    float af = op->p.f[0];
     const int32_t *pos = (const int32_t *)DATA(op->src[1]);
-    const float *inv = (const float *)DATA(op->src[2]);
     const float *src = (const float *)DATA(x);
     float *dst = (float *)DATA(op->dst);
+    /* LMH_OP_ROPE_SWITCH: each row's table and factor by its src4 value (ABI 1.10) */
+    const int sw = op->code == LMH_OP_ROPE_SWITCH;
+    const int32_t *ends = sw ? (const int32_t *)DATA(op->src_more[0]) : NULL;
     int32_t half = rot / 2;
     float cs[512], sn[512]; /* rot <= 1024 is checked at enqueue */
     for (int64_t r = r0; r < r1; r++) {
+        const int use_long = sw && ends[r] > op->p.i[2];
+        const float *inv = (const float *)DATA(op->src[use_long ? 3 : 2]);
+        const float af = op->p.f[use_long ? 1 : 0];
         /* float32 angle, like the reference implementations */
         for (int32_t i = 0; i < half; i++) {
             float a = (float)pos[r] * inv[i];
@@ -1420,16 +1424,24 @@ static int check_op(const lmh_op *op) {
             return LMH_ESHAPE;
         return LMH_OK;
     case LMH_OP_ROPE:
-        if (!b || !c || a->dtype != LMH_F32 || d->dtype != LMH_F32 || b->dtype != LMH_I32 ||
-            c->dtype != LMH_F32)
+    case LMH_OP_ROPE_SWITCH: {
+        /* the switch's long table and per-row values (ABI 1.10) */
+        const int sw = op->code == LMH_OP_ROPE_SWITCH;
+        const lmh_tensor *c2 = sw ? op->src[3] : c, *e = sw ? op->src_more[0] : b;
+        if (!b || !c || !c2 || !e || a->dtype != LMH_F32 || d->dtype != LMH_F32 ||
+            b->dtype != LMH_I32 || c->dtype != LMH_F32 || c2->dtype != LMH_F32 ||
+            e->dtype != LMH_I32)
             break;
-        if (a->ndim != 3 || lmh_nelem(a) != lmh_nelem(d) || lmh_nelem(b) != a->ne[0])
+        if (a->ndim != 3 || lmh_nelem(a) != lmh_nelem(d) || lmh_nelem(b) != a->ne[0] ||
+            lmh_nelem(e) != a->ne[0])
             return LMH_ESHAPE;
         if (op->p.i[0] <= 0 || op->p.i[0] % 2 || op->p.i[0] > a->ne[2] || op->p.i[0] > 1024 ||
-            lmh_nelem(c) < op->p.i[0] / 2 ||
-            (op->p.i[1] != LMH_ROPE_HALF && op->p.i[1] != LMH_ROPE_INTERLEAVED))
+            lmh_nelem(c) < op->p.i[0] / 2 || lmh_nelem(c2) < op->p.i[0] / 2 ||
+            (op->p.i[1] != LMH_ROPE_HALF && op->p.i[1] != LMH_ROPE_INTERLEAVED) ||
+            (sw && op->p.i[2] < 0))
             return LMH_EINVAL;
         return LMH_OK;
+    }
     case LMH_OP_COPY:
         if (!lmh_dtype_is_float(a->dtype) || !lmh_dtype_is_float(d->dtype)) break;
         if (a->dtype != LMH_F32 && d->dtype != LMH_F32 && a->dtype != d->dtype) break;
@@ -1567,6 +1579,7 @@ static int cpu_enqueue(lmh_backend *b, const lmh_op *op) {
         break;
     }
     case LMH_OP_ROPE:
+    case LMH_OP_ROPE_SWITCH:
         cpu_pool_run(b->pool, a->ne[0], 1, do_rope, &j);
         break;
     case LMH_OP_TRANSPOSE: {
@@ -1777,10 +1790,11 @@ static int cpu_kernel_run(lmh_backend *b, lmh_kernel *k, const lmh_kernel_call *
 static const char *const weight_dtypes[] = {"f32", "f16", "bf16", "q2",    "q3", "q4",
                                             "q5",  "q6",  "q8",   "mxfp4", NULL};
 static const char *const ops[] = {
-    "get_rows",    "matmul",       "rms_norm",   "add",        "mul",     "scale",     "swiglu",
-    "geglu",       "rope",         "copy",       "attention",  "softcap", "moe_route", "moe_matmul",
-    "moe_combine", "sigmoid_gate", "transpose",  "argmax",     "cols",    "unary",     "conv1d",
-    "ssm_scan",    "ssd_scan",     "delta_rule", "swiglu_oai", NULL};
+    "get_rows",    "matmul",     "rms_norm",    "add",          "mul",       "scale",
+    "swiglu",      "geglu",      "rope",        "copy",         "attention", "softcap",
+    "moe_route",   "moe_matmul", "moe_combine", "sigmoid_gate", "transpose", "argmax",
+    "cols",        "unary",      "conv1d",      "ssm_scan",     "ssd_scan",  "delta_rule",
+    "swiglu_oai",  "rope_switch", NULL};
 
 static const lmh_backend_api api = {
     .size = sizeof(lmh_backend_api),

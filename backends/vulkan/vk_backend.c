@@ -2336,10 +2336,11 @@ static int vk_init(const lmh_host_api *host, char *err, size_t err_len) {
 static const char *const weight_dtypes[] = {"f32", "f16", "bf16", "q2",    "q3", "q4",
                                             "q5",  "q6",  "q8",   "mxfp4", NULL};
 static const char *const ops[] = {
-    "get_rows",    "matmul",       "rms_norm",   "add",        "mul",     "scale",     "swiglu",
-    "geglu",       "rope",         "copy",       "attention",  "softcap", "moe_route", "moe_matmul",
-    "moe_combine", "sigmoid_gate", "transpose",  "argmax",     "cols",    "unary",     "conv1d",
-    "ssm_scan",    "ssd_scan",     "delta_rule", "swiglu_oai", NULL};
+    "get_rows",    "matmul",     "rms_norm",    "add",          "mul",       "scale",
+    "swiglu",      "geglu",      "rope",        "copy",         "attention", "softcap",
+    "moe_route",   "moe_matmul", "moe_combine", "sigmoid_gate", "transpose", "argmax",
+    "cols",        "unary",      "conv1d",      "ssm_scan",     "ssd_scan",  "delta_rule",
+    "swiglu_oai",  "rope_switch", NULL};
 
 static const lmh_backend_api api = {
     .size = sizeof(lmh_backend_api),

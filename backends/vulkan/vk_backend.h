@@ -103,7 +103,9 @@ enum vk_shader {
     VK_SH_DELTA,      /* gated delta rule, row by row (delta.comp) */
     VK_SH_DELTA_PREP, /* chunked: each chunk's WY/UT form (delta_chunk.comp), */
     VK_SH_DELTA_SEQ,  /* and the chunks in order */
-    VK_SH_PLUGIN,     /* another plugin's kernel (kernel_add): vk_dispatch.pipe */
+    /* ABI 1.10: a rope with two tables, chosen per row (rope.comp built with SWITCH) */
+    VK_SH_ROPE_SWITCH,
+    VK_SH_PLUGIN, /* another plugin's kernel (kernel_add): vk_dispatch.pipe */
     VK_SH_COUNT
 };
 

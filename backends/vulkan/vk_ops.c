@@ -145,16 +145,24 @@ static int check_semantics(const lmh_op *op) {
             return LMH_ESHAPE;
         return LMH_OK;
     case LMH_OP_ROPE:
-        if (!b || !c || a->dtype != LMH_F32 || d->dtype != LMH_F32 || b->dtype != LMH_I32 ||
-            c->dtype != LMH_F32)
+    case LMH_OP_ROPE_SWITCH: {
+        /* the switch's long table and per-row values (ABI 1.10) */
+        const int sw = op->code == LMH_OP_ROPE_SWITCH;
+        const lmh_tensor *c2 = sw ? op->src[3] : c, *e = sw ? op->src_more[0] : b;
+        if (!b || !c || !c2 || !e || a->dtype != LMH_F32 || d->dtype != LMH_F32 ||
+            b->dtype != LMH_I32 || c->dtype != LMH_F32 || c2->dtype != LMH_F32 ||
+            e->dtype != LMH_I32)
             break;
-        if (a->ndim != 3 || lmh_nelem(a) != lmh_nelem(d) || lmh_nelem(b) != a->ne[0])
+        if (a->ndim != 3 || lmh_nelem(a) != lmh_nelem(d) || lmh_nelem(b) != a->ne[0] ||
+            lmh_nelem(e) != a->ne[0])
             return LMH_ESHAPE;
         if (op->p.i[0] <= 0 || op->p.i[0] % 2 || op->p.i[0] > a->ne[2] || op->p.i[0] > 1024 ||
-            lmh_nelem(c) < op->p.i[0] / 2 ||
-            (op->p.i[1] != LMH_ROPE_HALF && op->p.i[1] != LMH_ROPE_INTERLEAVED))
+            lmh_nelem(c) < op->p.i[0] / 2 || lmh_nelem(c2) < op->p.i[0] / 2 ||
+            (op->p.i[1] != LMH_ROPE_HALF && op->p.i[1] != LMH_ROPE_INTERLEAVED) ||
+            (sw && op->p.i[2] < 0))
             return LMH_EINVAL;
         return LMH_OK;
+    }
     case LMH_OP_COPY:
         if (!lmh_dtype_is_float(a->dtype) || !lmh_dtype_is_float(d->dtype)) break;
         if (a->dtype != LMH_F32 && d->dtype != LMH_F32 && a->dtype != d->dtype) break;
@@ -758,6 +766,15 @@ static int op_rope(lmh_backend *b, const lmh_op *op) {
     x.pc[9] = (uint32_t)rot;
     x.pc[10] = (uint32_t)op->p.i[1];
     x.pc[11] = fbits(op->p.f[0]);
+    if (op->code == LMH_OP_ROPE_SWITCH) { /* the long table (pc[4] its offset), row values */
+        const lmh_tensor *ends = op->src_more[0];
+        x.shader = VK_SH_ROPE_SWITCH;
+        x.bind[4] = VT(op->src[3]);
+        x.bind[5] = VT(ends);
+        x.pc[12] = fbits(op->p.f[1]);
+        x.pc[13] = (uint32_t)op->p.i[2];
+        x.pc[14] = vk_elem_off(b, VT(ends));
+    }
     grid(&x, cdiv((uint64_t)(n * heads * per), 256));
     return vk_record(b, &x);
 }
@@ -1605,6 +1622,7 @@ int vk_enqueue_op(lmh_backend *b, const lmh_op *op) {
     case LMH_OP_SWIGLU_OAI:
         return op_eltwise(b, op);
     case LMH_OP_ROPE:
+    case LMH_OP_ROPE_SWITCH:
         return op_rope(b, op);
     case LMH_OP_COPY:
         return op_copy(b, op);

@@ -64,6 +64,7 @@
 #include "spv_rms_norm_rope.h"
 #include "spv_rms_norm_rope_sg.h"
 #include "spv_rope.h"
+#include "spv_rope_switch.h"
 #include "spv_transpose.h"
 
 #define SH(n)                                                                                      \
@@ -121,5 +122,6 @@ const vk_spirv vk_shaders[VK_SH_COUNT] = {
     [VK_SH_DELTA] = SH_SG(delta),
     [VK_SH_DELTA_PREP] = SH(delta_prep),
     [VK_SH_DELTA_SEQ] = SH(delta_seq),
+    [VK_SH_ROPE_SWITCH] = SH(rope_switch),
     [VK_SH_PLUGIN] = {NULL, NULL, 0, 0, "plugin_kernel"}, /* SPIR-V from another plugin */
 };

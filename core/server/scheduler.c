@@ -80,6 +80,8 @@ static int admit(sched *s, sched_req *r) {
         return -1;
     }
     memcpy(r->hist, r->prompt, (size_t)r->n_prompt * sizeof *r->hist);
+    /* the prompt goes in over several steps (the chunk budget): one prompt to the model */
+    engine_seq_prompt(s->e, r->seq, r->n_prompt);
     r->emit(r, NULL, FINISH_NONE, r->user); /* it has joined */
     return 0;
 }
