@@ -198,8 +198,9 @@ static void scan_dir(registry *r, const char *dir, int depth) {
     free(names);
 }
 
-/* The build tree, when the running binary is the one in it (build/lmhost, with backends/
- * beside it). An installed binary does not look there: it uses the install prefix. */
+/* The build tree, when the running binary is in it: build/lmhost (backends/ beside it) or a
+ * test program under the tree it was configured in. An installed binary does not look
+ * there: it has the install prefix. */
 static void scan_build_tree(registry *r) {
     char exe[4096];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -208,14 +209,20 @@ static void scan_build_tree(registry *r) {
     char *slash = strrchr(exe, '/');
     if (!slash) return;
     *slash = 0;
-    char probe[4200];
+    char root[4096], probe[4200];
     snprintf(probe, sizeof probe, "%s/backends", exe);
     struct stat st;
-    if (stat(probe, &st) != 0 || !S_ISDIR(st.st_mode)) return;
+    const size_t bl = strlen(LMHOST_BUILD_ROOT);
+    if (stat(probe, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(root, sizeof root, "%s", exe);
+    else if (strncmp(exe, LMHOST_BUILD_ROOT, bl) == 0 && (exe[bl] == '/' || exe[bl] == 0))
+        snprintf(root, sizeof root, "%s", LMHOST_BUILD_ROOT);
+    else
+        return;
     static const char *const sub[] = {"backends", "plugins", "models", "examples/plugins"};
     for (size_t i = 0; i < sizeof sub / sizeof *sub; i++) {
         char dir[4200];
-        snprintf(dir, sizeof dir, "%s/%s", exe, sub[i]);
+        snprintf(dir, sizeof dir, "%s/%s", root, sub[i]);
         scan_dir(r, dir, 1);
     }
 }
