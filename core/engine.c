@@ -1006,7 +1006,10 @@ static int host_fwd_attention(lmh_fwd *f, int32_t layer, lmh_tensor *q, lmh_tens
     }
     /* the arch plugin's params as it knows them: sinks from ABI 1.10 on */
     lmh_attn_params ap = {0};
-    memcpy(&ap, p, e->arch_p->info->abi_minor >= 10 ? sizeof ap : offsetof(lmh_attn_params, sinks));
+    /* (an older struct ends at window: the padding before sinks is not the plugin's) */
+    memcpy(&ap, p,
+           e->arch_p->info->abi_minor >= 10 ? sizeof ap
+                                            : offsetof(lmh_attn_params, window) + sizeof ap.window);
     if (ap.sinks) {
         const plugin *bp = sl->plugin;
         if (bp->info->abi_minor < 10) {

@@ -182,7 +182,7 @@ static void scan_dir(registry *r, const char *dir, int depth) {
         names[n++] = strdup(e->d_name);
     }
     closedir(d);
-    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    if (n > 1) qsort(names, (size_t)n, sizeof *names, cmp_str);
     for (int i = 0; i < n; i++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);

@@ -26,6 +26,14 @@ meson setup "$work/build" "$src" --prefix "$prefix" -Dbuildtype=release -Dtests=
 ninja -C "$work/build" >"$work/build.log" || { tail -30 "$work/build.log"; exit 1; }
 meson install -C "$work/build" --quiet >/dev/null
 lmhost=$prefix/bin/lmhost
+# a package's staged install: the same tree under DESTDIR
+DESTDIR=$work/stage meson install -C "$work/build" --quiet >/dev/null
+for f in bin/lmhost include/lmhost/lmhost.h; do
+    [ -f "$work/stage$prefix/$f" ] || fail "DESTDIR install lacks $f"
+done
+[ -n "$(find "$work/stage$prefix" -name lmhost-backend-cpu.so -path '*/lmhost/plugins/*')" ] ||
+    fail "DESTDIR install lacks the plugins"
+rm -rf "$work/stage"
 
 pc=$(find "$prefix" -name lmhost-plugin.pc | head -1)
 [ -n "$pc" ] || { echo "FAIL: no lmhost-plugin.pc under $prefix"; exit 1; }
