@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # A plugin built against ABI 1.0's headers, in DIR, is listed as such and runs its fixture
-# on the CPU and on Vulkan (lavapipe) through today's host.
-# usage: check_abi.sh LMHOST CHECK_MODEL DIR MODEL_DIR
+# through today's host (with the LMHOST OPTIONS given: --backend vulkan).
+# usage: check_abi.sh LMHOST CHECK_MODEL DIR MODEL_DIR [LMHOST OPTION...]
 set -u
 lmhost=$1 check=$2 dir=$3 model=$4
+shift 4
 fails=0
 out=$("$lmhost" plugins --plugin-dir "$dir" 2>&1)
 if ! grep -A1 -E "^architecture olmo2 .*\(ABI 1\.0\)" <<<"$out" | grep -q "file: $dir/"; then
@@ -11,8 +12,5 @@ if ! grep -A1 -E "^architecture olmo2 .*\(ABI 1\.0\)" <<<"$out" | grep -q "file:
     echo "$out"
     fails=1
 fi
-"$check" "$lmhost" "$model" f32 auto --plugin-dir "$dir" || fails=1
-if "$lmhost" plugins 2>/dev/null | grep -q "^backend vulkan"; then
-    "$check" "$lmhost" "$model" f32 auto --plugin-dir "$dir" --backend vulkan || fails=1
-fi
+"$check" "$lmhost" "$model" f32 auto --plugin-dir "$dir" "$@" || fails=1
 exit $fails
