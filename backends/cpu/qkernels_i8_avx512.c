@@ -19,6 +19,7 @@
 
 #include <immintrin.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 typedef struct unpack64 {
     __m512i perm, shift, mask;
@@ -217,7 +218,47 @@ static void q8_rows_u8_avx512(const cpu_qmat *w, const uint8_t *ub, int64_t ub0,
     rows_any(w, xq, xd, xs, o0, o1, y, ub, ub0, stride);
 }
 
+/* Microscaled rows (sb CPU_Q_MX, blocks of 32 values, 16 bytes of 4-bit codes each): two
+ * blocks a step. The codes unpack as 4-bit MLX codes do (the even value in the low
+ * nibble), a vpermb maps each to its magnitude (2 |e2m1|, 0..12) and the code's sign bit
+ * negates the activation instead, so vpdpbusd's unsigned x signed product is exact. Float
+ * order of a row: lanes 0-7 the first block, 8-15 the second, acc = fma(isum,
+ * 2^(s - 128) d, acc) block pair by block pair, then one fixed reduction. */
+static void q8_rows_mx_avx512(const cpu_qmat *w, const int8_t *xq, const float *xd, const float *xs,
+                              const int32_t *xi, int64_t o0, int64_t o1, float *y) {
+    (void)xs;
+    (void)xi;
+    const unpack64 u = make_unpack64(4);
+    uint8_t mag[64];
+    for (int i = 0; i < 64; i++) mag[i] = (uint8_t)abs(cpu_mx_lut2[i & 15]);
+    const __m512i lut = _mm512_loadu_si512(mag), sign = _mm512_set1_epi8(8);
+    const int64_t gpr = w->gpr;
+    for (int64_t o = o0; o < o1; o++) {
+        const uint8_t *row = (const uint8_t *)(w->q + o * w->wpr);
+        const uint8_t *sc = (const uint8_t *)w->scales + o * gpr;
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t g = 0; g < gpr; g += 2) {
+            const int half = g + 1 == gpr; /* the row's last, odd block */
+            const uint8_t *p = row + g * 16;
+            if (((uintptr_t)p & 63) < 32) _mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T0);
+            const __m512i x =
+                _mm512_maskz_loadu_epi8(half ? 0xffffffffu : ~(__mmask64)0, xq + g * 32);
+            const __m512i c = codes64(&u, p, half ? u.half : u.full, 0);
+            const __mmask64 neg = _mm512_test_epi8_mask(c, sign);
+            const __m512i xn = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);
+            const __m512i is =
+                _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_permutexvar_epi8(c, lut), xn);
+            const float s0 = cpu_mx_half_scale(sc[g]) * xd[g],
+                        s1 = half ? 0.0f : cpu_mx_half_scale(sc[g + 1]) * xd[g + 1];
+            const __m512 sv = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(s0), _mm512_set1_ps(s1));
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), sv, acc);
+        }
+        y[o] = _mm512_reduce_add_ps(acc);
+    }
+}
+
 const cpu_q8kernel cpu_q8kernel_avx512 = {.name = "avx512-i8",
                                           .rows = q8_rows_avx512,
                                           .unpack = q8_unpack_avx512,
-                                          .rows_u8 = q8_rows_u8_avx512};
+                                          .rows_u8 = q8_rows_u8_avx512,
+                                          .rows_mx = q8_rows_mx_avx512};
