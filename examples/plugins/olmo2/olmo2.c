@@ -7,7 +7,9 @@
  *       x = x + post_feedforward_layernorm(mlp(x))
  *   - q and k get an RMSNorm over the whole projection (all heads at once, one weight of
  *     heads * head_dim), before they are split into heads and rotated.
- * Everything else (rope, grouped K/V heads, SwiGLU MLP, final norm, lm_head) is as in Llama. */
+ * Everything else (rope, grouped K/V heads, SwiGLU MLP, final norm, lm_head) is as in Llama.
+ * It uses nothing newer than ABI 1.0 on purpose: tests/abi builds it against 1.0's headers
+ * and runs it in today's host. */
 #include <lmhost/lmhost.h>
 
 #include <math.h>
