@@ -821,6 +821,47 @@ static int track(lmh_backend *b, vk_batch *bt, const vk_range *rd, int nrd, cons
 
 /* ---- pipelines -------------------------------------------------------------------- */
 
+/* Profiling: what the driver says of a pipeline it compiled (on NVIDIA: registers a thread,
+ * shared memory, spills), the first thing to look at when a kernel runs below the memory's
+ * rate, since Vulkan gives no profiler's view of a dispatch. */
+static void log_pipe_stats(lmh_backend *b, VkPipeline pl, const char *name, const uint32_t *spec) {
+    PFN_vkGetPipelineExecutableStatisticsKHR get =
+        (PFN_vkGetPipelineExecutableStatisticsKHR)(uintptr_t)vkGetDeviceProcAddr(
+            b->dev, "vkGetPipelineExecutableStatisticsKHR");
+    if (!get) return;
+    VkPipelineExecutableInfoKHR ei = {.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR,
+                                      .pipeline = pl};
+    VkPipelineExecutableStatisticKHR st[32];
+    uint32_t n = 32;
+    for (uint32_t i = 0; i < n; i++)
+        st[i] = (VkPipelineExecutableStatisticKHR){
+            .sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR};
+    VkResult r = get(b->dev, &ei, &n, st);
+    if (r != VK_SUCCESS && r != VK_INCOMPLETE) return;
+    char line[1024];
+    int len = snprintf(line, sizeof line, "pipeline stats %s (%u %u %u %u %u %u):", name, spec[0],
+                       spec[1], spec[2], spec[3], spec[4], spec[5]);
+    for (uint32_t i = 0; i < n && len > 0 && len < (int)sizeof line; i++) {
+        const VkPipelineExecutableStatisticKHR *t = &st[i];
+        size_t room = sizeof line - (size_t)len;
+        switch (t->format) {
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR:
+            len += snprintf(line + len, room, " %s=%u", t->name, (unsigned)t->value.b32);
+            break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR:
+            len += snprintf(line + len, room, " %s=%lld", t->name, (long long)t->value.i64);
+            break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR:
+            len +=
+                snprintf(line + len, room, " %s=%llu", t->name, (unsigned long long)t->value.u64);
+            break;
+        default:
+            len += snprintf(line + len, room, " %s=%g", t->name, t->value.f64);
+        }
+    }
+    vk_log(b, LMH_LOG_INFO, "%s", line);
+}
+
 static VkPipeline pipeline(lmh_backend *b, enum vk_shader sh, const uint32_t *spec) {
     for (int i = 0; i < b->npipes; i++)
         if (b->pipes[i].shader == sh && !memcmp(b->pipes[i].spec, spec, sizeof b->pipes[i].spec))
@@ -857,6 +898,7 @@ static VkPipeline pipeline(lmh_backend *b, enum vk_shader sh, const uint32_t *sp
     VkPipeline pl;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (b->pipe_stats) ci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
     r = vkCreateComputePipelines(b->dev, VK_NULL_HANDLE, 1, &ci, NULL, &pl);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     vk_log(b, LMH_LOG_DEBUG, "pipeline %s (%u %u %u %u %u %u %u %u %u): %.1f ms", s->name, spec[0],
@@ -867,6 +909,7 @@ static VkPipeline pipeline(lmh_backend *b, enum vk_shader sh, const uint32_t *sp
         vk_log(b, LMH_LOG_ERROR, "  (shader %s)", s->name);
         return VK_NULL_HANDLE;
     }
+    if (b->pipe_stats) log_pipe_stats(b, pl, s->name, spec);
     vk_pipe *np = &b->pipes[b->npipes++];
     np->shader = sh;
     memcpy(np->spec, spec, sizeof np->spec);
@@ -2015,7 +2058,7 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
     VkDeviceCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
                              .queueCreateInfoCount = 1,
                              .pQueueCreateInfos = &qi};
-    const char *exts[2];
+    const char *exts[3];
     uint32_t next = 0;
     const char *np = getenv("LMHOST_VK_NO_PUSH_DESCRIPTOR");
     int push = has_device_ext(b->pd, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME) &&
@@ -2051,6 +2094,16 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
         exts[next++] = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
         cmf.pNext = chain;
         chain = &cmf;
+    }
+    VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR pef = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR,
+        .pipelineExecutableInfo = VK_TRUE};
+    b->pipe_stats =
+        b->profile && has_device_ext(b->pd, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+    if (b->pipe_stats) {
+        exts[next++] = VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME;
+        pef.pNext = chain;
+        chain = &pef;
     }
     di.pNext = chain;
     di.enabledExtensionCount = next;

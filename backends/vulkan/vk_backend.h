@@ -318,6 +318,7 @@ struct lmh_backend {
     /* VK_KHR_push_descriptor: bindings go into the command buffer, no sets to allocate */
     PFN_vkCmdPushDescriptorSetKHR push_set;
     int profile; /* LMHOST_VK_PROFILE=1: GPU time per shader, logged at destroy (2, 3: below) */
+    int pipe_stats; /* profiling, and the driver reports each pipeline's registers and the like */
     double prof_us[VK_SH_COUNT];
     uint64_t prof_n[VK_SH_COUNT];
     double prof_record_s, prof_wait_s; /* host time recording dispatches, waiting on fences */

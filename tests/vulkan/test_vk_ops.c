@@ -18,6 +18,9 @@
  * thousand terms while catching any indexing error, which is O(1)). Conversions to f16
  * and bf16 must match bit for bit (both round to nearest even), and so must MoE
  * routing's expert ids and what ops leave untouched.
+ * With LMHOST_TEST_BENCH=N (and LMHOST_TEST_ONLY=bench) it times instead: decode's
+ * one-row products on a 7B model's shapes (bf16, MLX 4- and 8-bit, MXFP4), chained and
+ * spread, and the scans of up to N rows.
  * Exit 0 pass, 1 fail, 77 skip (no Vulkan device). */
 #include "lmhost/lmhost.h"
 
@@ -1450,9 +1453,10 @@ static void t_quant(void) {
                 free_all();
             }
             /* matmul: matrix-vector and tiled */
-            static const int64_t shapes[][3] = {
-                {1, 128, 37},  {2, 384, 20},  {4, 256, 65},    {3, 128, 130},  {5, 256, 33},
-                {19, 128, 40}, {70, 128, 70}, {130, 384, 129}, {70, 1024, 40}, {256, 1024, 300}};
+            static const int64_t shapes[][3] = {{1, 128, 37},     {2, 384, 20},    {4, 256, 65},
+                                                {3, 128, 130},    {5, 256, 33},    {19, 128, 40},
+                                                {70, 128, 70},    {130, 384, 129}, {70, 1024, 40},
+                                                {256, 1024, 300}, {1, 3072, 21}};
             for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
                 int64_t rows = shapes[sh][0], in = shapes[sh][1], out = shapes[sh][2];
                 if (in % group) continue;
@@ -2384,9 +2388,57 @@ static double time_vk(const opd *o, int reps) {
     return best;
 }
 
+/* Decode's products (one row of x) on the shapes of a 7B model: the time a product takes in
+ * a chain, each waiting for the one before (a barrier between, as in a model's layer), and
+ * spread over 8 outputs that do not depend on each other (the kernel's own rate), with the
+ * rate W's bytes are read at. */
+static void bench_matvec(void) {
+    static const int64_t shapes[][2] = {{4096, 4096}, {11008, 4096}, {4096, 11008}, {14336, 4096}};
+    static const char *const kinds[] = {"bf16", "q4g64", "q8g64", "mxfp4"};
+    for (int k = 0; k < 4; k++)
+        for (int sh = 0; sh < 4; sh++) {
+            int64_t out = shapes[sh][0], in = shapes[sh][1];
+            char what[128];
+            g_rng = 777;
+            double wbytes = k == 0   ? 2.0 * (double)(out * in)
+                            : k == 3 ? (double)(out * in) * (0.5 + 1.0 / 32)
+                                     : (double)(out * in) * ((k == 1 ? 4 : 8) / 8.0 + 4.0 / 64);
+            tt *W = k == 0   ? mk(LMH_BF16, 2, out, in, 0, -1, 1, LMH_TENSOR_WEIGHT)
+                    : k == 3 ? mk_mx(2, out, in, 0, 0, 0)
+                             : mk_quant(k == 1 ? 4 : 8, 64, LMH_BF16, 2, out, in, 0);
+            tt *x = mk(LMH_F32, 2, 1, in, 0, -1, 1, 0), *y[8];
+            for (int j = 0; j < 8; j++) y[j] = mk(LMH_F32, 2, 1, out, 0, 0, 0, 0);
+            opd o = {.code = LMH_OP_MATMUL, .dst = y[0], .src = {x, W}};
+            snprintf(what, sizeof what, "bench matvec %s %lldx%lld", kinds[k], (long long)out,
+                     (long long)in);
+            if (!run_op(what, &o)) {
+                check_op(what, LMH_OP_MATMUL, y[0], TOL);
+                double chain = time_vk(&o, 200), spread = 1e30;
+                lmh_op ops[8];
+                for (int j = 0; j < 8; j++) {
+                    opd oj = o;
+                    oj.dst = y[j];
+                    ops[j] = op_on(&oj, 1);
+                }
+                for (int r = 0; r < 3; r++) {
+                    g_be[1].api->sync(g_be[1].b);
+                    double t0 = now_s();
+                    for (int i = 0; i < 200; i++) g_be[1].api->enqueue(g_be[1].b, &ops[i % 8]);
+                    g_be[1].api->sync(g_be[1].b);
+                    double t = (now_s() - t0) / 200 * 1e6;
+                    if (t < spread) spread = t;
+                }
+                printf("    %-36s %8.2f us chained (%5.0f GB/s), %8.2f us spread (%5.0f GB/s)\n",
+                       what, chain, wbytes / chain * 1e-3, spread, wbytes / spread * 1e-3);
+            }
+            free_all();
+        }
+}
+
 static void t_bench(void) {
     const char *most = getenv("LMHOST_TEST_BENCH"); /* =N: up to N rows */
     if (!most) return;
+    bench_matvec();
     static const char *const forms[2] = {"0", "64"};
     static const int rows[5] = {1, 64, 128, 512, 4096};
     for (int f = 0; f < 2; f++) {
