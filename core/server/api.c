@@ -543,6 +543,10 @@ job *job_from_request(job_kind kind, json_object *b, const server_opts *o, const
         j->top_logprobs = (int32_t)x;
     }
     if ((r = get_bool(b, "stream", &j->stream, ERRARGS)) < 0) goto bad;
+    /* llama.cpp's field: false keeps the request out of the prefix cache both ways */
+    int cache_prompt = 1;
+    if ((r = get_bool(b, "cache_prompt", &cache_prompt, ERRARGS)) < 0) goto bad;
+    j->no_prefix_cache = !cache_prompt;
     if (json_object_object_get_ex(b, "stream_options", &v) && v) {
         if (!json_object_is_type(v, json_type_object)) {
             fail(ERRARGS, "stream_options", "'stream_options' must be an object");
@@ -744,6 +748,10 @@ static json_object *usage(job *j) {
     json_object_object_add(u, "prompt_tokens", json_object_new_int(j->n_prompt));
     json_object_object_add(u, "completion_tokens", json_object_new_int(j->n_gen));
     json_object_object_add(u, "total_tokens", json_object_new_int(j->n_prompt + j->n_gen));
+    /* OpenAI's name for the prompt tokens a prefix cache supplied */
+    json_object *d = json_object_new_object();
+    json_object_object_add(d, "cached_tokens", json_object_new_int(j->sr.n_cached));
+    json_object_object_add(u, "prompt_tokens_details", d);
     return u;
 }
 

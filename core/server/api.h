@@ -45,6 +45,7 @@ typedef struct job {
     int stream, include_usage, ignore_eos;
     int32_t max_tokens;
     int32_t top_logprobs; /* -1: no logprobs */
+    int no_prefix_cache;  /* "cache_prompt": false */
     json_object *messages, *tools, *vars;
     char *prompt_text;
     int32_t *prompt, n_prompt;

@@ -83,7 +83,7 @@ static void label_value(struct evbuffer *b, const char *v) {
 }
 
 void metrics_render(const metrics *m, struct evbuffer *b, int running, int waiting,
-                    uint64_t cache_bytes, const engine_stats *es) {
+                    uint64_t cache_bytes, const engine_stats *es, const pc_stats *pc) {
     evbuffer_add_printf(b, "# HELP lmhost_requests_total HTTP responses by status code.\n"
                            "# TYPE lmhost_requests_total counter\n");
     for (int i = 0; i < m->n_codes; i++)
@@ -118,6 +118,31 @@ void metrics_render(const metrics *m, struct evbuffer *b, int running, int waiti
         label_value(b, es->cache[i].name);
         evbuffer_add_printf(b, "\"} %llu\n", (unsigned long long)es->cache[i].bytes);
     }
+    if (pc)
+        evbuffer_add_printf(
+            b,
+            "# HELP lmhost_prefix_cache_hits_total Requests that reused a cached prefix.\n"
+            "# TYPE lmhost_prefix_cache_hits_total counter\nlmhost_prefix_cache_hits_total %llu\n"
+            "# HELP lmhost_prefix_cache_misses_total Requests that looked and found none.\n"
+            "# TYPE lmhost_prefix_cache_misses_total counter\n"
+            "lmhost_prefix_cache_misses_total %llu\n"
+            "# HELP lmhost_prefix_cache_reused_tokens_total Prompt tokens restored, not "
+            "prefilled.\n# TYPE lmhost_prefix_cache_reused_tokens_total counter\n"
+            "lmhost_prefix_cache_reused_tokens_total %llu\n"
+            "# HELP lmhost_prefix_cache_evictions_total Entries dropped for room.\n"
+            "# TYPE lmhost_prefix_cache_evictions_total counter\n"
+            "lmhost_prefix_cache_evictions_total %llu\n"
+            "# HELP lmhost_prefix_cache_entries Sequences' states kept.\n"
+            "# TYPE lmhost_prefix_cache_entries gauge\nlmhost_prefix_cache_entries %llu\n"
+            "# HELP lmhost_prefix_cache_bytes Host memory they hold.\n"
+            "# TYPE lmhost_prefix_cache_bytes gauge\nlmhost_prefix_cache_bytes %llu\n"
+            "# HELP lmhost_prefix_cache_budget_bytes The most they may hold.\n"
+            "# TYPE lmhost_prefix_cache_budget_bytes gauge\nlmhost_prefix_cache_budget_bytes "
+            "%llu\n",
+            (unsigned long long)pc->hits, (unsigned long long)pc->misses,
+            (unsigned long long)pc->reused_tokens, (unsigned long long)pc->evictions,
+            (unsigned long long)pc->entries, (unsigned long long)pc->bytes,
+            (unsigned long long)pc->budget);
     render_hist(b, "lmhost_time_to_first_token_seconds",
                 "Time from request to its first generated token.", &m->ttft, ttft_bounds);
     render_hist(b, "lmhost_time_per_output_token_seconds", "Time between generated tokens.",

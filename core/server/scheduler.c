@@ -40,13 +40,84 @@ struct sched {
     int (*call_fn)(engine *, void *);
     void *call_arg;
     int call_rc, call_pending;
+    /* the prefix cache (engine thread), its counters as of the last step (under mu), and
+     * the ended sequences whose snapshot waits for the steps in flight to be read */
+    prefix_cache *pc;
+    pc_stats pcst;
+    struct retired {
+        uint64_t seq;
+        int32_t *tok, n;
+    } * ret;
+    int32_t n_ret, cap_ret;
 };
+
+/* Leaves sequence seq, which holds tokens from tok[0..n), in the prefix cache, then ends it.
+ * Needs no step in flight (a snapshot reads the cache). */
+static void keep_prefix(sched *s, uint64_t seq, const int32_t *tok, int32_t n) {
+    char err[512];
+    int32_t len = engine_seq_len(s->e, seq);
+    if (len >= PC_MIN_TOKENS && len <= n) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        engine_snapshot *sn = engine_seq_snapshot(s->e, seq, 1, err, sizeof err);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (sn) {
+            log_msg(LMH_LOG_DEBUG, "prefix cache: %d tokens kept, %.1f MiB in %.1f ms", len,
+                    (double)engine_snapshot_bytes(sn) / 1048576.0,
+                    (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+                        (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6);
+            pc_insert(s->pc, engine_seq_cache(s->e, seq), tok, sn);
+        } else
+            log_msg(LMH_LOG_DEBUG, "prefix cache: no snapshot of a finished request: %s", err);
+    }
+    engine_seq_remove(s->e, seq);
+}
+
+/* The sequences that ended while steps were in flight, once none is: kept, or (at the
+ * stop) only ended. */
+static void flush_retired(sched *s, int keep) {
+    if (s->n_flight) return;
+    for (int32_t i = 0; i < s->n_ret; i++) {
+        if (keep)
+            keep_prefix(s, s->ret[i].seq, s->ret[i].tok, s->ret[i].n);
+        else
+            engine_seq_remove(s->e, s->ret[i].seq);
+        free(s->ret[i].tok);
+    }
+    s->n_ret = 0;
+}
+
+/* Ends r's sequence: into the prefix cache where that applies (now, or once the steps in
+ * flight are read: the sequence stays until then), else gone. */
+static void end_seq(sched *s, sched_req *r, finish_reason why) {
+    int keep = s->pc && !r->no_prefix_cache && r->hist && !s->stop &&
+               (why == FINISH_STOP || why == FINISH_LENGTH || why == FINISH_CANCELLED);
+    int32_t n = r->n_prompt + r->n_gen;
+    if (keep && !s->n_flight) {
+        keep_prefix(s, r->seq, r->hist, n);
+        return;
+    }
+    if (keep && s->n_ret == s->cap_ret) {
+        int32_t cap = s->cap_ret ? 2 * s->cap_ret : 8;
+        struct retired *p = realloc(s->ret, (size_t)cap * sizeof *p);
+        if (p) s->ret = p, s->cap_ret = cap;
+    }
+    int32_t *tok = keep && s->n_ret < s->cap_ret ? malloc((size_t)n * sizeof *tok) : NULL;
+    if (!tok) {
+        engine_seq_remove(s->e, r->seq);
+        return;
+    }
+    memcpy(tok, r->hist, (size_t)n * sizeof *tok);
+    s->ret[s->n_ret++] = (struct retired){.seq = r->seq, .tok = tok, .n = n};
+}
+
+static void step_flight(sched *s);
 
 static void finish(sched *s, sched_req *r, finish_reason why) {
     for (int f = 0; f < s->n_flight; f++)
         for (int32_t k = 0; k < s->n_flight_rows[f]; k++)
             if (s->flight[f][k] == r) s->flight[f][k] = NULL;
-    engine_seq_remove(s->e, r->seq);
+    end_seq(s, r, why);
     sampler_free(r->smp);
     r->smp = NULL;
     free(r->hist);
@@ -80,8 +151,30 @@ static int admit(sched *s, sched_req *r) {
         return -1;
     }
     memcpy(r->hist, r->prompt, (size_t)r->n_prompt * sizeof *r->hist);
+    r->n_cached = 0;
+    if (s->pc && !r->no_prefix_cache && r->n_prompt > PC_MIN_TOKENS) {
+        while (s->n_flight) step_flight(s); /* a restore needs no step in flight */
+        int32_t use = 0;
+        const engine_snapshot *sn = pc_find(s->pc, ci, r->prompt, r->n_prompt, &use);
+        if (sn && (engine_seq_restore(s->e, r->seq, sn, err, sizeof err) != 0 ||
+                   (use < engine_snapshot_len(sn) && engine_seq_trim(s->e, r->seq, use) != 0))) {
+            log_msg(LMH_LOG_WARN, "prefix cache: reusing %d tokens failed (%s); prefilling them",
+                    use, err);
+            engine_seq_remove(s->e, r->seq);
+            use = 0;
+            if (engine_seq_add_in(s->e, r->seq, ci) != 0) {
+                sampler_free(r->smp);
+                free(r->hist);
+                r->smp = NULL;
+                r->hist = NULL;
+                r->emit(r, NULL, FINISH_ERROR, r->user);
+                return -1;
+            }
+        }
+        r->n_done = r->n_cached = use;
+    }
     /* the prompt goes in over several steps (the chunk budget): one prompt to the model */
-    engine_seq_prompt(s->e, r->seq, r->n_prompt);
+    engine_seq_prompt(s->e, r->seq, r->n_prompt - r->n_done);
     r->emit(r, NULL, FINISH_NONE, r->user); /* it has joined */
     return 0;
 }
@@ -207,6 +300,7 @@ static int step(sched *s) {
         step_flight(s);
         return 1;
     }
+    flush_retired(s, 1);
     int32_t n = 0, n_out = 0, budget = s->chunk;
     for (int32_t i = 0; i < s->n_run; i++) {
         sched_req *r = s->run[i];
@@ -275,14 +369,18 @@ static void *thread_main(void *arg) {
     sched *s = arg;
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        if (s->n_flight && s->n_run == 0) { /* every request in it has ended */
+        if ((s->n_flight || s->n_ret) && s->n_run == 0) { /* every request in it has ended */
             pthread_mutex_unlock(&s->mu);
             while (s->n_flight) step_flight(s);
+            flush_retired(s, 1);
             pthread_mutex_lock(&s->mu);
+            pc_get_stats(s->pc, &s->pcst);
         }
         if (s->call_pending && s->n_run == 0) {
             /* the engine is idle: nothing is mid-sequence */
             pthread_mutex_unlock(&s->mu);
+            /* what the call changes (a backend move) the kept states may not match */
+            pc_clear(s->pc);
             int rc = s->call_fn(s->e, s->call_arg);
             engine_stats es;
             engine_get_stats(s->e, &es);
@@ -290,6 +388,7 @@ static void *thread_main(void *arg) {
             s->es = es;
             snprintf(s->chain, sizeof s->chain, "%s", engine_chain(s->e));
             snprintf(s->precision, sizeof s->precision, "%s", engine_precision(s->e));
+            pc_get_stats(s->pc, &s->pcst);
             s->call_rc = rc;
             s->call_pending = 0;
             pthread_cond_broadcast(&s->call_done);
@@ -336,17 +435,36 @@ static void *thread_main(void *arg) {
         pthread_mutex_lock(&s->mu);
         s->cache_bytes = es.cache_bytes;
         s->es = es;
+        pc_get_stats(s->pc, &s->pcst);
         s->n_run_pub = s->n_run;
     }
     pthread_mutex_unlock(&s->mu);
     while (s->n_flight) step_flight(s); /* requests cancelled at the stop */
+    flush_retired(s, 0);
     return NULL;
 }
 
-sched *sched_new(engine *e, int32_t max_running, int32_t max_waiting, int32_t chunk) {
+/* Whether every layer's state can be cut back to any length: keys and values of full
+ * attention, no recurrent state, no sliding window. */
+static int states_cut(const engine *e) {
+    for (int32_t l = 0; l < engine_n_layers(e); l++) {
+        const lmh_recurrent_state *rs = engine_layer_recurrent(e, l);
+        const lmh_layer_state *ls = engine_layer_state(e, l);
+        if ((rs && rs->n_bufs > 0) || (ls && ls->window > 0)) return 0;
+    }
+    return 1;
+}
+
+sched *sched_new(engine *e, int32_t max_running, int32_t max_waiting, int32_t chunk,
+                 uint64_t prefix_bytes) {
     sched *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->e = e;
+    if (prefix_bytes && !(s->pc = pc_new(prefix_bytes, states_cut(e)))) {
+        free(s);
+        return NULL;
+    }
+    pc_get_stats(s->pc, &s->pcst);
     s->vocab = engine_vocab(e);
     s->max_running = max_running > 0 ? max_running : 1;
     s->max_waiting = max_waiting >= 0 ? max_waiting : 0;
@@ -377,6 +495,7 @@ sched *sched_new(engine *e, int32_t max_running, int32_t max_waiting, int32_t ch
         free(s->out_req);
         free(s->logits);
         free(s->lsm);
+        pc_free(s->pc);
         free(s);
         return NULL;
     }
@@ -402,6 +521,8 @@ void sched_free(sched *s, int drain) {
     free(s->out_req);
     free(s->logits);
     free(s->lsm);
+    pc_free(s->pc);
+    free(s->ret);
     free(s);
 }
 
@@ -434,6 +555,7 @@ void sched_get_stats(sched *s, sched_stats *st) {
     st->engine = s->es;
     snprintf(st->chain, sizeof st->chain, "%s", s->chain);
     snprintf(st->precision, sizeof st->precision, "%s", s->precision);
+    st->prefix = s->pcst;
     pthread_mutex_unlock(&s->mu);
 }
 

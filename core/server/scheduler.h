@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include "../engine.h"
 #include "../sampler.h"
+#include "prefix_cache.h"
 
 typedef enum finish_reason {
     FINISH_NONE = 0,
@@ -47,6 +48,7 @@ struct sched_req {
     int32_t stop_ids[8]; /* end-of-sequence ids that finish with FINISH_STOP */
     int32_t n_stop_ids;
     int32_t top_logprobs; /* 0..SCHED_MAX_TOP_LOGPROBS; -1: no logprobs */
+    int no_prefix_cache;  /* "cache_prompt": false: neither reuse a cached prefix nor leave one */
     /* the cache to run in (engine_cache_open's spec, opened at admission on the engine
      * thread); "": the engine's default */
     char cache[200];
@@ -60,7 +62,8 @@ struct sched_req {
 
     /* engine thread's own */
     uint64_t seq;
-    int32_t n_done; /* prompt tokens prefilled */
+    int32_t n_done;   /* prompt tokens prefilled */
+    int32_t n_cached; /* of those, restored from the prefix cache */
     int32_t n_gen;
     int32_t *hist;
     sampler *smp;
@@ -76,13 +79,16 @@ typedef struct sched_stats {
     engine_stats engine; /* as of the last step (read on the engine thread) */
     char chain[512];
     char precision[16]; /* engine_precision */
+    pc_stats prefix;    /* the prefix cache's */
 } sched_stats;
 
 typedef struct sched sched;
 
 /* max_running sequences decode together; at most max_waiting wait behind them;
- * chunk is the most prompt rows one step takes (across all prefilling sequences). */
-sched *sched_new(engine *e, int32_t max_running, int32_t max_waiting, int32_t chunk);
+ * chunk is the most prompt rows one step takes (across all prefilling sequences);
+ * prefix_bytes is the prefix cache's budget (prefix_cache.h; 0: off). */
+sched *sched_new(engine *e, int32_t max_running, int32_t max_waiting, int32_t chunk,
+                 uint64_t prefix_bytes);
 /* Stops the thread after the running and waiting requests have finished (drain=1) or
  * cancels them (drain=0), then frees the scheduler (not the engine). */
 void sched_free(sched *s, int drain);

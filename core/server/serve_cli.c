@@ -32,6 +32,7 @@ int cli_serve(int argc, char **argv) {
                      .parallel = 4,
                      .queue = 64,
                      .chunk = 256,
+                     .prefix_cache_mb = -1,
                      .timeout = 60,
                      .shutdown_grace = 30,
                      .max_body = 4u << 20};
@@ -39,7 +40,7 @@ int cli_serve(int argc, char **argv) {
     o.defaults.temperature = 1.0f; /* OpenAI's default when a request does not say */
     const char *port = NULL, *max_tokens = NULL, *ctx = NULL, *parallel = NULL, *queue = NULL,
                *chunk = NULL, *timeout = NULL, *grace = NULL, *max_body = NULL, *key_file = NULL,
-               *top_k = NULL, *top_p = NULL, *min_p = NULL, *temp = NULL;
+               *top_k = NULL, *top_p = NULL, *min_p = NULL, *temp = NULL, *prefix_mb = NULL;
     int help = 0;
     cli_opt opts[] = {{"--model", &o.model_dir, NULL, 0},
                       {"--model-name", &o.model_name, NULL, 0},
@@ -54,6 +55,7 @@ int cli_serve(int argc, char **argv) {
                       {"--parallel", &parallel, NULL, 0},
                       {"--queue", &queue, NULL, 0},
                       {"--chunk", &chunk, NULL, 0},
+                      {"--prefix-cache-mb", &prefix_mb, NULL, 0},
                       {"--timeout", &timeout, NULL, 0},
                       {"--shutdown-grace", &grace, NULL, 0},
                       {"--max-body", &max_body, NULL, 0},
@@ -75,7 +77,8 @@ int cli_serve(int argc, char **argv) {
     if (help) {
         printf("usage: lmhost serve --model DIR [--host 127.0.0.1] [--port 5413] [--tls-cert F "
                "--tls-key F] [--api-key K | --api-key-file F] [--max-tokens 2048] [--ctx-size N] "
-               "[--parallel 4] [--queue 64] [--chunk 256] [--timeout 60] [--shutdown-grace 30] "
+               "[--parallel 4] [--queue 64] [--chunk 256] [--prefix-cache-mb N] [--timeout 60] "
+               "[--shutdown-grace 30] "
                "[--max-body BYTES] [--backend NAME] [--gpu-layers N] [--device N] "
                "[--precision exact|fast] [--admin-key K] [--cache NAME] [--threads N] [--top-k 0] "
                "[--top-p 1.0] [--min-p 0] [--temperature 1.0] [--model-name NAME] "
@@ -99,6 +102,7 @@ int cli_serve(int argc, char **argv) {
     INTOPT(parallel, "--parallel", 1, 1024, o.parallel);
     INTOPT(queue, "--queue", 0, 1 << 20, o.queue);
     INTOPT(chunk, "--chunk", 16, 1 << 16, o.chunk);
+    INTOPT(prefix_mb, "--prefix-cache-mb", 0, (int64_t)1 << 40, o.prefix_cache_mb);
     INTOPT(timeout, "--timeout", 1, 86400, o.timeout);
     INTOPT(grace, "--shutdown-grace", 0, 86400, o.shutdown_grace);
     INTOPT(max_body, "--max-body", 1024, 1 << 30, o.max_body);

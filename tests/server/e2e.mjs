@@ -5,7 +5,8 @@
 //
 // usage: node e2e.mjs LMHOST SCENARIO   (http | https | auth | errors | concurrency | shutdown |
 //                                        swap | swap-quant | swap-kvquant | serve-vulkan |
-//                                        vulkan-oom | kv-cache | kv-cache-errors)
+//                                        vulkan-oom | kv-cache | kv-cache-errors | prefix-cache
+//                                        | prefix-cache-vulkan | ...: see `scenarios` below)
 // Needs LMHOST_TOKENIZERS (the fetched tokenizers) and tests/data/e2e. LMHOST_SWAP_BACKEND
 // names the backend swap and swap-quant move to and back from (default cpu).
 import { spawn, execFileSync } from 'node:child_process';
@@ -756,11 +757,112 @@ async function scenarioBind() {
   check(/--host given twice/.test(err ?? ''), 'a real repeat is still an error', err);
 }
 
+// The prefix cache: a request whose prompt starts with an ended one's tokens restores that
+// state and prefills only the rest, giving the same text as a cold server (--prefix-cache-mb
+// 0); "cache_prompt": false opts out; a small budget evicts; a hybrid model (recurrent state,
+// which cannot be cut back) reuses a whole earlier prompt.
+async function scenarioPrefixCache(be = [], { quick = false, on = [] } = {}) {
+  // quick (lavapipe, under the validation layer): three cases, no budget or hybrid part
+  const some = quick ? cases.slice(0, 3) : cases;
+  const model = modelDir();
+  const metric = (url, name) => Number(new RegExp(`^${name} (\\d+)$`, 'm').exec(curl([url + '/metrics']))?.[1]);
+  const turn2 = (c) => ({ ...c, messages: [...c.messages, { role: 'assistant', content: c.greedy_text }, { role: 'user', content: 'Say it again, shorter.' }] });
+  // prompts of 400 token ids (about 200 KiB of keys and values each on this model)
+  const all = cases.flatMap((c) => c.prompt_ids);
+  const long = Array.from({ length: 12 }, (_, k) => Array.from({ length: 400 }, (_, i) => all[(i * 7 + k * 13) % all.length]));
+  const complete = async (url, prompt, max = 8) => (await client(url).completions.create({ model: 'e2e', prompt, max_tokens: max, temperature: 0 }));
+  const cold = await startServer([...be, '--prefix-cache-mb', '0'], { model });
+  const want2 = [], wantLong = [];
+  try {
+    for (const c of some) want2.push((await client(cold.url).chat.completions.create(chatBody(turn2(c)))).choices[0].message.content);
+    if (!quick) for (const pr of long) wantLong.push((await complete(cold.url, pr)).choices[0].text);
+    check(metric(cold.url, 'lmhost_prefix_cache_hits_total') === undefined || Number.isNaN(metric(cold.url, 'lmhost_prefix_cache_hits_total')),
+      '--prefix-cache-mb 0: no prefix cache in /metrics');
+  } finally {
+    eq(await stop(cold), 0, 'cold server exits 0');
+  }
+  const p = await startServer([...be, ...on], { model });
+  try {
+    const cl = client(p.url);
+    let nextTurns = 0;
+    for (const [i, c] of some.entries()) {
+      // (the cases share their first tokens: a first request may reuse an earlier case's)
+      const a = await cl.chat.completions.create(chatBody(c));
+      eq(a.choices[0].message.content, c.greedy_text, `case ${i} first`);
+      if (i === 0) eq(a.usage.prompt_tokens_details?.cached_tokens, 0, 'the first request: nothing cached');
+      const b = await cl.chat.completions.create(chatBody(c));
+      eq(b.choices[0].message.content, c.greedy_text, `case ${i} again`);
+      const n = c.prompt_ids.length;
+      eq(b.usage.prompt_tokens_details?.cached_tokens, n > 16 ? n - 1 : 0, `case ${i} again: the prompt but its last token cached`);
+      const s = await streamText(cl, chatBody(turn2(c), { stream_options: { include_usage: true } }));
+      eq(s.text, want2[i], `case ${i}, the conversation's next turn (streamed)`);
+      // (how much of it depends on the template: Qwen3's renders an earlier answer without
+      // the thinking tags its generation prompt had)
+      if (s.usage?.prompt_tokens_details?.cached_tokens >= 16) nextTurns++;
+      const o = await cl.chat.completions.create(chatBody(c, { cache_prompt: false }));
+      eq(o.choices[0].message.content, c.greedy_text, `case ${i} with cache_prompt false`);
+      eq(o.usage.prompt_tokens_details?.cached_tokens, 0, `case ${i} with cache_prompt false: nothing reused`);
+    }
+    check(nextTurns >= (quick ? 2 : 4), 'most next turns reuse their first turn', nextTurns);
+    check(metric(p.url, 'lmhost_prefix_cache_hits_total') >= 2 * some.length - 2, 'hits counted in /metrics', metric(p.url, 'lmhost_prefix_cache_hits_total'));
+    check(metric(p.url, 'lmhost_prefix_cache_reused_tokens_total') > (quick ? 40 : 100), 'reused tokens counted');
+    check(metric(p.url, 'lmhost_prefix_cache_bytes') > 0 && metric(p.url, 'lmhost_prefix_cache_entries') > 0, 'entries and their bytes shown');
+    check(/lmhost_cache_bytes 0\n/.test(curl([p.url + '/metrics'])), 'the K/V cache itself holds nothing once all have ended');
+    const status = await fetch(p.url + '/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(chatBody(cases[0], { cache_prompt: 1 })) });
+    eq(status.status, 400, '"cache_prompt" must be a boolean');
+  } finally {
+    eq(await stop(p), 0, 'server exits 0');
+  }
+  if (quick) {
+    // on a GPU backend it is off unless asked for (its copies cost more than prefill there)
+    const d = await startServer(be, { model });
+    try {
+      check(!/lmhost_prefix_cache_hits_total/.test(curl([d.url + '/metrics'])), `${be.join(' ')}: off by default`);
+    } finally {
+      eq(await stop(d), 0, 'default server exits 0');
+    }
+    return;
+  }
+  // a budget of about five entries: the least recently used go, the answers stay
+  const q = await startServer([...be, '--prefix-cache-mb=1'], { model });
+  try {
+    // in order, then backwards: the second round finds the last ones kept, then the rest gone
+    for (const round of [0, 1])
+      for (const i of [...long.keys()].sort((a, b) => (round ? b - a : a - b)))
+        eq((await complete(q.url, long[i])).choices[0].text, wantLong[i], `budget of 1 MiB, round ${round} prompt ${i}`);
+    check(metric(q.url, 'lmhost_prefix_cache_evictions_total') >= 7, 'entries evicted under a small budget', metric(q.url, 'lmhost_prefix_cache_evictions_total'));
+    check(metric(q.url, 'lmhost_prefix_cache_hits_total') >= 3, 'and the last ones kept reused', metric(q.url, 'lmhost_prefix_cache_hits_total'));
+    check(metric(q.url, 'lmhost_prefix_cache_bytes') <= 1 << 20, 'held bytes within the budget');
+  } finally {
+    eq(await stop(q), 0, 'small-budget server exits 0');
+  }
+  // a hybrid: a prompt that extends an earlier one whole (that one's generation stopped
+  // after its first token, so its state holds exactly its prompt)
+  const hybrid = hybridDir();
+  const first = cases[3].prompt_ids, second = [...first, ...cases[2].prompt_ids];
+  const ask = async (url, prompt, max) => (await client(url).completions.create({ model: 'e2e', prompt, max_tokens: max, temperature: 0 }));
+  const hc = await startServer([...be, '--prefix-cache-mb', '0'], { model: hybrid });
+  let want = '';
+  try { want = (await ask(hc.url, second, 16)).choices[0].text; } finally { await stop(hc); }
+  check(want.length > 0, 'hybrid: the cold server answers', want);
+  const hp = await startServer([...be, ...on], { model: hybrid });
+  try {
+    await ask(hp.url, first, 1);
+    const r = await ask(hp.url, second, 16);
+    eq(r.choices[0].text, want, 'hybrid: the longer prompt answers as on a cold server');
+    eq(r.usage.prompt_tokens_details?.cached_tokens, first.length, 'hybrid: the earlier prompt restored whole');
+    const r2 = await ask(hp.url, [...first.slice(0, 30), ...cases[1].prompt_ids], 4);
+    eq(r2.usage.prompt_tokens_details?.cached_tokens, 0, 'hybrid: a part of a state is not reused');
+  } finally {
+    eq(await stop(hp), 0, 'hybrid server exits 0');
+  }
+}
+
 async function scenarioHttpsClient() {
   await greedyCases(client(process.argv[4], { key: 'sekrit' }), 'https');
 }
 
-const scenarios = { swap: scenarioSwap, 'swap-quant': scenarioSwapQuant, 'swap-kvquant': scenarioSwapKvQuant, 'serve-vulkan': scenarioServeVulkan, 'vulkan-oom': scenarioVulkanOom, 'https-client': scenarioHttpsClient, http: scenarioHttp, https: scenarioHttps, auth: scenarioAuth, errors: scenarioErrors, concurrency: () => scenarioConcurrency(), 'concurrency-hybrid': () => scenarioConcurrency(hybridDir()), shutdown: scenarioShutdown, 'kv-cache': scenarioKvCache, 'kv-cache-errors': scenarioKvCacheErrors, precision: scenarioPrecision, bind: scenarioBind };
+const scenarios = { swap: scenarioSwap, 'swap-quant': scenarioSwapQuant, 'swap-kvquant': scenarioSwapKvQuant, 'serve-vulkan': scenarioServeVulkan, 'vulkan-oom': scenarioVulkanOom, 'https-client': scenarioHttpsClient, http: scenarioHttp, https: scenarioHttps, auth: scenarioAuth, errors: scenarioErrors, concurrency: () => scenarioConcurrency(), 'concurrency-hybrid': () => scenarioConcurrency(hybridDir()), shutdown: scenarioShutdown, 'kv-cache': scenarioKvCache, 'kv-cache-errors': scenarioKvCacheErrors, precision: scenarioPrecision, bind: scenarioBind, 'prefix-cache': () => scenarioPrefixCache(), 'prefix-cache-vulkan': () => scenarioPrefixCache(['--backend', 'vulkan'], { quick: true, on: ['--prefix-cache-mb', '256'] }) };
 if (!scenarios[scenario]) { console.error('unknown scenario ' + scenario); process.exit(2); }
 try {
   await scenarios[scenario]();
