@@ -543,7 +543,7 @@ job *job_from_request(job_kind kind, json_object *b, const server_opts *o, const
         j->top_logprobs = (int32_t)x;
     }
     if ((r = get_bool(b, "stream", &j->stream, ERRARGS)) < 0) goto bad;
-    /* llama.cpp's field: false keeps the request out of the prefix cache both ways */
+    /* the field other servers take: false keeps the request out of the prefix cache both ways */
     int cache_prompt = 1;
     if ((r = get_bool(b, "cache_prompt", &cache_prompt, ERRARGS)) < 0) goto bad;
     j->no_prefix_cache = !cache_prompt;

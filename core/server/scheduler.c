@@ -125,10 +125,40 @@ static void finish(sched *s, sched_req *r, finish_reason why) {
     r->emit(r, NULL, why, r->user); /* after this the request may be freed by its owner */
 }
 
+/* A request that could not join: what admit gave it goes, and it hears FINISH_ERROR. */
+static int refuse(sched_req *r) {
+    sampler_free(r->smp);
+    free(r->hist);
+    r->smp = NULL;
+    r->hist = NULL;
+    r->emit(r, NULL, FINISH_ERROR, r->user);
+    return -1;
+}
+
+/* r's new sequence (in cache ci) takes the longest usable cached prefix of its prompt:
+ * r->n_done and r->n_cached say how many tokens. A restore that fails leaves a fresh
+ * sequence (-1 only when even that cannot be had). */
+static int reuse_prefix(sched *s, sched_req *r, int ci) {
+    char err[512];
+    while (s->n_flight) step_flight(s); /* a restore needs no step in flight */
+    int32_t use = 0;
+    const engine_snapshot *sn = pc_find(s->pc, ci, r->prompt, r->n_prompt, &use);
+    if (sn && (engine_seq_restore(s->e, r->seq, sn, err, sizeof err) != 0 ||
+               (use < engine_snapshot_len(sn) && engine_seq_trim(s->e, r->seq, use) != 0))) {
+        log_msg(LMH_LOG_WARN, "prefix cache: reusing %d tokens failed (%s); prefilling them", use,
+                err);
+        engine_seq_remove(s->e, r->seq);
+        use = 0;
+        if (engine_seq_add_in(s->e, r->seq, ci) != 0) return -1;
+    }
+    r->n_done = r->n_cached = use;
+    return 0;
+}
+
 static int admit(sched *s, sched_req *r) {
     char err[512];
     r->seq = ++s->next_seq;
-    r->n_done = r->n_gen = 0;
+    r->n_done = r->n_gen = r->n_cached = 0;
     r->fail_code = 0;
     r->fail_msg[0] = 0;
     /* the request's cache, opened here on first use (the engine is this thread's) and kept */
@@ -143,36 +173,11 @@ static int admit(sched *s, sched_req *r) {
     r->smp = sampler_new(&r->sp, s->vocab, err, sizeof err);
     if (!r->hist || !r->smp || engine_seq_add_in(s->e, r->seq, ci) != 0) {
         log_msg(LMH_LOG_ERROR, "cannot start a sequence: %s", r->smp ? "out of memory" : err);
-        sampler_free(r->smp);
-        free(r->hist);
-        r->smp = NULL;
-        r->hist = NULL;
-        r->emit(r, NULL, FINISH_ERROR, r->user);
-        return -1;
+        return refuse(r);
     }
     memcpy(r->hist, r->prompt, (size_t)r->n_prompt * sizeof *r->hist);
-    r->n_cached = 0;
-    if (s->pc && !r->no_prefix_cache && r->n_prompt > PC_MIN_TOKENS) {
-        while (s->n_flight) step_flight(s); /* a restore needs no step in flight */
-        int32_t use = 0;
-        const engine_snapshot *sn = pc_find(s->pc, ci, r->prompt, r->n_prompt, &use);
-        if (sn && (engine_seq_restore(s->e, r->seq, sn, err, sizeof err) != 0 ||
-                   (use < engine_snapshot_len(sn) && engine_seq_trim(s->e, r->seq, use) != 0))) {
-            log_msg(LMH_LOG_WARN, "prefix cache: reusing %d tokens failed (%s); prefilling them",
-                    use, err);
-            engine_seq_remove(s->e, r->seq);
-            use = 0;
-            if (engine_seq_add_in(s->e, r->seq, ci) != 0) {
-                sampler_free(r->smp);
-                free(r->hist);
-                r->smp = NULL;
-                r->hist = NULL;
-                r->emit(r, NULL, FINISH_ERROR, r->user);
-                return -1;
-            }
-        }
-        r->n_done = r->n_cached = use;
-    }
+    if (s->pc && !r->no_prefix_cache && r->n_prompt > PC_MIN_TOKENS && reuse_prefix(s, r, ci))
+        return refuse(r);
     /* the prompt goes in over several steps (the chunk budget): one prompt to the model */
     engine_seq_prompt(s->e, r->seq, r->n_prompt - r->n_done);
     r->emit(r, NULL, FINISH_NONE, r->user); /* it has joined */

@@ -973,20 +973,21 @@ int server_run(const server_opts *o) {
         s->o.ctx_size = mp ? json_object_get_int(mp) : 4096;
         if (s->o.ctx_size <= 0) s->o.ctx_size = 4096;
     }
-    /* the prefix cache's budget: as given, else an eighth of the memory free now where the
-     * model runs on CPU backends alone. A GPU's states go through host memory both ways,
-     * which took longer than prefill itself on an H200 (875 MiB a 4000-token Qwen3-1.7B
-     * state, 0.6-0.7 s each way against 0.32 s of prefill): off there unless asked for. */
+    /* the prefix cache's budget: as given, else an eighth of the memory free now where every
+     * backend computes in host memory (its weights used in place: a state's copy is then a
+     * memcpy). A device's states go through host memory both ways, which took longer than
+     * prefill itself on an H200 (875 MiB a 4000-token state of a 1.7B model, 0.6-0.7 s
+     * each way against 0.32 s of prefill): off there unless asked for. */
     engine_stats es0;
     engine_get_stats(s->e, &es0);
-    int host_only = 1;
-    for (int i = 0; i < es0.n_backends; i++) host_only &= !strcmp(es0.backend[i].name, "cpu");
+    int in_host = es0.n_backends > 0;
+    for (int i = 0; i < es0.n_backends; i++) in_host &= es0.backend[i].mapped > 0;
     uint64_t prefix =
         o->prefix_cache_mb >= 0 ? (uint64_t)o->prefix_cache_mb << 20
-        : host_only ? (uint64_t)sysconf(_SC_AVPHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE) / 8
-                    : 0;
-    if (o->prefix_cache_mb < 0 && !host_only)
-        log_msg(LMH_LOG_INFO, "prefix cache off on a GPU backend (its copies through host "
+        : in_host ? (uint64_t)sysconf(_SC_AVPHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE) / 8
+                  : 0;
+    if (o->prefix_cache_mb < 0 && !in_host)
+        log_msg(LMH_LOG_INFO, "prefix cache off on a device backend (its copies through host "
                               "memory cost more than prefill); --prefix-cache-mb N turns it on");
     s->sch = sched_new(s->e, o->parallel, o->queue, o->chunk, prefix);
     if (!s->sch) {
