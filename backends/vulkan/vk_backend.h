@@ -14,7 +14,7 @@
  * words 5..8. */
 #define VK_NBIND          9
 #define VK_PC_WORDS       32 /* 128 bytes, the push constant size every device offers */
-#define VK_NSPEC          10
+#define VK_NSPEC          11
 #define VK_ATTN_CNT_SLOTS 16 /* sets of attention's split counters (vk_backend.c) */
 #define VK_NBATCH         3
 #define VK_NREAD          4  /* downloads started and not yet waited for */

@@ -521,6 +521,7 @@ static void matmul_dispatch(lmh_backend *b, const lmh_op *op, vk_dispatch *d) {
                                              : VK_SH_QMATVEC8;
             x.spec[0] = MATVEC_WG; /* one row too: 128 threads were slower (README) */
             x.spec[1] = QMATVEC_NR;
+            x.spec[10] = x.shader != VK_SH_QMATVEC1; /* several rows: by pieces (qmatvec.comp) */
             x.spec[9] = qchunks_aligned(W);
             x.spec[3] = (uint32_t)vec_ok(xt, in);
             grid(&x, cdiv((uint64_t)out, QMATVEC_NR) * row_groups(rows));

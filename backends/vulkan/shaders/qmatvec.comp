@@ -6,7 +6,8 @@
 // and the partial sums are reduced over the workgroup (subgroupAdd where available).
 // Per chunk a thread loads the BITS words of each of its NR weight rows (16-byte loads
 // for 4 and 8 bits where W allows, else 32-bit ones), and accumulates d = sum q * x and sx = sum x; the chunk then adds s * d + b * sx, so the
-// scale and bias cost two multiplies per 32 values rather than one per value.
+// scale and bias cost two multiplies per 32 values rather than one per value. Several rows
+// of 4- or 8-bit codes go by pieces() instead (PIECES).
 // With MOE: one work item (an expert and up to MAXR of its (row, slot) pairs) per
 // gl_WorkGroupID.y, from the list moe_sort.comp made. With FUSED (and MAXR 1): the norm or
 // SwiGLU before and the residual add after, see fused.glsl.
@@ -17,6 +18,7 @@ layout(constant_id = 3) const uint VEC = 0;  // 16-byte loads of x are aligned
 layout(constant_id = 4) const uint BITS = 4;
 layout(constant_id = 5) const uint GROUP = 64;
 layout(constant_id = 9) const uint WVEC = 0; // every chunk of W starts on 16 bytes
+layout(constant_id = 10) const uint PIECES = 0; // several rows, 4- and 8-bit codes: pieces()
 layout(local_size_x_id = 0) in;
 // chunks a thread loads at once: 16 rows' worth of 4 words or less (8 of more, for
 // registers), 4 at most
@@ -100,6 +102,55 @@ void chunk(uint c, uint w[NR][9], uint nrows, uint xrow[MAXR], uint wrow0, uint 
     }
 }
 
+#if MAXR > 1 && !defined(MOE)
+// Several rows of x, 4- and 8-bit codes (PIECES): a thread takes 8 consecutive values at a
+// time and the workgroup's threads consecutive ones, so that every load of x's rows and of
+// the weights is one contiguous run across a subgroup. A thread's 32-value chunks 128 bytes
+// apart, as in chunk(), made each of its loads of an x row touch a line of its own: with 4
+// or 8 rows those loads, not the weights, were the product's time (H200, 7B 4-bit shape, a
+// step of 8 rows 18.9 -> 11.5 ms, of 4 rows 11.4 -> 7.4; one row keeps chunk(), where the
+// same mapping was no faster).
+void pieces(uint o0, uint nrows, uint xrow[MAXR], inout float acc[NR][MAXR]) {
+    uint l = gl_LocalInvocationID.x;
+    uint npc = pc.in_ / 8u; // pieces of 8 values a row
+    for (uint p = l; p < npc; p += WG) {
+        vec4 x0[MAXR], x1[MAXR];
+        [[unroll]] for (uint j = 0; j < MAXR; j++) {
+            x0[j] = vec4(0.0);
+            x1[j] = vec4(0.0);
+            if (j < nrows) {
+                uint xo = pc.oa + xrow[j] * pc.in_ + p * 8u;
+                if (VEC != 0u) {
+                    x0[j] = uintBitsToFloat(X4[xo / 4u]);
+                    x1[j] = uintBitsToFloat(X4[xo / 4u + 1u]);
+                } else {
+                    x0[j] = vec4(uintBitsToFloat(X[xo]), uintBitsToFloat(X[xo + 1u]),
+                                 uintBitsToFloat(X[xo + 2u]), uintBitsToFloat(X[xo + 3u]));
+                    x1[j] = vec4(uintBitsToFloat(X[xo + 4u]), uintBitsToFloat(X[xo + 5u]),
+                                 uintBitsToFloat(X[xo + 6u]), uintBitsToFloat(X[xo + 7u]));
+                }
+            }
+        }
+        uint g = p * 8u / GROUP;
+        [[unroll]] for (uint r = 0; r < NR; r++) {
+            uint row = min(o0 + r, pc.out_ - 1u);
+            uint at = pc.ob + row * pc.wpr + p * (BITS / 4u);
+            uint w[2];
+            w[0] = W[at];
+            w[1] = BITS == 8u ? W[at + 1u] : 0u;
+            float sc = QSB(W, pc.ob + pc.sc, row * pc.gpr + g);
+            float bi = QBI(W, pc.ob + pc.bi, row * pc.gpr + g);
+            vec4 w0 = vec4(QVAL(QCODE(w, 0u)), QVAL(QCODE(w, 1u)), QVAL(QCODE(w, 2u)),
+                           QVAL(QCODE(w, 3u))) * sc + bi;
+            vec4 w1 = vec4(QVAL(QCODE(w, 4u)), QVAL(QCODE(w, 5u)), QVAL(QCODE(w, 6u)),
+                           QVAL(QCODE(w, 7u))) * sc + bi;
+            [[unroll]] for (uint j = 0; j < MAXR; j++)
+                acc[r][j] += dot(w0, x0[j]) + dot(w1, x1[j]);
+        }
+    }
+}
+#endif
+
 void main() {
     uint l = gl_LocalInvocationID.x;
     uint nrows, wrow0 = 0u; // wrow0: the stacked row of output column 0 (MOE: the expert's)
@@ -123,6 +174,13 @@ void main() {
     [[unroll]] for (uint r = 0; r < NR; r++)
         [[unroll]] for (uint j = 0; j < MAXR; j++) acc[r][j] = 0.0;
 
+#if MAXR > 1 && !defined(MOE)
+    if (PIECES != 0u && (BITS == 4u || BITS == 8u)) {
+        pieces(o0, nrows, xrow, acc);
+        reduce_store(acc, o0, nrows, drow);
+        return;
+    }
+#endif
     // A thread's chunks U at a time, every weight load of the U issued before the first
     // chunk is used: a 4096-wide row is 128 chunks, two for each of 64 threads, so loading
     // and using them one by one waited for memory twice a product (0.7 TB/s on an H100).
