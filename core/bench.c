@@ -5,6 +5,7 @@
 #include "engine.h"
 #include "log.h"
 #include "sampler.h"
+#include "spec.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -269,8 +270,76 @@ static void cache_token_bytes(engine *e, const char *spec, int64_t ctx) {
            b, (long long)ctx, windows ? " (sliding-window layers count at most their window)" : "");
 }
 
+static void keep_token(int32_t tok, int32_t i, void *user) {
+    ((int32_t *)user)[i] = tok;
+}
+
+/* The prompt again in a sequence of its own, decoded greedily with proposals (spec.h): its
+ * tokens/s against the plain decode's (t_plain for the same n_gen steps), the acceptance,
+ * and whether it picked the plain decode's tokens (toks[0..n_gen]). */
+static int bench_spec(engine *e, spec *sp, const int32_t *ids, int32_t n_prompt, int32_t chunk,
+                      int32_t n_gen, const int32_t *toks, float *lg, sampler *smp, double t_plain) {
+    const uint64_t seq = (uint64_t)1 << 40; /* apart from --batch's */
+    char err[512];
+    int32_t *hist = malloc(((size_t)n_prompt + (size_t)n_gen + 1) * sizeof *hist);
+    int32_t *got = malloc(((size_t)n_gen + 1) * sizeof *got);
+    int rc = 1;
+    if (!hist || !got || engine_seq_add(e, seq) != 0 ||
+        cli_prefill(e, seq, ids, n_prompt, chunk, NULL, lg))
+        goto out;
+    /* a first pass, untimed, builds the pipelines of the steps' shapes (checked steps have
+     * other row counts than decode's, and a draft model has kernels of its own) */
+    memcpy(hist, ids, (size_t)n_prompt * sizeof *hist);
+    int32_t nh = n_prompt, steps = 0;
+    if (spec_decode(sp, e, seq, smp, lg, hist, &nh, n_gen < 32 ? n_gen + 1 : 33, NULL, 0,
+                    keep_token, got, &steps, err, sizeof err)) {
+        fprintf(stderr, "lmhost: %s\n", err);
+        goto out;
+    }
+    spec_seq_end(sp, seq);
+    engine_seq_remove(e, seq);
+    if (engine_seq_add(e, seq) != 0 || cli_prefill(e, seq, ids, n_prompt, chunk, NULL, lg))
+        goto out;
+    spec_stats st0, st;
+    spec_get_stats(sp, &st0);
+    nh = n_prompt;
+    double t0 = now();
+    if (spec_decode(sp, e, seq, smp, lg, hist, &nh, n_gen + 1, NULL, 0, keep_token, got, &steps,
+                    err, sizeof err)) {
+        fprintf(stderr, "lmhost: %s\n", err);
+        goto out;
+    }
+    double t = now() - t0;
+    spec_get_stats(sp, &st);
+    st.steps -= st0.steps;
+    st.drafted -= st0.drafted;
+    st.accepted -= st0.accepted;
+    int32_t same = 0;
+    while (same <= n_gen && got[same] == toks[same]) same++;
+    printf("speculative decode (%s, up to %d a step): %d tokens in %d target steps, %.3f s = "
+           "%.2f tokens/s (%.2fx the plain decode's %.2f)\n",
+           spec_get_kind(sp) == SPEC_NGRAM ? "prompt lookup" : "draft model", spec_draft_max(sp),
+           n_gen, steps, t, (double)n_gen / t, t_plain / t, (double)n_gen / t_plain);
+    printf("speculative acceptance: %llu of %llu proposed (%.1f%%), %.2f tokens a step with "
+           "proposals; tokens as the plain decode's: %s\n",
+           (unsigned long long)st.accepted, (unsigned long long)st.drafted,
+           st.drafted ? 100.0 * (double)st.accepted / (double)st.drafted : 0.0,
+           st.steps ? (double)(st.steps + st.accepted) / (double)st.steps : 0.0,
+           same > n_gen ? "all" : "NOT ALL");
+    rc = same > n_gen ? 0 : 1;
+    if (rc)
+        fprintf(stderr, "lmhost: speculative decode differs from the plain one at token %d\n",
+                same);
+out:
+    engine_seq_remove(e, seq);
+    free(hist);
+    free(got);
+    return rc;
+}
+
 int cli_bench(int argc, char **argv) {
     model_args a = {0};
+    spec_args sa = {0};
     const char *prompt_s = NULL, *gen_s = NULL, *chunk_s = NULL, *batch_s = NULL;
     int help = 0, no_bw = 0, no_peak = 0, no_overlap = 0;
     cli_opt opts[] = {{"--model", &a.model, NULL, 0},
@@ -282,17 +351,20 @@ int cli_bench(int argc, char **argv) {
                       {"--no-bandwidth", NULL, &no_bw, 0},
                       {"--no-peak", NULL, &no_peak, 0},
                       {"--no-overlap", NULL, &no_overlap, 0},
+                      SPEC_ARG_OPTS(sa),
                       {"--help", NULL, &help, 0},
                       {0}};
     if (cli_parse(argc, argv, opts)) return 2;
     if (help) {
         printf("usage: lmhost bench --model DIR [--prompt N] [--gen N] [--chunk N] [--batch N] "
-               "[--no-bandwidth] [--no-peak] [--no-overlap] " MODEL_ARG_HELP "\n"
+               "[--no-bandwidth] [--no-peak] [--no-overlap] " MODEL_ARG_HELP " " SPEC_ARG_HELP "\n"
                "--no-bandwidth, --no-peak: skip the memory bandwidth or the compute peak probe\n"
                "--no-overlap: each decode step waits for its pick before the next one is "
                "enqueued\n"
                "--batch N: then N sequences with the same prompt decoded together, a row each a "
-               "step\n");
+               "step\n"
+               "--spec, --draft-model: then the same prompt decoded with proposals (greedy), "
+               "against the plain decode\n");
         return 0;
     }
     int64_t n_prompt = 128, n_gen = 32, chunk = 512, threads = 0, batch = 0;
@@ -309,6 +381,14 @@ int cli_bench(int argc, char **argv) {
         return 1;
     }
     t_load = now() - t_load;
+    spec *drafter = NULL;
+    engine *draft = NULL;
+    int orc = cli_open_spec(&sa, &a, &reg, e, (int32_t)chunk, &drafter, &draft);
+    if (orc) {
+        engine_close(e);
+        registry_free(&reg);
+        return orc;
+    }
     int32_t V = engine_vocab(e);
     /* A fixed pseudo-random prompt: the same run to run, no tokenizer needed. */
     int32_t *ids = malloc((size_t)n_prompt * sizeof *ids);
@@ -478,8 +558,13 @@ int cli_bench(int argc, char **argv) {
     if (batch && bench_batch(e, (int32_t)batch, ids, (int32_t)n_prompt, (int32_t)chunk,
                              (int32_t)n_gen, !no_overlap, toks, lg, smp))
         goto out;
+    if (drafter && bench_spec(e, drafter, ids, (int32_t)n_prompt, (int32_t)chunk, (int32_t)n_gen,
+                              toks, lg, smp, t_decode))
+        goto out;
     rc = 0;
 out:
+    spec_free(drafter);
+    engine_close(draft);
     sampler_free(smp);
     free(ids);
     free(toks);

@@ -43,14 +43,36 @@ typedef struct model_args {
     "[--backend NAME] [--gpu-layers N] [--device N] [--cache NAME] [--threads N] "                 \
     "[--precision exact|fast] [--plugin-dir DIR]"
 
+/* Speculative decoding's options (spec.h), taken by generate and serve. */
+typedef struct spec_args {
+    const char *spec, *draft_model, *draft_max, *draft_backend;
+} spec_args;
+
+#define SPEC_ARG_OPTS(s)                                                                           \
+    {"--spec", &(s).spec, NULL, 0}, {"--draft-model", &(s).draft_model, NULL, 0},                  \
+        {"--draft-max", &(s).draft_max, NULL, 0}, {                                                \
+        "--draft-backend", &(s).draft_backend, NULL, 0                                             \
+    }
+
+#define SPEC_ARG_HELP                                                                              \
+    "[--spec ngram|draft|off] [--draft-model DIR] [--draft-max 8] [--draft-backend NAME]"
+
 struct engine;
 struct registry;
+struct spec;
 /* Loads plugins into *reg (always free it) and opens the model; NULL after printing why. */
 struct engine *cli_open_engine(const model_args *a, struct registry *reg);
 /* Prefills sequence `seq` with ids in chunks; last[vocab] gets the last position's logits,
  * all[n * vocab] (optional) every position's. Prints errors; returns 0 or 1. */
 int cli_prefill(struct engine *e, uint64_t seq, const int32_t *ids, int32_t n, int32_t chunk,
                 float *all, float *last);
+
+/* The drafter spec_args ask for, for `target` (opened from `a`; the draft model opens with
+ * a's options but its own directory and --draft-backend, its plugins from *reg). *sp stays
+ * NULL where none is asked for; *draft is the draft model's engine, to close after
+ * spec_free. Returns 0, or 2 (usage) / 1 (failure) after printing why. */
+int cli_open_spec(const spec_args *sa, const model_args *a, struct registry *reg,
+                  struct engine *target, int32_t chunk, struct spec **sp, struct engine **draft);
 
 int cli_plugins(int argc, char **argv);
 int cli_logits(int argc, char **argv);

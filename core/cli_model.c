@@ -5,6 +5,7 @@
 #include "log.h"
 #include "npy.h"
 #include "sampler.h"
+#include "spec.h"
 
 #include <errno.h>
 #include <math.h>
@@ -171,7 +172,8 @@ int cli_plugins(int argc, char **argv) {
 
 /* ---- shared by logits / generate ------------------------------------------------------ */
 
-engine *cli_open_engine(const model_args *a, registry *reg) {
+/* The engine a's options describe, from plugins already in reg (load: load them first). */
+static engine *open_engine(const model_args *a, registry *reg, int load) {
     if (!a->model) {
         fprintf(stderr, "lmhost: --model DIR is required\n");
         return NULL;
@@ -182,7 +184,7 @@ engine *cli_open_engine(const model_args *a, registry *reg) {
     if (a->device && cli_int("--device", a->device, 0, 255, &dev)) return NULL;
     int prec = 0;
     if (cli_precision(a->precision, &prec)) return NULL;
-    if (registry_load_with(reg, a->plugin_file, a->plugin_dir)) return NULL;
+    if (load && registry_load_with(reg, a->plugin_file, a->plugin_dir)) return NULL;
     engine_opts o = {.model_dir = a->model,
                      .backend = a->backend,
                      .cache = a->cache,
@@ -192,8 +194,67 @@ engine *cli_open_engine(const model_args *a, registry *reg) {
                      .precision = prec};
     char err[2048];
     engine *e = engine_open(reg, &o, err, sizeof err);
-    if (!e) fprintf(stderr, "lmhost: %s\n", err);
+    if (!e) fprintf(stderr, "lmhost: %s%s\n", load ? "" : "draft model: ", err);
     return e;
+}
+
+engine *cli_open_engine(const model_args *a, registry *reg) {
+    return open_engine(a, reg, 1);
+}
+
+int cli_open_spec(const spec_args *sa, const model_args *a, registry *reg, engine *target,
+                  int32_t chunk, spec **sp, engine **draft) {
+    *sp = NULL;
+    *draft = NULL;
+    spec_kind kind = sa->draft_model ? SPEC_DRAFT : SPEC_OFF;
+    if (sa->spec && strcmp(sa->spec, "ngram") == 0)
+        kind = SPEC_NGRAM;
+    else if (sa->spec && strcmp(sa->spec, "draft") == 0)
+        kind = SPEC_DRAFT;
+    else if (sa->spec && strcmp(sa->spec, "off") == 0)
+        kind = SPEC_OFF;
+    else if (sa->spec) {
+        fprintf(stderr, "lmhost: --spec must be ngram, draft or off (got '%s')\n", sa->spec);
+        return 2;
+    }
+    if (kind == SPEC_DRAFT && !sa->draft_model) {
+        fprintf(stderr, "lmhost: --spec draft needs --draft-model DIR\n");
+        return 2;
+    }
+    if (kind != SPEC_DRAFT && (sa->draft_model || sa->draft_backend)) {
+        fprintf(stderr, "lmhost: --draft-model and --draft-backend go with --spec draft\n");
+        return 2;
+    }
+    int64_t k = 8;
+    if (sa->draft_max && cli_int("--draft-max", sa->draft_max, 1, SPEC_MAX_DRAFT, &k)) return 2;
+    if (kind == SPEC_OFF) {
+        if (sa->draft_max) fprintf(stderr, "lmhost: --draft-max ignored: speculation is off\n");
+        return 0;
+    }
+    if (kind == SPEC_DRAFT) {
+        /* the draft runs whole on its backend: the target's --gpu-layers split is its own */
+        model_args da = *a;
+        da.model = sa->draft_model;
+        if (sa->draft_backend) da.backend = sa->draft_backend;
+        da.gpu_layers = NULL;
+        if (!(*draft = open_engine(&da, reg, 0))) return 1;
+        int32_t vt = engine_vocab(target), vd = engine_vocab(*draft);
+        if (vt != vd)
+            log_msg(LMH_LOG_WARN,
+                    "the draft model's vocabulary has %d entries, the target's %d: proposals "
+                    "only count where both models share a tokenizer",
+                    vd, vt);
+        log_msg(LMH_LOG_INFO, "speculative decoding: draft model %s (%s), up to %d tokens a step",
+                sa->draft_model, engine_chain(*draft), (int)k);
+    }
+    *sp = spec_new(kind, (int32_t)k, *draft, chunk, engine_vocab(target));
+    if (!*sp) {
+        fprintf(stderr, "lmhost: out of memory\n");
+        engine_close(*draft);
+        *draft = NULL;
+        return 1;
+    }
+    return 0;
 }
 
 /* Runs the prompt through the model in chunks of at most `chunk` rows; leaves the logits
@@ -291,23 +352,61 @@ static int32_t eos_ids(engine *e, int32_t *out, int32_t max) {
     return n;
 }
 
+/* Sequence seq takes the state of another that ran ids[0..n): its keys, values and
+ * recurrent state, copied out and back in (engine_seq_snapshot), the prefix cache's path. */
+static int restore_prefix(engine *e, uint64_t seq, const int32_t *ids, int32_t n, int32_t chunk) {
+    char err[512];
+    const uint64_t other = seq + 1;
+    float *lg = malloc((size_t)engine_vocab(e) * sizeof *lg);
+    engine_snapshot *sn = NULL;
+    int rc = !lg || engine_seq_add(e, other) != 0 || cli_prefill(e, other, ids, n, chunk, NULL, lg);
+    if (rc == 0 && !(sn = engine_seq_snapshot(e, other, 1, err, sizeof err))) rc = 1;
+    engine_seq_remove(e, other);
+    if (rc == 0 && engine_seq_restore(e, seq, sn, err, sizeof err) != 0) rc = 1;
+    if (rc)
+        fprintf(stderr, "lmhost: restoring a prefix of %d tokens: %s\n", n,
+                sn || !lg ? err : "failed");
+    engine_snapshot_free(sn);
+    free(lg);
+    return rc;
+}
+
+static void print_token(int32_t tok, int32_t i, void *user) {
+    (void)user;
+    printf("%s%d", i ? ", " : "", tok);
+}
+
 int cli_generate(int argc, char **argv) {
     model_args a = {0};
+    spec_args sa = {0};
     const char *max_s = NULL, *temp_s = NULL, *topk_s = NULL, *topp_s = NULL, *minp_s = NULL,
-               *rep_s = NULL, *seed_s = NULL, *chunk_s = NULL;
+               *rep_s = NULL, *seed_s = NULL, *chunk_s = NULL, *prefix_s = NULL;
     int help = 0, ignore_eos = 0;
-    cli_opt opts[] = {{"--model", &a.model, NULL, 0},    {"--tokens", &a.tokens, NULL, 0},
-                      {"--max-tokens", &max_s, NULL, 0}, {"--temperature", &temp_s, NULL, 0},
-                      {"--top-k", &topk_s, NULL, 0},     {"--top-p", &topp_s, NULL, 0},
-                      {"--min-p", &minp_s, NULL, 0},     {"--repetition-penalty", &rep_s, NULL, 0},
-                      {"--seed", &seed_s, NULL, 0},      MODEL_ARG_OPTS(a),
-                      {"--chunk", &chunk_s, NULL, 0},    {"--ignore-eos", NULL, &ignore_eos, 0},
-                      {"--help", NULL, &help, 0},        {0}};
+    cli_opt opts[] = {{"--model", &a.model, NULL, 0},
+                      {"--tokens", &a.tokens, NULL, 0},
+                      {"--max-tokens", &max_s, NULL, 0},
+                      {"--temperature", &temp_s, NULL, 0},
+                      {"--top-k", &topk_s, NULL, 0},
+                      {"--top-p", &topp_s, NULL, 0},
+                      {"--min-p", &minp_s, NULL, 0},
+                      {"--repetition-penalty", &rep_s, NULL, 0},
+                      {"--seed", &seed_s, NULL, 0},
+                      MODEL_ARG_OPTS(a),
+                      {"--chunk", &chunk_s, NULL, 0},
+                      {"--ignore-eos", NULL, &ignore_eos, 0},
+                      SPEC_ARG_OPTS(sa),
+                      {"--restore-prefix", &prefix_s, NULL, 0},
+                      {"--help", NULL, &help, 0},
+                      {0}};
     if (cli_parse(argc, argv, opts)) return 2;
     if (help) {
-        printf("usage: lmhost generate --model DIR --tokens 1,2,3 --max-tokens N "
-               "[--temperature T] [--top-k K] [--top-p P] [--min-p M] [--repetition-penalty R] "
-               "[--seed S] [--chunk N] [--ignore-eos] " MODEL_ARG_HELP "\n");
+        printf(
+            "usage: lmhost generate --model DIR --tokens 1,2,3 --max-tokens N "
+            "[--temperature T] [--top-k K] [--top-p P] [--min-p M] [--repetition-penalty R] "
+            "[--seed S] [--chunk N] [--ignore-eos] [--restore-prefix N] " MODEL_ARG_HELP
+            " " SPEC_ARG_HELP "\n"
+            "  --restore-prefix N: the prompt's first N tokens go through another sequence whose\n"
+            "  state is kept and restored into this one, as the server's prefix cache does\n");
         return 0;
     }
     if (!a.tokens || !max_s) {
@@ -345,6 +444,11 @@ int cli_generate(int argc, char **argv) {
     if (chunk_s && cli_int("--chunk", chunk_s, 1, 1 << 20, &chunk)) return 2;
     int32_t *ids, n;
     if (cli_ids("--tokens", a.tokens, &ids, &n)) return 2;
+    int64_t prefix = 0;
+    if (prefix_s && cli_int("--restore-prefix", prefix_s, 1, n - 1, &prefix)) {
+        free(ids);
+        return 2;
+    }
     registry reg = {0};
     engine *e = cli_open_engine(&a, &reg);
     if (!e) {
@@ -352,7 +456,16 @@ int cli_generate(int argc, char **argv) {
         free(ids);
         return 1;
     }
-    int rc = 1;
+    spec *drafter = NULL;
+    engine *draft = NULL;
+    int rc = cli_open_spec(&sa, &a, &reg, e, (int32_t)chunk, &drafter, &draft);
+    if (rc) {
+        engine_close(e);
+        registry_free(&reg);
+        free(ids);
+        return rc;
+    }
+    rc = 1;
     int32_t V = engine_vocab(e), eos[16], n_eos = ignore_eos ? 0 : eos_ids(e, eos, 16);
     char err[512];
     sampler *s = sampler_new(&sp, V, err, sizeof err);
@@ -360,7 +473,9 @@ int cli_generate(int argc, char **argv) {
     int32_t *hist = malloc(((size_t)n + (size_t)maxn + 1) * sizeof *hist);
     if (!s) fprintf(stderr, "lmhost: %s\n", err);
     if (s && lg && hist && engine_seq_add(e, 1) == 0 &&
-        (maxn == 0 || cli_prefill(e, 1, ids, n, (int32_t)chunk, NULL, lg) == 0)) {
+        (!prefix || restore_prefix(e, 1, ids, (int32_t)prefix, (int32_t)chunk) == 0) &&
+        (maxn == 0 ||
+         cli_prefill(e, 1, ids + prefix, n - (int32_t)prefix, (int32_t)chunk, NULL, lg) == 0)) {
         memcpy(hist, ids, (size_t)n * sizeof *hist);
         int32_t nh = n;
         rc = 0;
@@ -371,6 +486,22 @@ int cli_generate(int argc, char **argv) {
         int greedy = sampler_is_greedy(s), overlap = greedy && engine_step_overlaps(e);
         int32_t tok, next = -1, out0 = 0, started = 0;
         printf("{\"tokens\": [");
+        if (drafter && maxn > 0) {
+            int32_t steps = 0, before = nh;
+            rc = spec_decode(drafter, e, 1, s, lg, hist, &nh, (int32_t)maxn, eos, n_eos,
+                             print_token, NULL, &steps, err, sizeof err) != 0;
+            if (rc) fprintf(stderr, "lmhost: %s\n", err);
+            spec_stats st;
+            spec_get_stats(drafter, &st);
+            fprintf(stderr,
+                    "lmhost: speculative: %d target steps for %d tokens; %llu proposed, %llu "
+                    "accepted (%.1f%%); %.2f tokens a step with proposals\n",
+                    steps, nh - before - 1, (unsigned long long)st.drafted,
+                    (unsigned long long)st.accepted,
+                    st.drafted ? 100.0 * (double)st.accepted / (double)st.drafted : 0.0,
+                    st.steps ? (double)(st.steps + st.accepted) / (double)st.steps : 0.0);
+            maxn = 0; /* the plain loop below has nothing left to do */
+        }
         for (int64_t t = 0; t < maxn; t++) {
             if (t == 0 || !greedy) {
                 tok = sampler_sample(s, lg, hist, nh);
@@ -408,6 +539,8 @@ int cli_generate(int argc, char **argv) {
     free(lg);
     free(hist);
     free(ids);
+    spec_free(drafter);
+    engine_close(draft);
     engine_close(e);
     registry_free(&reg);
     return rc;

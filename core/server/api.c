@@ -547,6 +547,10 @@ job *job_from_request(job_kind kind, json_object *b, const server_opts *o, const
     int cache_prompt = 1;
     if ((r = get_bool(b, "cache_prompt", &cache_prompt, ERRARGS)) < 0) goto bad;
     j->no_prefix_cache = !cache_prompt;
+    /* false: this request decodes without proposals, whatever the server's --spec */
+    int speculative = 1;
+    if ((r = get_bool(b, "speculative", &speculative, ERRARGS)) < 0) goto bad;
+    j->no_spec = !speculative;
     if (json_object_object_get_ex(b, "stream_options", &v) && v) {
         if (!json_object_is_type(v, json_type_object)) {
             fail(ERRARGS, "stream_options", "'stream_options' must be an object");

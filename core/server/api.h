@@ -46,6 +46,7 @@ typedef struct job {
     int32_t max_tokens;
     int32_t top_logprobs; /* -1: no logprobs */
     int no_prefix_cache;  /* "cache_prompt": false */
+    int no_spec;          /* "speculative": false */
     json_object *messages, *tools, *vars;
     char *prompt_text;
     int32_t *prompt, n_prompt;

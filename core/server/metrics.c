@@ -83,7 +83,8 @@ static void label_value(struct evbuffer *b, const char *v) {
 }
 
 void metrics_render(const metrics *m, struct evbuffer *b, int running, int waiting,
-                    uint64_t cache_bytes, const engine_stats *es, const pc_stats *pc) {
+                    uint64_t cache_bytes, const engine_stats *es, const pc_stats *pc,
+                    const spec_stats *sp) {
     evbuffer_add_printf(b, "# HELP lmhost_requests_total HTTP responses by status code.\n"
                            "# TYPE lmhost_requests_total counter\n");
     for (int i = 0; i < m->n_codes; i++)
@@ -143,6 +144,25 @@ void metrics_render(const metrics *m, struct evbuffer *b, int running, int waiti
             (unsigned long long)pc->reused_tokens, (unsigned long long)pc->evictions,
             (unsigned long long)pc->entries, (unsigned long long)pc->bytes,
             (unsigned long long)pc->budget);
+    if (sp)
+        evbuffer_add_printf(
+            b,
+            "# HELP lmhost_spec_steps_total Sequence steps that checked proposed tokens.\n"
+            "# TYPE lmhost_spec_steps_total counter\nlmhost_spec_steps_total %llu\n"
+            "# HELP lmhost_spec_draft_tokens_total Tokens proposed (draft model or prompt "
+            "lookup).\n# TYPE lmhost_spec_draft_tokens_total counter\n"
+            "lmhost_spec_draft_tokens_total %llu\n"
+            "# HELP lmhost_spec_accepted_tokens_total Proposed tokens the target's picks took.\n"
+            "# TYPE lmhost_spec_accepted_tokens_total counter\n"
+            "lmhost_spec_accepted_tokens_total %llu\n"
+            "# HELP lmhost_spec_acceptance_rate Accepted over proposed, so far.\n"
+            "# TYPE lmhost_spec_acceptance_rate gauge\nlmhost_spec_acceptance_rate %.4f\n"
+            "# HELP lmhost_spec_tokens_per_step Tokens a step with proposals gives a sequence.\n"
+            "# TYPE lmhost_spec_tokens_per_step gauge\nlmhost_spec_tokens_per_step %.4f\n",
+            (unsigned long long)sp->steps, (unsigned long long)sp->drafted,
+            (unsigned long long)sp->accepted,
+            sp->drafted ? (double)sp->accepted / (double)sp->drafted : 0.0,
+            sp->steps ? (double)(sp->steps + sp->accepted) / (double)sp->steps : 0.0);
     render_hist(b, "lmhost_time_to_first_token_seconds",
                 "Time from request to its first generated token.", &m->ttft, ttft_bounds);
     render_hist(b, "lmhost_time_per_output_token_seconds", "Time between generated tokens.",

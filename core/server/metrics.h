@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include "../engine.h"
 #include "prefix_cache.h"
+#include "../spec.h"
 
 struct evbuffer;
 
@@ -35,6 +36,7 @@ void metrics_itl(metrics *m, double seconds);
 void metrics_disconnect(metrics *m);
 /* es: the engine's stats, for the bytes of each open cache */
 void metrics_render(const metrics *m, struct evbuffer *out, int running, int waiting,
-                    uint64_t cache_bytes, const engine_stats *es, const pc_stats *pc);
+                    uint64_t cache_bytes, const engine_stats *es, const pc_stats *pc,
+                    const spec_stats *sp);
 
 #endif

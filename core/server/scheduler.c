@@ -44,6 +44,15 @@ struct sched {
      * the ended sequences whose snapshot waits for the steps in flight to be read */
     prefix_cache *pc;
     pc_stats pcst;
+    /* speculative decoding: the drafter, whether the model's state can be cut back, the
+     * proposals asked for in a step, the counters as of the last step (under mu), and the
+     * logits rows a step may bring back (grown as needed) */
+    spec *sp;
+    int cuts;
+    spec_ask *asks;
+    sched_req **ask_req, **step_req;
+    spec_stats spst;
+    size_t cap_logits;
     struct retired {
         uint64_t seq;
         int32_t *tok, n;
@@ -117,11 +126,19 @@ static void finish(sched *s, sched_req *r, finish_reason why) {
     for (int f = 0; f < s->n_flight; f++)
         for (int32_t k = 0; k < s->n_flight_rows[f]; k++)
             if (s->flight[f][k] == r) s->flight[f][k] = NULL;
+    if (r->mark) { /* a step with proposals failed before its rewind */
+        engine_seq_trim(s->e, r->seq, 0);
+        engine_snapshot_free(r->mark);
+        r->mark = NULL;
+    }
     end_seq(s, r, why);
+    spec_seq_end(s->sp, r->seq);
     sampler_free(r->smp);
     r->smp = NULL;
     free(r->hist);
+    free(r->draft);
     r->hist = NULL;
+    r->draft = NULL;
     r->emit(r, NULL, why, r->user); /* after this the request may be freed by its owner */
 }
 
@@ -129,8 +146,10 @@ static void finish(sched *s, sched_req *r, finish_reason why) {
 static int refuse(sched_req *r) {
     sampler_free(r->smp);
     free(r->hist);
+    free(r->draft);
     r->smp = NULL;
     r->hist = NULL;
+    r->draft = NULL;
     r->emit(r, NULL, FINISH_ERROR, r->user);
     return -1;
 }
@@ -158,7 +177,8 @@ static int reuse_prefix(sched *s, sched_req *r, int ci) {
 static int admit(sched *s, sched_req *r) {
     char err[512];
     r->seq = ++s->next_seq;
-    r->n_done = r->n_gen = r->n_cached = 0;
+    r->n_done = r->n_gen = r->n_cached = r->fed = r->n_draft = 0;
+    r->mark = NULL;
     r->fail_code = 0;
     r->fail_msg[0] = 0;
     /* the request's cache, opened here on first use (the engine is this thread's) and kept */
@@ -170,8 +190,9 @@ static int admit(sched *s, sched_req *r) {
         return -1;
     }
     r->hist = malloc(((size_t)r->n_prompt + (size_t)r->max_tokens + 1) * sizeof *r->hist);
+    r->draft = s->sp ? malloc((size_t)spec_draft_max(s->sp) * sizeof *r->draft) : NULL;
     r->smp = sampler_new(&r->sp, s->vocab, err, sizeof err);
-    if (!r->hist || !r->smp || engine_seq_add_in(s->e, r->seq, ci) != 0) {
+    if (!r->hist || !r->smp || (s->sp && !r->draft) || engine_seq_add_in(s->e, r->seq, ci) != 0) {
         log_msg(LMH_LOG_ERROR, "cannot start a sequence: %s", r->smp ? "out of memory" : err);
         return refuse(r);
     }
@@ -221,21 +242,34 @@ static void drop_running(sched *s, sched_req *r) {
         }
 }
 
-/* r's next token: the device's pick, or (lg set) drawn from its logits row. */
-static void take_token(sched *s, sched_req *r, float *lg, int32_t pick) {
-    sched_token t = {.n_top = 0};
+/* r's next token, into its history: the device's pick, or (lg set) drawn from its logits
+ * row. Returns why it ends the request (FINISH_NONE: it goes on). */
+static finish_reason pick_token(sched *s, sched_req *r, float *lg, int32_t pick, sched_token *t) {
+    t->n_top = 0;
     if (lg && r->top_logprobs >= 0) memcpy(s->lsm, lg, (size_t)s->vocab * sizeof(float));
-    t.id = lg ? sampler_sample(r->smp, lg, r->hist, r->n_prompt + r->n_gen) : pick;
-    if (lg && r->top_logprobs >= 0) top_logprobs(s, s->lsm, r->top_logprobs, &t);
-    r->hist[r->n_prompt + r->n_gen++] = t.id;
-    r->next = t.id;
-    int eos = 0;
-    for (int32_t j = 0; j < r->n_stop_ids; j++) eos |= t.id == r->stop_ids[j];
-    if (!eos) r->emit(r, &t, FINISH_NONE, r->user);
-    if (eos || r->n_gen >= r->max_tokens) {
+    t->id = lg ? sampler_sample(r->smp, lg, r->hist, r->n_prompt + r->n_gen) : pick;
+    if (lg && r->top_logprobs >= 0) top_logprobs(s, s->lsm, r->top_logprobs, t);
+    r->hist[r->n_prompt + r->n_gen++] = t->id;
+    r->next = t->id;
+    for (int32_t j = 0; j < r->n_stop_ids; j++)
+        if (t->id == r->stop_ids[j]) return FINISH_STOP;
+    return r->n_gen >= r->max_tokens ? FINISH_LENGTH : FINISH_NONE;
+}
+
+/* Hands a picked token to the caller (an end-of-sequence id is not text), and ends the
+ * request where the pick did. */
+static void deliver(sched *s, sched_req *r, const sched_token *t, finish_reason end) {
+    if (end != FINISH_STOP) r->emit(r, t, FINISH_NONE, r->user);
+    if (end != FINISH_NONE) {
         drop_running(s, r);
-        finish(s, r, eos ? FINISH_STOP : FINISH_LENGTH);
+        finish(s, r, end);
     }
+}
+
+static void take_token(sched *s, sched_req *r, float *lg, int32_t pick) {
+    sched_token t;
+    finish_reason end = pick_token(s, r, lg, pick, &t);
+    deliver(s, r, &t, end);
 }
 
 /* Whether the step after the one in flight will have the same rows, so that it can be
@@ -293,27 +327,111 @@ static void step_flight(sched *s) {
         return;
     }
     for (int32_t k = 0; k < n; k++)
-        if (done[k]) take_token(s, done[k], NULL, s->picks[k]);
+        if (done[k]) {
+            done[k]->fed++; /* a started step feeds one token a sequence */
+            take_token(s, done[k], NULL, s->picks[k]);
+        }
 }
 
-/* One step: a decode row for every prefilled sequence, then prompt rows up to the chunk
- * budget. Returns 0 when there was nothing to do. Where the backend overlaps them, a step
- * of greedy decode rows alone is started and read at the next call (step_flight), which may
- * start the one after it first. */
+/* Proposals (spec.h) for the decoding requests that take them, each bounded by the tokens
+ * it has left; where the model cannot be cut back, its state before them (without that,
+ * a request goes without). A request that a rewind left with tokens to feed again takes
+ * them in a plain step first: a mark is then at its newest token, and what is fed again
+ * stays bounded. */
+static void propose(sched *s) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->n_run; i++) {
+        sched_req *r = s->run[i];
+        r->n_draft = 0;
+        int32_t left = r->max_tokens - r->n_gen - 1;
+        if (!s->sp || r->n_done < r->n_prompt || r->no_spec || left < 1 ||
+            r->fed < r->n_prompt + r->n_gen - 1)
+            continue;
+        s->asks[n] = (spec_ask){.seq = r->seq,
+                                .hist = r->hist,
+                                .n = r->n_prompt + r->n_gen,
+                                .max = left,
+                                .out = r->draft};
+        s->ask_req[n++] = r;
+    }
+    if (n == 0) return;
+    spec_propose(s->sp, s->asks, n);
+    char err[512];
+    for (int32_t i = 0; i < n; i++) {
+        sched_req *r = s->ask_req[i];
+        r->n_draft = s->asks[i].n_out;
+        if (r->n_draft && !s->cuts && !(r->mark = spec_mark(s->e, r->seq, err, sizeof err))) {
+            log_msg(LMH_LOG_WARN, "no snapshot to check proposals against: %s", err);
+            r->n_draft = 0;
+        }
+    }
+}
+
+/* A decoding request's outputs of a step: its token, then one more for each proposal that
+ * equals the pick before it; the model is then cut back (or taken back) to what was
+ * accepted, and the tokens go out. lg: the step's logits rows (NULL: picks only). */
+static void take_checked(sched *s, sched_req *r, float *lg, const int32_t *picks) {
+    sched_token t[1 + SPEC_MAX_DRAFT];
+    finish_reason end = FINISH_NONE;
+    int32_t n = 0, accepted = 0;
+    for (int32_t i = 0; i <= r->n_draft; i++) {
+        end = pick_token(s, r, lg ? lg + (size_t)i * (size_t)s->vocab : NULL, picks[i], &t[n++]);
+        if (i == r->n_draft || t[n - 1].id != r->draft[i]) break;
+        accepted++;
+        if (end != FINISH_NONE) break;
+    }
+    spec_count(s->sp, r->n_draft, accepted);
+    /* in the model: the history but its newest token (the rows past it were rejected) */
+    char err[512];
+    int32_t keep = r->n_prompt + r->n_gen - 1;
+    r->fed = spec_rewind(s->e, r->seq, r->mark, keep, err, sizeof err);
+    r->mark = NULL;
+    r->n_draft = 0;
+    if (r->fed < 0) {
+        log_msg(LMH_LOG_ERROR, "after checking proposals: %s", err);
+        drop_running(s, r);
+        finish(s, r, FINISH_ERROR);
+        return;
+    }
+    for (int32_t i = 0; i < n; i++) deliver(s, r, &t[i], i + 1 == n ? end : FINISH_NONE);
+}
+
+static int grow_logits(sched *s, int32_t rows) {
+    size_t need = (size_t)rows * (size_t)s->vocab;
+    if (need <= s->cap_logits) return 0;
+    float *p = realloc(s->logits, need * sizeof *p);
+    if (!p) return -1;
+    s->logits = p;
+    s->cap_logits = need;
+    return 0;
+}
+
+/* One step: rows for every prefilled sequence (its token, the tokens a rewind left to feed
+ * again, and its proposals), then prompt rows up to the chunk budget. Returns 0 when there
+ * was nothing to do. Where the backend overlaps them, a step of greedy one-row decodes alone
+ * is started and read at the next call (step_flight), which may start the one after it
+ * first. */
 static int step(sched *s) {
     if (s->n_flight) {
         step_flight(s);
         return 1;
     }
     flush_retired(s, 1);
-    int32_t n = 0, n_out = 0, budget = s->chunk;
+    propose(s);
+    int32_t n = 0, n_out = 0, n_req = 0, n_drafts = 0, budget = s->chunk;
     for (int32_t i = 0; i < s->n_run; i++) {
         sched_req *r = s->run[i];
         if (r->n_done < r->n_prompt) continue;
-        s->rows[n] = (engine_row){.seq = r->seq, .token = r->next};
-        s->outs[n_out] = n;
-        s->out_req[n_out++] = r;
-        n++;
+        for (int32_t p = r->fed; p < r->n_prompt + r->n_gen; p++)
+            s->rows[n++] = (engine_row){.seq = r->seq, .token = r->hist[p]};
+        for (int32_t k = 0; k <= r->n_draft; k++) {
+            s->outs[n_out] = n - 1 + k;
+            s->out_req[n_out++] = r;
+        }
+        for (int32_t k = 0; k < r->n_draft; k++)
+            s->rows[n++] = (engine_row){.seq = r->seq, .token = r->draft[k]};
+        n_drafts += r->n_draft;
+        s->step_req[n_req++] = r;
     }
     int32_t n_decode = n;
     budget -= n;
@@ -328,8 +446,10 @@ static int step(sched *s) {
         r->n_done += take;
         budget -= take;
         if (r->n_done == r->n_prompt) {
+            r->fed = r->n_prompt;
             s->outs[n_out] = n - 1;
             s->out_req[n_out++] = r;
+            s->step_req[n_req++] = r;
         }
     }
     if (n == 0) return 0;
@@ -339,10 +459,17 @@ static int step(sched *s) {
     int picks_only = n_out > 0;
     for (int32_t k = 0; k < n_out && picks_only; k++)
         picks_only = sampler_is_greedy(s->out_req[k]->smp) && s->out_req[k]->top_logprobs < 0;
-    int started = picks_only && n_decode == n && engine_step_overlaps(s->e);
-    if (started ? engine_step_start(s->e, s->rows, n, s->outs, n_out, 0, err, sizeof err)
-                : engine_step(s->e, s->rows, n, s->outs, n_out, picks_only ? NULL : s->logits,
-                              picks_only ? s->picks : NULL, err, sizeof err)) {
+    /* started: one row and one pick a sequence, nothing proposed */
+    int started =
+        picks_only && n_decode == n && n_out == n && !n_drafts && engine_step_overlaps(s->e);
+    int rc = !picks_only && grow_logits(s, n_out) ? LMH_ENOMEM : 0;
+    if (rc)
+        snprintf(err, sizeof err, "out of memory for %d rows of logits", n_out);
+    else
+        rc = started ? engine_step_start(s->e, s->rows, n, s->outs, n_out, 0, err, sizeof err)
+                     : engine_step(s->e, s->rows, n, s->outs, n_out, picks_only ? NULL : s->logits,
+                                   picks_only ? s->picks : NULL, err, sizeof err);
+    if (rc) {
         log_msg(LMH_LOG_ERROR, "step failed: %s", err);
         /* every sequence in the step is ended; the others go on */
         for (int32_t i = 0; i < s->n_run;) {
@@ -364,9 +491,18 @@ static int step(sched *s) {
         s->n_flight = 1;
         return 1;
     }
-    for (int32_t k = 0; k < n_out; k++)
-        take_token(s, s->out_req[k], picks_only ? NULL : s->logits + (size_t)k * (size_t)s->vocab,
-                   s->picks[k]);
+    for (int32_t k = 0, q = 0; q < n_req; q++) {
+        sched_req *r = s->step_req[q];
+        float *lg = picks_only ? NULL : s->logits + (size_t)k * (size_t)s->vocab;
+        if (r->n_gen == 0) { /* its prompt's last row */
+            take_token(s, r, lg, s->picks[k]);
+            k++;
+        } else {
+            int32_t outs = 1 + r->n_draft;
+            take_checked(s, r, lg, s->picks + k);
+            k += outs;
+        }
+    }
     return 1;
 }
 
@@ -441,6 +577,7 @@ static void *thread_main(void *arg) {
         s->cache_bytes = es.cache_bytes;
         s->es = es;
         pc_get_stats(s->pc, &s->pcst);
+        spec_get_stats(s->sp, &s->spst);
         s->n_run_pub = s->n_run;
     }
     pthread_mutex_unlock(&s->mu);
@@ -461,7 +598,7 @@ static int states_cut(const engine *e) {
 }
 
 sched *sched_new(engine *e, int32_t max_running, int32_t max_waiting, int32_t chunk,
-                 uint64_t prefix_bytes) {
+                 uint64_t prefix_bytes, spec *sp) {
     sched *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->e = e;
@@ -470,11 +607,14 @@ sched *sched_new(engine *e, int32_t max_running, int32_t max_waiting, int32_t ch
         return NULL;
     }
     pc_get_stats(s->pc, &s->pcst);
+    s->sp = sp;
+    s->cuts = spec_target_cuts(e);
     s->vocab = engine_vocab(e);
     s->max_running = max_running > 0 ? max_running : 1;
     s->max_waiting = max_waiting >= 0 ? max_waiting : 0;
     s->chunk = chunk > 16 ? chunk : 16;
-    size_t rows = (size_t)s->max_running + (size_t)s->chunk;
+    /* a decoding request's rows: its token and proposals, or what a rewind left to feed */
+    size_t rows = (size_t)s->max_running * (1 + (size_t)spec_draft_max(sp)) + (size_t)s->chunk;
     s->run = calloc((size_t)s->max_running, sizeof *s->run);
     s->rows = malloc(rows * sizeof *s->rows);
     s->outs = malloc(rows * sizeof *s->outs);
@@ -482,7 +622,11 @@ sched *sched_new(engine *e, int32_t max_running, int32_t max_waiting, int32_t ch
     for (int f = 0; f < ENGINE_MAX_PENDING; f++)
         s->flight[f] = malloc((size_t)s->max_running * sizeof **s->flight);
     s->out_req = malloc(rows * sizeof *s->out_req);
-    s->logits = malloc((size_t)s->max_running * (size_t)s->vocab * sizeof(float) * 2);
+    s->step_req = malloc(rows * sizeof *s->step_req);
+    s->ask_req = malloc((size_t)s->max_running * sizeof *s->ask_req);
+    s->asks = malloc((size_t)s->max_running * sizeof *s->asks);
+    s->cap_logits = (size_t)s->max_running * (size_t)s->vocab * 2;
+    s->logits = malloc(s->cap_logits * sizeof(float));
     s->lsm = malloc((size_t)s->vocab * sizeof(float));
     engine_get_stats(e, &s->es);
     snprintf(s->chain, sizeof s->chain, "%s", engine_chain(e));
@@ -491,13 +635,17 @@ sched *sched_new(engine *e, int32_t max_running, int32_t max_waiting, int32_t ch
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->call_done, NULL);
     if (!s->run || !s->rows || !s->outs || !s->picks || !s->out_req || !s->logits || !s->lsm ||
-        !s->flight[0] || !s->flight[1] || pthread_create(&s->th, NULL, thread_main, s) != 0) {
+        !s->step_req || !s->ask_req || !s->asks || !s->flight[0] || !s->flight[1] ||
+        pthread_create(&s->th, NULL, thread_main, s) != 0) {
         for (int f = 0; f < ENGINE_MAX_PENDING; f++) free(s->flight[f]);
         free(s->run);
         free(s->rows);
         free(s->outs);
         free(s->picks);
         free(s->out_req);
+        free(s->step_req);
+        free(s->ask_req);
+        free(s->asks);
         free(s->logits);
         free(s->lsm);
         pc_free(s->pc);
@@ -524,6 +672,9 @@ void sched_free(sched *s, int drain) {
     free(s->picks);
     for (int f = 0; f < ENGINE_MAX_PENDING; f++) free(s->flight[f]);
     free(s->out_req);
+    free(s->step_req);
+    free(s->ask_req);
+    free(s->asks);
     free(s->logits);
     free(s->lsm);
     pc_free(s->pc);
@@ -561,6 +712,8 @@ void sched_get_stats(sched *s, sched_stats *st) {
     snprintf(st->chain, sizeof st->chain, "%s", s->chain);
     snprintf(st->precision, sizeof st->precision, "%s", s->precision);
     st->prefix = s->pcst;
+    st->spec = spec_get_kind(s->sp);
+    st->spec_st = s->spst;
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include "../engine.h"
 #include "../sampler.h"
+#include "../spec.h"
 #include "prefix_cache.h"
 
 typedef enum finish_reason {
@@ -49,6 +50,7 @@ struct sched_req {
     int32_t n_stop_ids;
     int32_t top_logprobs; /* 0..SCHED_MAX_TOP_LOGPROBS; -1: no logprobs */
     int no_prefix_cache;  /* "cache_prompt": false: neither reuse a cached prefix nor leave one */
+    int no_spec;          /* "speculative": false: no proposals (spec.h) for this request */
     /* the cache to run in (engine_cache_open's spec, opened at admission on the engine
      * thread); "": the engine's default */
     char cache[200];
@@ -68,6 +70,10 @@ struct sched_req {
     int32_t *hist;
     sampler *smp;
     int32_t next; /* token to feed in the next step, once prefilled */
+    int32_t fed;  /* once prefilled: hist[0..fed) are in the model; the next step feeds the
+                     rest (one token, or more where a rewind took a recurrent model back) */
+    int32_t *draft, n_draft; /* this step's proposals (spec.h) */
+    engine_snapshot *mark;   /* the state before them, where it cannot be cut back */
     double t_submit, t_first, t_last;
     sched_req *qnext;
 };
@@ -80,15 +86,18 @@ typedef struct sched_stats {
     char chain[512];
     char precision[16]; /* engine_precision */
     pc_stats prefix;    /* the prefix cache's */
+    spec_kind spec;     /* speculative decoding's drafter, and its counters */
+    spec_stats spec_st;
 } sched_stats;
 
 typedef struct sched sched;
 
 /* max_running sequences decode together; at most max_waiting wait behind them;
  * chunk is the most prompt rows one step takes (across all prefilling sequences);
- * prefix_bytes is the prefix cache's budget (prefix_cache.h; 0: off). */
+ * prefix_bytes is the prefix cache's budget (prefix_cache.h; 0: off); sp proposes tokens
+ * for speculative decoding (NULL: off; the caller's, used on the engine thread only). */
 sched *sched_new(engine *e, int32_t max_running, int32_t max_waiting, int32_t chunk,
-                 uint64_t prefix_bytes);
+                 uint64_t prefix_bytes, spec *sp);
 /* Stops the thread after the running and waiting requests have finished (drain=1) or
  * cancels them (drain=0), then frees the scheduler (not the engine). */
 void sched_free(sched *s, int drain);

@@ -71,6 +71,7 @@ int cli_serve(int argc, char **argv) {
                       {"--top-p", &top_p, NULL, 0},
                       {"--min-p", &min_p, NULL, 0},
                       {"--temperature", &temp, NULL, 0},
+                      SPEC_ARG_OPTS(o.spec),
                       {"--help", NULL, &help, 0},
                       {0}};
     if (cli_parse(argc, argv, opts)) return 2;
@@ -82,7 +83,7 @@ int cli_serve(int argc, char **argv) {
                "[--max-body BYTES] [--backend NAME] [--gpu-layers N] [--device N] "
                "[--precision exact|fast] [--admin-key K] [--cache NAME] [--threads N] [--top-k 0] "
                "[--top-p 1.0] [--min-p 0] [--temperature 1.0] [--model-name NAME] "
-               "[--plugin-dir DIR]\n");
+               "[--plugin-dir DIR] " SPEC_ARG_HELP "\n");
         return 0;
     }
     if (!o.model_dir) {

@@ -69,6 +69,9 @@ struct server {
     sched *sch;
     textio *tio;
     server_opts o;
+    spec *sp;      /* speculative decoding's drafter (--spec), NULL: off */
+    engine *draft; /* its draft model (--draft-model) */
+    char draft_chain[512];
     char model_name[256];
     int32_t eos[16], n_eos;
     /* results from the worker threads */
@@ -386,6 +389,7 @@ static void on_prep_done(job *j) {
     if (j->ignore_eos) j->sr.n_stop_ids = 0;
     j->sr.top_logprobs = j->top_logprobs;
     j->sr.no_prefix_cache = j->no_prefix_cache;
+    j->sr.no_spec = j->no_spec;
     if (sched_submit(s->sch, &j->sr) != 0) {
         j->http_done = 1;
         send_error(s, j->req, 429, "rate_limit_exceeded", NULL,
@@ -758,6 +762,18 @@ static void handle_health(server *s, struct evhttp_request *req) {
         json_object_array_add(caches, b);
     }
     json_object_object_add(o, "caches", caches);
+    json_object *sp = json_object_new_object();
+    json_object_object_add(sp, "mode",
+                           json_object_new_string(st.spec == SPEC_NGRAM   ? "ngram"
+                                                  : st.spec == SPEC_DRAFT ? "draft"
+                                                                          : "off"));
+    if (st.spec) {
+        json_object_object_add(sp, "draft_max", json_object_new_int(spec_draft_max(s->sp)));
+        json_object_object_add(sp, "proposed", json_object_new_int64((int64_t)st.spec_st.drafted));
+        json_object_object_add(sp, "accepted", json_object_new_int64((int64_t)st.spec_st.accepted));
+    }
+    if (s->draft) json_object_object_add(sp, "draft_chain", json_object_new_string(s->draft_chain));
+    json_object_object_add(o, "speculative", sp);
     send_json(s, req, 200, o);
     json_object_put(o);
 }
@@ -781,7 +797,7 @@ static void handle_metrics(server *s, struct evhttp_request *req) {
     sched_get_stats(s->sch, &st);
     struct evbuffer *b = evbuffer_new();
     metrics_render(&s->m, b, st.running, st.waiting, st.cache_bytes, &st.engine,
-                   st.prefix.budget ? &st.prefix : NULL);
+                   st.prefix.budget ? &st.prefix : NULL, st.spec ? &st.spec_st : NULL);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
                       "text/plain; version=0.0.4");
     track_reply(s, req);
@@ -989,7 +1005,13 @@ int server_run(const server_opts *o) {
     if (o->prefix_cache_mb < 0 && !in_host)
         log_msg(LMH_LOG_INFO, "prefix cache off on a device backend (its copies through host "
                               "memory cost more than prefill); --prefix-cache-mb N turns it on");
-    s->sch = sched_new(s->e, o->parallel, o->queue, o->chunk, prefix);
+    int src = cli_open_spec(&o->spec, &a, &s->reg, s->e, o->chunk, &s->sp, &s->draft);
+    if (src) {
+        rc = src;
+        goto out;
+    }
+    if (s->draft) snprintf(s->draft_chain, sizeof s->draft_chain, "%s", engine_chain(s->draft));
+    s->sch = sched_new(s->e, o->parallel, o->queue, o->chunk, prefix, s->sp);
     if (!s->sch) {
         fprintf(stderr, "lmhost: cannot start the scheduler\n");
         goto out;
@@ -1064,6 +1086,8 @@ out:
     if (s->base) event_base_free(s->base);
     if (s->ssl) SSL_CTX_free(s->ssl);
     textio_close(s->tio);
+    spec_free(s->sp);
+    engine_close(s->draft);
     engine_close(s->e);
     registry_free(&s->reg);
     metrics_free(&s->m);

@@ -3,6 +3,7 @@
 #define LMHOST_SERVER_H
 
 #include <stddef.h>
+#include "../cli.h"
 #include "../sampler.h"
 
 typedef struct server_opts {
@@ -21,6 +22,7 @@ typedef struct server_opts {
     int shutdown_grace; /* seconds in-flight requests get after SIGINT/SIGTERM */
     size_t max_body;
     sampler_params defaults; /* sampling when a request does not say */
+    spec_args spec;          /* speculative decoding (spec.h) */
 } server_opts;
 
 int server_run(const server_opts *o);

@@ -115,16 +115,22 @@ static inline int32_t kv_seq_len(kv_seqs *t, uint64_t id) {
     return t->first_rec < 0 ? 0 : s->layers[t->first_rec].st_pos[0];
 }
 
+/* Whether (seq, layer) can go back to length len: a ring that has wrapped overwrote older
+ * positions, and going back needs the window - 1 positions before len still there (they
+ * are after a step of n rows on a ring of window - 1 + n: speculative decoding's rejected
+ * proposals). Rows older than those may be stale afterwards; nothing reads them. */
+static inline int kv_can_trim(const lmh_layer_state *st, const kv_layer *kv, int32_t len) {
+    if (st->window <= 0 || len <= 0 || len >= kv->pos || kv->pos <= kv->cap) return 1;
+    int32_t need = len - (st->window - 1);
+    return (need > 0 ? need : 0) >= kv->pos - kv->cap;
+}
+
 static inline int kv_seq_trim(kv_seqs *t, uint64_t id, int32_t len) {
     kv_seq *s = kv_find(t, id);
     if (!s || len < 0) return LMH_EINVAL;
-    /* A ring that has wrapped has overwritten what came before its window: it can only
-     * start over. Check every layer before changing any. */
-    for (int32_t l = 0; l < t->n_layers; l++) {
-        const kv_layer *kv = &s->layers[l];
-        if (t->layers[l].window > 0 && len > 0 && len < kv->pos && kv->pos > kv->cap)
-            return LMH_EUNSUPPORTED;
-    }
+    /* Check every layer before changing any. */
+    for (int32_t l = 0; l < t->n_layers; l++)
+        if (!kv_can_trim(&t->layers[l], &s->layers[l], len)) return LMH_EUNSUPPORTED;
     for (int32_t l = 0; l < t->n_layers; l++) {
         kv_layer *kv = &s->layers[l];
         if (kv->pos > len) kv->pos = len;

@@ -283,8 +283,7 @@ static inline int snap_check(lmh_cache *c, const seq_kv_io *io, const kv_seqs *t
         if (!*with_kv) {
             const kv_layer *kv = &s->layers[l];
             if (kv->pos < *len) return LMH_EINVAL;
-            if (t->layers[l].window > 0 && *len > 0 && *len < kv->pos && kv->pos > kv->cap)
-                return LMH_EUNSUPPORTED;
+            if (!kv_can_trim(&t->layers[l], kv, *len)) return LMH_EUNSUPPORTED;
             continue;
         }
         if (snap_own(c, io, l)) {

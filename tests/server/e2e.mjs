@@ -6,7 +6,8 @@
 // usage: node e2e.mjs LMHOST SCENARIO   (http | https | auth | errors | concurrency | shutdown |
 //                                        swap | swap-quant | swap-kvquant | serve-vulkan |
 //                                        vulkan-oom | kv-cache | kv-cache-errors | prefix-cache
-//                                        | prefix-cache-vulkan | ...: see `scenarios` below)
+//                                        | prefix-cache-vulkan | speculative | ...: see
+//                                        `scenarios` below)
 // Needs LMHOST_TOKENIZERS (the fetched tokenizers) and tests/data/e2e. LMHOST_SWAP_BACKEND
 // names the backend swap and swap-quant move to and back from (default cpu).
 import { spawn, execFileSync } from 'node:child_process';
@@ -858,11 +859,88 @@ async function scenarioPrefixCache(be = [], { quick = false, on = [] } = {}) {
   }
 }
 
+// Speculative decoding: prompt lookup (--spec ngram) and draft models give the text a plain
+// server gives, greedy and seeded-sampled, alone and in one batch with requests that opt out
+// ("speculative": false). The drafts: the fixture itself (it agrees with itself: greedy
+// proposals all accepted), a hybrid drafting for the fixture (the draft's recurrent state
+// taken back to a snapshot) and a hybrid drafting for itself (the target's too, where a
+// sampled pick turns a proposal down).
+async function scenarioSpeculative(be = [], { quick = false, draftBe = [], invariant = true } = {}) {
+  const some = quick ? cases.slice(0, 2) : cases;
+  const model = modelDir(), hybrid = quick ? null : hybridDir();
+  const metric = (url, name) => Number(new RegExp(`^${name} ([\\d.]+)$`, 'm').exec(curl([url + '/metrics']))?.[1]);
+  const sampled = (c) => chatBody(c, { temperature: 0.8, top_p: 0.95, seed: 11, max_tokens: 32 });
+  const texts = async (url, bodies) => {
+    const out = [];
+    for (const b of bodies) out.push((await client(url).chat.completions.create(b)).choices[0].message.content);
+    return out;
+  };
+  // a plain server's answers: sampled ones (the same seed gives the same tokens with
+  // speculation), and the hybrid's greedy ones
+  const want = {};
+  for (const [name, m] of [['fixture', model], ...(hybrid ? [['hybrid', hybrid]] : [])]) {
+    const p = await startServer(be, { model: m });
+    try {
+      want[name] = { greedy: await texts(p.url, some.map((c) => chatBody(c))), sampled: await texts(p.url, some.map(sampled)) };
+    } finally {
+      eq(await stop(p), 0, `plain ${name} server exits 0`);
+    }
+  }
+  for (const [i, c] of some.entries()) eq(want.fixture.greedy[i], c.greedy_text, `plain server: case ${i}`);
+  const runs = [['ngram', 'fixture', model, ['--spec', 'ngram', '--draft-max', '6']],
+    ['self-draft', 'fixture', model, ['--draft-model', model, ...draftBe]]];
+  if (hybrid) runs.push(['hybrid-draft', 'fixture', model, ['--spec=draft', '--draft-model', hybrid, '--draft-max=3']],
+    ['hybrid-self-draft', 'hybrid', hybrid, ['--draft-model', hybrid, '--draft-max', '4']]);
+  for (const [label, name, m, opts] of runs) {
+    const p = await startServer([...be, ...opts, '--parallel', '8'], { model: m });
+    try {
+      const cl = client(p.url);
+      const h = JSON.parse(curl([p.url + '/health'])).speculative;
+      eq(h?.mode, label === 'ngram' ? 'ngram' : 'draft', `${label}: /health says the drafter`);
+      eq(JSON.stringify(await texts(p.url, some.map((c) => chatBody(c)))), JSON.stringify(want[name].greedy), `${label}: greedy answers as a plain server's`);
+      if (name === 'fixture') {
+        const s = await streamText(cl, chatBody(some[0], { stream_options: { include_usage: true } }));
+        eq(s.text, some[0].greedy_text, `${label}: streamed`);
+        eq(s.usage?.completion_tokens, 24, `${label}: tokens counted once`);
+      }
+      eq(JSON.stringify(await texts(p.url, some.map(sampled))), JSON.stringify(want[name].sampled), `${label}: seeded sampled answers as a plain server's`);
+      // one batch: greedy and sampled, with and without proposals (sampled ones only where a
+      // batch's rows get the bits they get alone: the CPU; lavapipe's greedy picks hold)
+      const bodies = some.flatMap((c, i) => [chatBody(c, i % 2 ? { speculative: false } : {}), ...(invariant ? [sampled(c)] : [])]);
+      const together = await Promise.all(bodies.map((b) => cl.chat.completions.create(b)));
+      const got = together.map((r) => r.choices[0].message.content);
+      const exp = some.flatMap((c, i) => [want[name].greedy[i], ...(invariant ? [want[name].sampled[i]] : [])]);
+      eq(JSON.stringify(got), JSON.stringify(exp), `${label}: ${bodies.length} requests together`);
+      const drafted = metric(p.url, 'lmhost_spec_draft_tokens_total'), acc = metric(p.url, 'lmhost_spec_accepted_tokens_total');
+      check(drafted > 0 && acc > 0 && acc <= drafted, `${label}: proposals and acceptances counted in /metrics`, `${acc} of ${drafted}`);
+      check(metric(p.url, 'lmhost_spec_tokens_per_step') > 1, `${label}: more than one token a checked step`, metric(p.url, 'lmhost_spec_tokens_per_step'));
+      check(/lmhost_cache_bytes 0\n/.test(curl([p.url + '/metrics'])), `${label}: the cache holds nothing once all have ended`);
+      const bad = await fetch(p.url + '/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(chatBody(some[0], { speculative: 'no' })) });
+      eq(bad.status, 400, `${label}: "speculative" must be a boolean`);
+    } finally {
+      eq(await stop(p), 0, `${label} server exits 0`);
+    }
+  }
+  // the self-draft agrees with itself: every greedy proposal taken (sampled ones need not be)
+  if (!quick) {
+    const p = await startServer([...be, '--draft-model', model], { model });
+    try {
+      await texts(p.url, some.map((c) => chatBody(c)));
+      eq(metric(p.url, 'lmhost_spec_accepted_tokens_total'), metric(p.url, 'lmhost_spec_draft_tokens_total'), 'self-draft, greedy: every proposal accepted');
+    } finally {
+      await stop(p);
+    }
+  }
+  let err = null;
+  try { await stop(await startServer([...be, '--spec', 'draft'], { model })); } catch (e) { err = String(e.message); }
+  check(/--spec draft needs --draft-model/.test(err ?? ''), '--spec draft without a draft model is refused', err);
+}
+
 async function scenarioHttpsClient() {
   await greedyCases(client(process.argv[4], { key: 'sekrit' }), 'https');
 }
 
-const scenarios = { swap: scenarioSwap, 'swap-quant': scenarioSwapQuant, 'swap-kvquant': scenarioSwapKvQuant, 'serve-vulkan': scenarioServeVulkan, 'vulkan-oom': scenarioVulkanOom, 'https-client': scenarioHttpsClient, http: scenarioHttp, https: scenarioHttps, auth: scenarioAuth, errors: scenarioErrors, concurrency: () => scenarioConcurrency(), 'concurrency-hybrid': () => scenarioConcurrency(hybridDir()), shutdown: scenarioShutdown, 'kv-cache': scenarioKvCache, 'kv-cache-errors': scenarioKvCacheErrors, precision: scenarioPrecision, bind: scenarioBind, 'prefix-cache': () => scenarioPrefixCache(), 'prefix-cache-vulkan': () => scenarioPrefixCache(['--backend', 'vulkan'], { quick: true, on: ['--prefix-cache-mb', '256'] }) };
+const scenarios = { swap: scenarioSwap, 'swap-quant': scenarioSwapQuant, 'swap-kvquant': scenarioSwapKvQuant, 'serve-vulkan': scenarioServeVulkan, 'vulkan-oom': scenarioVulkanOom, 'https-client': scenarioHttpsClient, http: scenarioHttp, https: scenarioHttps, auth: scenarioAuth, errors: scenarioErrors, concurrency: () => scenarioConcurrency(), 'concurrency-hybrid': () => scenarioConcurrency(hybridDir()), shutdown: scenarioShutdown, 'kv-cache': scenarioKvCache, 'kv-cache-errors': scenarioKvCacheErrors, precision: scenarioPrecision, bind: scenarioBind, 'prefix-cache': () => scenarioPrefixCache(), 'prefix-cache-vulkan': () => scenarioPrefixCache(['--backend', 'vulkan'], { quick: true, on: ['--prefix-cache-mb', '256'] }), speculative: () => scenarioSpeculative(), 'speculative-vulkan': () => scenarioSpeculative(['--backend', 'vulkan'], { quick: true, draftBe: ['--draft-backend', 'cpu'], invariant: false }) };
 if (!scenarios[scenario]) { console.error('unknown scenario ' + scenario); process.exit(2); }
 try {
   await scenarios[scenario]();
