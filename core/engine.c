@@ -41,6 +41,7 @@ struct lmh_fwd {
     int n_segs;
     htensor *positions;
     int failed;
+    int oom; /* the failure was memory running out (engine_step answers LMH_ENOMEM) */
     char err[512];
     /* engine_trace: the layer of the last op enqueued and its result; at the next layer's
      * first op that result is copied into traced[layer] */
@@ -833,6 +834,8 @@ static void fwd_failf(lmh_fwd *f, const char *fmt, ...) {
     vsnprintf(f->err, sizeof f->err, fmt, ap);
     va_end(ap);
     f->failed = 1;
+    /* every allocation failure of a pass says so ("out of memory", "out of vulkan memory") */
+    f->oom = strstr(f->err, "out of") && strstr(f->err, "memory");
 }
 
 static htensor *fwd_track(lmh_fwd *f, htensor *t) {
@@ -956,6 +959,7 @@ static int host_fwd_op(lmh_fwd *f, int32_t layer, const lmh_op *op) {
 oom:
     fwd_failf(f, "cannot place the operands of %s on %s: %s", lmh_op_name(op->code),
               e->slots[s].plugin->info->name, why);
+    f->oom = 1;
     return LMH_ENOMEM;
 }
 
@@ -1930,6 +1934,7 @@ static int run_step(engine *e, const engine_row *rows, int32_t n_rows, const int
         errf(err, err_len, "forward pass failed: %s", f.failed ? f.err : "architecture error");
         /* The cache may hold a partial step: take every sequence back to where it was. */
         for (int s = 0; s < f.n_segs; s++) engine_seq_trim(e, f.segs[s].seq, pos[f.segs[s].r0]);
+        if (f.oom) rc = LMH_ENOMEM;
         goto done;
     }
     int so = e->output_slot;
@@ -2015,9 +2020,9 @@ int engine_step_start(engine *e, const engine_row *rows, int32_t n_rows, const i
         return errf(err, err_len, "%d steps are started and not finished", e->n_pend);
     if (chain && !e->n_pend) return errf(err, err_len, "no started step to chain to");
     pend_step p;
-    if (run_step(e, rows, n_rows, out_rows, n_out, NULL, NULL, &p,
-                 chain ? &e->pend[e->n_pend - 1] : NULL, err, err_len))
-        return -1;
+    int rc = run_step(e, rows, n_rows, out_rows, n_out, NULL, NULL, &p,
+                      chain ? &e->pend[e->n_pend - 1] : NULL, err, err_len);
+    if (rc) return rc < 0 ? rc : -1;
     e->pend[e->n_pend++] = p;
     return 0;
 }

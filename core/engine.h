@@ -153,7 +153,10 @@ int engine_swap_backend(engine *e, const char *name, char *err, size_t err_len);
  * rows out_rows[0..n_out) into logits[n_out * vocab] and, with ids, each row's greedy pick
  * (sampler_argmax's rule) into ids[n_out]. Either may be NULL. Picks without logits are
  * made where the logits are (LMH_OP_ARGMAX) when that backend runs it: only the ids come
- * back, not n_out rows of the vocabulary. */
+ * back, not n_out rows of the vocabulary. Returns 0, or non-zero with err set: LMH_ENOMEM
+ * where memory ran out (the sequences are then as before the step, but for recurrent state,
+ * which a layer may have moved on: restore a snapshot before going on), else -1.
+ * engine_step_start answers the same. */
 int engine_step(engine *e, const engine_row *rows, int32_t n_rows, const int32_t *out_rows,
                 int32_t n_out, float *logits, int32_t *ids, char *err, size_t err_len);
 

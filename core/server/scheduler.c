@@ -60,11 +60,31 @@ struct sched {
     int32_t n_ret, cap_ret;
 };
 
-/* Leaves sequence seq, which holds tokens from tok[0..n), in the prefix cache, then ends it.
- * Needs no step in flight (a snapshot reads the cache). */
+/* Device memory sequence seq holds: its rows in each layer (at the default cache's bytes a
+ * row) and its recurrent state. */
+static uint64_t seq_bytes(engine *e, uint64_t seq) {
+    uint64_t n = 0, k, v;
+    for (int32_t l = 0; l < engine_n_layers(e); l++)
+        if (engine_layer_row_bytes(e, l, &k, &v) == 0)
+            n += (uint64_t)engine_layer_rows(e, seq, l) * (k + v);
+    engine_stats es;
+    engine_get_stats(e, &es);
+    return n + es.state_seq_bytes;
+}
+
+/* Leaves sequence seq, which holds tokens from tok[0..n), in the prefix cache (parked, or
+ * a snapshot and then it ends). Needs no step in flight (a snapshot reads the cache, a
+ * parked sequence must not move on). */
 static void keep_prefix(sched *s, uint64_t seq, const int32_t *tok, int32_t n) {
     char err[512];
     int32_t len = engine_seq_len(s->e, seq);
+    if (pc_parks(s->pc)) {
+        if (len >= PC_MIN_TOKENS && len <= n)
+            pc_park(s->pc, engine_seq_cache(s->e, seq), tok, len, seq, seq_bytes(s->e, seq));
+        else
+            engine_seq_remove(s->e, seq);
+        return;
+    }
     if (len >= PC_MIN_TOKENS && len <= n) {
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -160,10 +180,25 @@ static int refuse(sched_req *r) {
 static int reuse_prefix(sched *s, sched_req *r, int ci) {
     char err[512];
     while (s->n_flight) step_flight(s); /* a restore needs no step in flight */
-    int32_t use = 0;
-    const engine_snapshot *sn = pc_find(s->pc, ci, r->prompt, r->n_prompt, &use);
-    if (sn && (engine_seq_restore(s->e, r->seq, sn, err, sizeof err) != 0 ||
-               (use < engine_snapshot_len(sn) && engine_seq_trim(s->e, r->seq, use) != 0))) {
+    pc_hit hit;
+    int found = pc_find(s->pc, ci, r->prompt, r->n_prompt, &hit);
+    int32_t use = hit.use;
+    const engine_snapshot *sn = hit.sn;
+    if (found && hit.seq) { /* a parked sequence: the request goes on in it */
+        engine_seq_remove(s->e, r->seq);
+        r->seq = hit.seq;
+        if (use < engine_seq_len(s->e, r->seq) && engine_seq_trim(s->e, r->seq, use) != 0) {
+            log_msg(LMH_LOG_WARN,
+                    "prefix cache: cutting a kept sequence back to %d failed; "
+                    "prefilling them",
+                    use);
+            engine_seq_remove(s->e, r->seq);
+            r->seq = ++s->next_seq;
+            use = 0;
+            if (engine_seq_add_in(s->e, r->seq, ci) != 0) return -1;
+        }
+    } else if (sn && (engine_seq_restore(s->e, r->seq, sn, err, sizeof err) != 0 ||
+                      (use < engine_snapshot_len(sn) && engine_seq_trim(s->e, r->seq, use) != 0))) {
         log_msg(LMH_LOG_WARN, "prefix cache: reusing %d tokens failed (%s); prefilling them", use,
                 err);
         engine_seq_remove(s->e, r->seq);
@@ -280,6 +315,7 @@ static int may_chain(sched *s) {
     for (int32_t k = 0; k < s->n_flight_rows[0]; k++) {
         sched_req *r = s->flight[0][k];
         if (!r || atomic_load(&r->cancel) || r->n_gen + 1 >= r->max_tokens) return 0;
+        if (s->sp && !r->no_spec) return 0; /* its next step takes proposals */
     }
     pthread_mutex_lock(&s->mu);
     int busy =
@@ -338,7 +374,7 @@ static void step_flight(sched *s) {
  * a request goes without). A request that a rewind left with tokens to feed again takes
  * them in a plain step first: a mark is then at its newest token, and what is fed again
  * stays bounded. */
-static void propose(sched *s) {
+static int32_t propose(sched *s) {
     int32_t n = 0;
     for (int32_t i = 0; i < s->n_run; i++) {
         sched_req *r = s->run[i];
@@ -354,7 +390,7 @@ static void propose(sched *s) {
                                 .out = r->draft};
         s->ask_req[n++] = r;
     }
-    if (n == 0) return;
+    if (n == 0) return 0;
     spec_propose(s->sp, s->asks, n);
     char err[512];
     for (int32_t i = 0; i < n; i++) {
@@ -365,6 +401,7 @@ static void propose(sched *s) {
             r->n_draft = 0;
         }
     }
+    return n;
 }
 
 /* A decoding request's outputs of a step: its token, then one more for each proposal that
@@ -417,7 +454,7 @@ static int step(sched *s) {
         return 1;
     }
     flush_retired(s, 1);
-    propose(s);
+    int32_t asked = propose(s);
     int32_t n = 0, n_out = 0, n_req = 0, n_drafts = 0, budget = s->chunk;
     for (int32_t i = 0; i < s->n_run; i++) {
         sched_req *r = s->run[i];
@@ -459,16 +496,22 @@ static int step(sched *s) {
     int picks_only = n_out > 0;
     for (int32_t k = 0; k < n_out && picks_only; k++)
         picks_only = sampler_is_greedy(s->out_req[k]->smp) && s->out_req[k]->top_logprobs < 0;
-    /* started: one row and one pick a sequence, nothing proposed */
-    int started =
-        picks_only && n_decode == n && n_out == n && !n_drafts && engine_step_overlaps(s->e);
+    /* started: one row and one pick a sequence, none that takes proposals (a chain of
+     * started steps would go on without them) */
+    int started = picks_only && n_decode == n && n_out == n && !n_drafts && !asked &&
+                  engine_step_overlaps(s->e);
     int rc = !picks_only && grow_logits(s, n_out) ? LMH_ENOMEM : 0;
-    if (rc)
-        snprintf(err, sizeof err, "out of memory for %d rows of logits", n_out);
-    else
+    if (rc) snprintf(err, sizeof err, "out of memory for %d rows of logits", n_out);
+    while (rc == 0) {
         rc = started ? engine_step_start(s->e, s->rows, n, s->outs, n_out, 0, err, sizeof err)
                      : engine_step(s->e, s->rows, n, s->outs, n_out, picks_only ? NULL : s->logits,
                                    picks_only ? s->picks : NULL, err, sizeof err);
+        /* the device is full: kept sequences give way to running ones (a model with
+         * recurrent state may have moved on in the failed step: no second try there) */
+        if (rc != LMH_ENOMEM || !s->cuts || !pc_parks(s->pc) || !pc_evict(s->pc)) break;
+        log_msg(LMH_LOG_INFO, "out of device memory: a kept prefix gave way (%s)", err);
+        rc = 0;
+    }
     if (rc) {
         log_msg(LMH_LOG_ERROR, "step failed: %s", err);
         /* every sequence in the step is ended; the others go on */
@@ -598,11 +641,11 @@ static int states_cut(const engine *e) {
 }
 
 sched *sched_new(engine *e, int32_t max_running, int32_t max_waiting, int32_t chunk,
-                 uint64_t prefix_bytes, spec *sp) {
+                 uint64_t prefix_bytes, int park, spec *sp) {
     sched *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->e = e;
-    if (prefix_bytes && !(s->pc = pc_new(prefix_bytes, states_cut(e)))) {
+    if (prefix_bytes && !(s->pc = pc_new(prefix_bytes, states_cut(e), park ? e : NULL))) {
         free(s);
         return NULL;
     }

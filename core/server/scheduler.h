@@ -94,10 +94,12 @@ typedef struct sched sched;
 
 /* max_running sequences decode together; at most max_waiting wait behind them;
  * chunk is the most prompt rows one step takes (across all prefilling sequences);
- * prefix_bytes is the prefix cache's budget (prefix_cache.h; 0: off); sp proposes tokens
- * for speculative decoding (NULL: off; the caller's, used on the engine thread only). */
+ * prefix_bytes is the prefix cache's budget (prefix_cache.h; 0: off), park whether it keeps
+ * ended sequences in place (on a device) rather than snapshots in host memory; sp proposes
+ * tokens for speculative decoding (NULL: off; the caller's, used on the engine thread
+ * only). */
 sched *sched_new(engine *e, int32_t max_running, int32_t max_waiting, int32_t chunk,
-                 uint64_t prefix_bytes, spec *sp);
+                 uint64_t prefix_bytes, int park, spec *sp);
 /* Stops the thread after the running and waiting requests have finished (drain=1) or
  * cancels them (drain=0), then frees the scheduler (not the engine). */
 void sched_free(sched *s, int drain);

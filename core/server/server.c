@@ -989,29 +989,32 @@ int server_run(const server_opts *o) {
         s->o.ctx_size = mp ? json_object_get_int(mp) : 4096;
         if (s->o.ctx_size <= 0) s->o.ctx_size = 4096;
     }
-    /* the prefix cache's budget: as given, else an eighth of the memory free now where every
-     * backend computes in host memory (its weights used in place: a state's copy is then a
-     * memcpy). A device's states go through host memory both ways, which took longer than
-     * prefill itself on an H200 (875 MiB a 4000-token state of a 1.7B model, 0.6-0.7 s
-     * each way against 0.32 s of prefill): off there unless asked for. */
+    /* The prefix cache. Where every backend computes in host memory (its weights used in
+     * place), states are kept as snapshots there, by default in an eighth of the memory free
+     * now: a copy is a memcpy. On a device a state's copy through host memory took longer
+     * than prefill itself (H200: 875 MiB for a 4000-token state of a 1.7B model, 0.6-0.7 s
+     * each way against 0.32 s of prefill), so ended sequences stay where they are instead
+     * (prefix_cache.h), by default up to what --parallel sequences at the full context hold:
+     * they give way whenever running ones need the memory. */
     engine_stats es0;
     engine_get_stats(s->e, &es0);
     int in_host = es0.n_backends > 0;
     for (int i = 0; i < es0.n_backends; i++) in_host &= es0.backend[i].mapped > 0;
+    uint64_t per_tok = 0, kb, vb;
+    for (int32_t l = 0; l < engine_n_layers(s->e); l++)
+        if (engine_layer_row_bytes(s->e, l, &kb, &vb) == 0) per_tok += kb + vb;
     uint64_t prefix =
         o->prefix_cache_mb >= 0 ? (uint64_t)o->prefix_cache_mb << 20
-        : in_host ? (uint64_t)sysconf(_SC_AVPHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE) / 8
-                  : 0;
-    if (o->prefix_cache_mb < 0 && !in_host)
-        log_msg(LMH_LOG_INFO, "prefix cache off on a device backend (its copies through host "
-                              "memory cost more than prefill); --prefix-cache-mb N turns it on");
+        : in_host
+            ? (uint64_t)sysconf(_SC_AVPHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE) / 8
+            : (uint64_t)o->parallel * ((uint64_t)s->o.ctx_size * per_tok + es0.state_seq_bytes);
     int src = cli_open_spec(&o->spec, &a, &s->reg, s->e, o->chunk, &s->sp, &s->draft);
     if (src) {
         rc = src;
         goto out;
     }
     if (s->draft) snprintf(s->draft_chain, sizeof s->draft_chain, "%s", engine_chain(s->draft));
-    s->sch = sched_new(s->e, o->parallel, o->queue, o->chunk, prefix, s->sp);
+    s->sch = sched_new(s->e, o->parallel, o->queue, o->chunk, prefix, !in_host, s->sp);
     if (!s->sch) {
         fprintf(stderr, "lmhost: cannot start the scheduler\n");
         goto out;

@@ -17,7 +17,7 @@ typedef struct server_opts {
     int parallel;       /* sequences decoded together */
     int queue;          /* requests waiting beyond those */
     int chunk;          /* prompt rows per step */
-    int64_t prefix_cache_mb; /* the prefix cache's budget; -1: an eighth of free memory */
+    int64_t prefix_cache_mb; /* the prefix cache's budget; -1: its default (server.c) */
     int timeout;        /* seconds a client may take to send a request */
     int shutdown_grace; /* seconds in-flight requests get after SIGINT/SIGTERM */
     size_t max_body;
