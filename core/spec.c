@@ -330,7 +330,6 @@ void spec_propose(spec *sp, spec_ask *asks, int32_t n) {
 /* ---- the target ----------------------------------------------------------------------- */
 
 engine_snapshot *spec_mark(engine *e, uint64_t seq, char *err, size_t err_len) {
-    if (spec_target_cuts(e)) return NULL;
     return engine_seq_snapshot(e, seq, 0, err, err_len);
 }
 
@@ -360,7 +359,7 @@ int spec_decode(spec *sp, engine *e, uint64_t seq, sampler *s, float *lg, int32_
                 void (*emit)(int32_t token, int32_t index, void *user), void *user, int32_t *steps,
                 char *err, size_t err_len) {
     const int32_t V = engine_vocab(e), K = spec_draft_max(sp);
-    const int greedy = sampler_is_greedy(s);
+    const int greedy = sampler_is_greedy(s), cuts = spec_target_cuts(e);
     float *lgs = greedy ? NULL : malloc((size_t)(K + 1) * (size_t)V * sizeof *lgs);
     int32_t *picks = malloc((size_t)(K + 1) * sizeof *picks),
             *outs = malloc((size_t)(K + 1) * sizeof *outs),
@@ -405,7 +404,7 @@ int spec_decode(spec *sp, engine *e, uint64_t seq, sampler *s, float *lg, int32_
         a.n_out = 0;
         if (a.max > 0 && fed == *nh - 1) spec_propose(sp, &a, 1);
         k = a.n_out;
-        if (k && !spec_target_cuts(e) && !(mark = spec_mark(e, seq, err, err_len))) k = 0;
+        if (k && !cuts && !(mark = spec_mark(e, seq, err, err_len))) k = 0;
         int32_t n = 0;
         for (int32_t p = fed; p < *nh; p++) rows[n++] = (engine_row){.seq = seq, .token = hist[p]};
         for (int32_t i = 0; i <= k; i++) outs[i] = n - 1 + i;

@@ -67,8 +67,8 @@ void spec_get_stats(const spec *sp, spec_stats *st);
 /* The target's side. Whether the target model can be cut back to any length (no recurrent
  * state); where not, spec_mark before a step with proposals and spec_rewind after it. */
 int spec_target_cuts(const engine *e);
-/* The target sequence's state now, where it cannot be cut back (NULL where it can, or on
- * failure, with err set: then the step goes without proposals). */
+/* The target sequence's state now, for a model that cannot be cut back (NULL on failure,
+ * with err set: then the step goes without proposals). */
 engine_snapshot *spec_mark(engine *e, uint64_t seq, char *err, size_t err_len);
 /* Keeps positions [0, len) of the target sequence after a step with proposals: cut back,
  * or (mark given) back to the mark, whose length it returns: the caller feeds the tokens
