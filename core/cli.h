@@ -9,7 +9,8 @@ typedef struct cli_opt {
     const char *name;
     const char **str; /* NULL for flags */
     int *flag;
-    int repeatable;
+    int repeatable; /* given again, the last value counts; with both str and flag, every value
+                       counts: str[(*flag)++], in order (room for argc values is enough) */
 } cli_opt;
 
 /* Parses argv[1..argc) against opts (argv[0] is the subcommand). Unknown options, missing
@@ -82,5 +83,6 @@ int cli_quantize(int argc, char **argv);
 int cli_dequantize(int argc, char **argv);
 int cli_cache_eval(int argc, char **argv);
 int cli_check_plugin(int argc, char **argv);
+int cli_embed(int argc, char **argv);
 
 #endif

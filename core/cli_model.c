@@ -1,5 +1,5 @@
-/* The model subcommands: plugins, logits, generate (a stable contract: outside checks
- * parse what they print), plus the option parser shared by the subcommands. */
+/* The model subcommands: plugins, logits, generate, embed (a stable contract: outside
+ * checks parse what they print), plus the option parser shared by the subcommands. */
 #include "cli.h"
 #include "engine.h"
 #include "log.h"
@@ -28,7 +28,7 @@ int cli_parse(int argc, char **argv, const cli_opt *opts) {
             fprintf(stderr, "lmhost %s: unknown option '%s'\n", argv[0], a);
             return 2;
         }
-        if (o->flag) {
+        if (o->flag && !o->str) {
             if (eq) {
                 fprintf(stderr, "lmhost %s: %s takes no value\n", argv[0], o->name);
                 return 2;
@@ -47,7 +47,10 @@ int cli_parse(int argc, char **argv, const cli_opt *opts) {
             return 2;
         }
         if (k < sizeof given) given[k] = 1;
-        *o->str = v;
+        if (o->flag) /* a list of values: every argument takes a slot at most */
+            o->str[(*o->flag)++] = v;
+        else
+            *o->str = v;
     }
     return 0;
 }
@@ -543,5 +546,87 @@ int cli_generate(int argc, char **argv) {
     engine_close(draft);
     engine_close(e);
     registry_free(&reg);
+    return rc;
+}
+
+/* ---- embed ---------------------------------------------------------------------------- */
+
+int cli_embed(int argc, char **argv) {
+    model_args a = {0};
+    const char *pool_s = NULL, **ids_s = calloc((size_t)argc + 1, sizeof *ids_s);
+    int help = 0, n_seqs = 0;
+    if (!ids_s) {
+        fprintf(stderr, "lmhost: out of memory\n");
+        return 1;
+    }
+    cli_opt opts[] = {{"--model", &a.model, NULL, 0},
+                      {"--ids", ids_s, &n_seqs, 1}, /* one a sequence, each kept */
+                      {"--pooling", &pool_s, NULL, 0},
+                      MODEL_ARG_OPTS(a),
+                      {"--help", NULL, &help, 0},
+                      {0}};
+    int rc = cli_parse(argc, argv, opts);
+    if (rc || help) {
+        if (help)
+            printf("usage: lmhost embed --model DIR --ids 1,2,3 [--ids 4,5 ...] "
+                   "[--pooling mean|last|cls] " MODEL_ARG_HELP "\n"
+                   "  each --ids is one sequence, all embedded in one step; prints a line a\n"
+                   "  sequence: 'embedding I dim D: v0 v1 ...' (L2-normalized). The pooling\n"
+                   "  is the model's sentence-transformers one (1_Pooling), else mean.\n");
+        free(ids_s);
+        return rc;
+    }
+    int pooling = ENGINE_POOL_MODEL;
+    if (pool_s && (pooling = engine_pooling_parse(pool_s)) < 0) {
+        fprintf(stderr, "lmhost embed: --pooling must be mean, last or cls (got '%s')\n", pool_s);
+        free(ids_s);
+        return 2;
+    }
+    if (!n_seqs) {
+        fprintf(stderr, "lmhost embed: --ids is required (one a sequence)\n");
+        free(ids_s);
+        return 2;
+    }
+    int32_t **toks = calloc((size_t)n_seqs, sizeof *toks);
+    int32_t *lens = calloc((size_t)n_seqs, sizeof *lens);
+    if (!toks || !lens) {
+        fprintf(stderr, "lmhost: out of memory\n");
+        rc = 1;
+    }
+    for (int i = 0; rc == 0 && i < n_seqs; i++)
+        if (cli_ids("--ids", ids_s[i], &toks[i], &lens[i])) rc = 2;
+    registry reg = {0};
+    engine *e = rc ? NULL : cli_open_engine(&a, &reg);
+    if (!rc && !e) rc = 1;
+    if (e) {
+        const char *why;
+        if (pooling == ENGINE_POOL_MODEL && engine_embed_pooling(e, &why) < 0) {
+            fprintf(stderr, "lmhost embed: %s (give --pooling to embed anyway)\n", why);
+            rc = 1;
+        }
+        const int32_t dim = engine_embed_dim(e);
+        float *out = dim > 0 ? malloc((size_t)n_seqs * (size_t)dim * sizeof *out) : NULL;
+        char err[1024];
+        if (!rc && dim > 0 && !out) {
+            fprintf(stderr, "lmhost: out of memory\n");
+            rc = 1;
+        } else if (!rc && engine_embed(e, (const int32_t *const *)toks, lens, n_seqs, pooling, out,
+                                       err, sizeof err) != 0) {
+            fprintf(stderr, "lmhost embed: %s\n", err);
+            rc = 1;
+        }
+        for (int i = 0; !rc && i < n_seqs; i++) {
+            printf("embedding %d dim %d:", i, dim);
+            for (int32_t j = 0; j < dim; j++) printf(" %.9g", out[(size_t)i * (size_t)dim + j]);
+            printf("\n");
+        }
+        free(out);
+        engine_close(e);
+    }
+    registry_free(&reg);
+    for (int i = 0; toks && i < n_seqs; i++) free(toks[i]);
+    free(toks);
+    free(lens);
+    free(ids_s);
     return rc;
 }

@@ -14,6 +14,7 @@
 #include "sampler.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -48,6 +49,11 @@ struct lmh_fwd {
     int32_t last_layer;
     lmh_tensor *last_dst;
     lmh_tensor **traced;
+    /* engine_embed: the step's logits, which no op computes (a tensor without backend
+     * memory), and a copy of the last product's input into them (the hidden states) */
+    lmh_tensor *emb_logits;
+    htensor *emb_hidden;
+    int32_t n_out;
 };
 
 /* A step started by engine_step_start whose picks the caller has not taken yet. */
@@ -106,6 +112,8 @@ struct engine {
     char precision[16];                 /* engine_precision */
     pend_step pend[ENGINE_MAX_PENDING]; /* started steps, oldest first */
     int n_pend;
+    int pooling; /* engine_embed_pooling's; -1 with pool_err where malformed */
+    char pool_err[512];
     int trace;           /* engine_trace */
     float **trace_data;  /* per layer, the last traced step's rows (NULL where none) */
     int64_t *trace_dims; /* per layer: rows, width */
@@ -907,6 +915,25 @@ static void trace_layer_end(lmh_fwd *f, int32_t next_layer) {
     f->traced = traced;
 }
 
+/* engine_embed: the input of a product into the logits is the hidden state wanted; it is
+ * copied aside (the architecture may reuse its scratch) and the product is not run. */
+static int embed_take(lmh_fwd *f, int32_t layer, const lmh_op *op) {
+    lmh_tensor *x = op->src[0];
+    if (op->code != LMH_OP_MATMUL) return LMH_OK; /* a soft cap or scale of the logits */
+    if (!x || x->dtype != LMH_F32 || x->ndim != 2 || x->ne[0] != f->n_out) {
+        fwd_failf(f,
+                  "embeddings: the product into the logits does not read f32 [%d, width] "
+                  "hidden states",
+                  f->n_out);
+        return LMH_EINVAL;
+    }
+    lmh_tensor *t = host_fwd_tensor(f, layer, LMH_F32, 2, x->ne);
+    lmh_op cp = {.code = LMH_OP_COPY, .dst = t, .src = {x}};
+    if (!t || host_fwd_op(f, layer, &cp) != LMH_OK) return LMH_EINVAL;
+    f->emb_hidden = HT(t); /* the last such product counts */
+    return LMH_OK;
+}
+
 static int host_fwd_op(lmh_fwd *f, int32_t layer, const lmh_op *op) {
     engine *e = f->e;
     if (f->failed) return LMH_EINVAL;
@@ -914,6 +941,7 @@ static int host_fwd_op(lmh_fwd *f, int32_t layer, const lmh_op *op) {
         fwd_failf(f, "op %s without a destination", lmh_op_name(op->code));
         return LMH_EINVAL;
     }
+    if (f->emb_logits && op->dst == f->emb_logits) return embed_take(f, layer, op);
     if (f->traced) {
         if (layer != f->last_layer) trace_layer_end(f, layer);
         f->last_dst = op->dst;
@@ -1366,6 +1394,32 @@ const char *engine_precision(const engine *e) {
     return e->precision;
 }
 
+/* The directory's pooling (engine_embed_pooling). A malformed one is kept as an error for
+ * engine_embed to report: the model serves everything else. */
+static void read_pooling(engine *e, const char *dir) {
+    int mp;
+    int64_t dim;
+    e->pooling = ENGINE_POOL_MEAN;
+    if (md_read_pooling(dir, &mp, &dim, e->pool_err, sizeof e->pool_err) != 0) {
+        e->pooling = -1;
+    } else if (dim && dim != engine_embed_dim(e)) {
+        snprintf(e->pool_err, sizeof e->pool_err,
+                 "%s: its pooling's word_embedding_dimension is %lld; the model's hidden states "
+                 "have %d values",
+                 dir, (long long)dim, engine_embed_dim(e));
+        e->pooling = -1;
+    } else if (mp != MD_POOL_NONE) {
+        e->pooling = mp == MD_POOL_LAST  ? ENGINE_POOL_LAST
+                     : mp == MD_POOL_CLS ? ENGINE_POOL_CLS
+                                         : ENGINE_POOL_MEAN;
+    }
+    if (e->pooling < 0)
+        log_msg(LMH_LOG_INFO, "embeddings need a pooling given: %s", e->pool_err);
+    else if (mp != MD_POOL_NONE)
+        log_msg(LMH_LOG_DEBUG, "embeddings pool by %s (the model's sentence-transformers pooling)",
+                engine_pooling_name(e->pooling));
+}
+
 engine *engine_open(const registry *reg, const engine_opts *o, char *err, size_t err_len) {
     engine *e = calloc(1, sizeof *e);
     if (!e) {
@@ -1440,6 +1494,7 @@ engine *engine_open(const registry *reg, const engine_opts *o, char *err, size_t
     }
     if (cache_start(e, &e->caches[0], &cs, err, err_len) != 0) goto fail;
     describe_chain(e);
+    read_pooling(e, o->model_dir);
     return e;
 fail:
     engine_close(e);
@@ -1841,15 +1896,62 @@ const float *engine_trace_layer(const engine *e, int32_t layer, int64_t *rows, i
     return e->trace_data[layer];
 }
 
+/* engine_embed's pass: the output rows' hidden states, n_out x width floats (malloc'd). */
+typedef struct embed_cap {
+    float *h;
+    int64_t width;
+} embed_cap;
+
+/* A tensor of the logits' shape that owns no backend memory: an embedding pass computes
+ * nothing into it (host_fwd_op skips what writes it). */
+static lmh_tensor *shell_tensor(lmh_fwd *f, int32_t ndim, const int64_t *ne) {
+    htensor *t = calloc(1, sizeof *t);
+    if (!t) {
+        fwd_failf(f, "out of memory");
+        return NULL;
+    }
+    t->pub.dtype = LMH_F32;
+    t->pub.ndim = ndim;
+    memcpy(t->pub.ne, ne, (size_t)ndim * sizeof *ne);
+    t->pub.backend_priv = t;
+    if (!fwd_track(f, t)) {
+        fwd_failf(f, "out of memory");
+        return NULL;
+    }
+    return &t->pub;
+}
+
+/* The hidden states an embedding pass copied aside, read back into emb. */
+static int embed_collect(engine *e, lmh_fwd *f, embed_cap *emb, char *err, size_t err_len) {
+    if (!f->emb_hidden)
+        return errf(err, err_len,
+                    "embeddings: architecture plugin %s computed its logits with no matrix "
+                    "product of the hidden states to take them from",
+                    e->arch_p->info->name);
+    const int so = e->output_slot;
+    const pl_slot *sl = &e->slots[so];
+    lmh_tensor *t = &f->emb_hidden->pub;
+    const size_t n = (size_t)lmh_nelem(t);
+    lmh_tensor *pt = pl_on(e->slots, f->emb_hidden, so, 0);
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    if (!pt || !h || sl->api->download(sl->b, pt, 0, h, n * sizeof *h) != 0) {
+        free(h);
+        return errf(err, err_len, "reading the hidden states back failed");
+    }
+    emb->h = h;
+    emb->width = t->ne[1];
+    return 0;
+}
+
 static int run_step(engine *e, const engine_row *rows, int32_t n_rows, const int32_t *out_rows,
                     int32_t n_out, float *logits, int32_t *ids, pend_step *later,
-                    const pend_step *chain, char *err, size_t err_len) {
+                    const pend_step *chain, embed_cap *emb, char *err, size_t err_len) {
     if (later) *later = (pend_step){.n = n_out};
     if (n_rows <= 0) return errf(err, err_len, "empty step");
     if (chain && chain->n != n_rows)
         return errf(err, err_len, "a chained step of %d rows after a step of %d picks", n_rows,
                     chain->n);
-    lmh_fwd f = {.e = e, .n_rows = n_rows, .last_layer = LMH_LAYER_INPUT};
+    lmh_fwd f = {.e = e, .n_rows = n_rows, .last_layer = LMH_LAYER_INPUT, .n_out = n_out};
     if (e->trace && !(f.traced = calloc((size_t)e->n_layers, sizeof *f.traced))) {
         errf(err, err_len, "out of memory");
         return -1;
@@ -1924,7 +2026,10 @@ static int run_step(engine *e, const engine_row *rows, int32_t n_rows, const int
     /* (ABI 1.10) read by plugins that know of it only */
     if (e->arch_p->info->abi_minor >= 10) b.seq_ends = input_tensor(e, &f, LMH_I32, n_rows, ends);
     int64_t lne[2] = {n_out, e->vocab};
-    b.logits = host_fwd_tensor(&f, LMH_LAYER_OUTPUT, LMH_F32, 2, lne);
+    if (emb)
+        b.logits = f.emb_logits = shell_tensor(&f, 2, lne);
+    else
+        b.logits = host_fwd_tensor(&f, LMH_LAYER_OUTPUT, LMH_F32, 2, lne);
     if (f.failed) {
         errf(err, err_len, "%s", f.err);
         goto done;
@@ -1939,6 +2044,10 @@ static int run_step(engine *e, const engine_row *rows, int32_t n_rows, const int
     }
     int so = e->output_slot;
     const pl_slot *sl = &e->slots[so];
+    if (emb) {
+        rc = embed_collect(e, &f, emb, err, err_len);
+        goto done;
+    }
     if (later) {
         ids = later->host = malloc((size_t)(n_out ? n_out : 1) * sizeof *ids);
         if (!ids) {
@@ -2007,7 +2116,7 @@ done:
 
 int engine_step(engine *e, const engine_row *rows, int32_t n_rows, const int32_t *out_rows,
                 int32_t n_out, float *logits, int32_t *ids, char *err, size_t err_len) {
-    return run_step(e, rows, n_rows, out_rows, n_out, logits, ids, NULL, NULL, err, err_len);
+    return run_step(e, rows, n_rows, out_rows, n_out, logits, ids, NULL, NULL, NULL, err, err_len);
 }
 
 int engine_step_overlaps(const engine *e) {
@@ -2021,7 +2130,7 @@ int engine_step_start(engine *e, const engine_row *rows, int32_t n_rows, const i
     if (chain && !e->n_pend) return errf(err, err_len, "no started step to chain to");
     pend_step p;
     int rc = run_step(e, rows, n_rows, out_rows, n_out, NULL, NULL, &p,
-                      chain ? &e->pend[e->n_pend - 1] : NULL, err, err_len);
+                      chain ? &e->pend[e->n_pend - 1] : NULL, NULL, err, err_len);
     if (rc) return rc < 0 ? rc : -1;
     e->pend[e->n_pend++] = p;
     return 0;
@@ -2091,4 +2200,131 @@ int engine_swap_backend(engine *e, const char *name, char *err, size_t err_len) 
     d->c[t] = NULL;
     describe_chain(e);
     return 0;
+}
+
+/* ---- embeddings ------------------------------------------------------------------------ */
+
+static const char *const pool_names[] = {NULL, "mean", "last", "cls"};
+
+const char *engine_pooling_name(int pooling) {
+    return pooling > 0 && pooling <= ENGINE_POOL_CLS ? pool_names[pooling] : NULL;
+}
+
+int engine_pooling_parse(const char *name) {
+    for (int i = 1; name && i <= ENGINE_POOL_CLS; i++)
+        if (strcmp(name, pool_names[i]) == 0) return i;
+    return -1;
+}
+
+int32_t engine_embed_dim(const engine *e) {
+    json_object *h = cfg_lookup(text_config(e), "hidden_size");
+    int64_t v = h && json_object_is_type(h, json_type_int) ? json_object_get_int64(h) : 0;
+    return v > 0 && v <= INT32_MAX ? (int32_t)v : 0;
+}
+
+int engine_embed_pooling(const engine *e, const char **why) {
+    if (why) *why = e->pooling < 0 ? e->pool_err : NULL;
+    return e->pooling;
+}
+
+/* Pools rows h[0..n) of width w into out[w] and L2-normalizes it, in double. */
+static int pool_rows(const float *h, int64_t n, int64_t w, double *acc, float *out) {
+    for (int64_t j = 0; j < w; j++) acc[j] = 0;
+    for (int64_t r = 0; r < n; r++) /* row by row in order: the same sums in any batch */
+        for (int64_t j = 0; j < w; j++) acc[j] += h[r * w + j];
+    double ss = 0;
+    for (int64_t j = 0; j < w; j++) {
+        acc[j] /= (double)n;
+        ss += acc[j] * acc[j];
+    }
+    if (!isfinite(ss)) return -1;
+    const double inv = ss > 0 ? 1.0 / sqrt(ss) : 0.0;
+    for (int64_t j = 0; j < w; j++) out[j] = (float)(acc[j] * inv);
+    return 0;
+}
+
+int engine_embed(engine *e, const int32_t *const *tokens, const int32_t *n_tokens, int32_t n_seqs,
+                 int pooling, float *out, char *err, size_t err_len) {
+    if (e->n_pend) return errf(err, err_len, "%d started steps are not finished", e->n_pend);
+    if (pooling == ENGINE_POOL_MODEL) {
+        if (e->pooling < 0) return errf(err, err_len, "%s", e->pool_err);
+        pooling = e->pooling;
+    }
+    if (!engine_pooling_name(pooling)) return errf(err, err_len, "unknown pooling %d", pooling);
+    const int32_t dim = engine_embed_dim(e);
+    if (dim <= 0)
+        return errf(err, err_len, "config.json gives no hidden_size, the embeddings' width");
+    if (n_seqs <= 0) return errf(err, err_len, "no sequences to embed");
+    int64_t total = 0;
+    for (int32_t i = 0; i < n_seqs; i++) {
+        if (n_tokens[i] <= 0) return errf(err, err_len, "sequence %d has no tokens", i);
+        if (e->max_seq_len > 0 && n_tokens[i] > e->max_seq_len)
+            return errf(err, err_len, "sequence %d has %d tokens; the model takes at most %d", i,
+                        n_tokens[i], e->max_seq_len);
+        total += n_tokens[i];
+    }
+    if (total > INT32_MAX / 2)
+        return errf(err, err_len, "%lld tokens in one step", (long long)total);
+    const int32_t n_rows = (int32_t)total, n_out = pooling == ENGINE_POOL_MEAN ? n_rows : n_seqs;
+    engine_row *rows = malloc((size_t)n_rows * sizeof *rows);
+    int32_t *outs = malloc((size_t)n_out * sizeof *outs);
+    uint64_t *ids = malloc((size_t)n_seqs * sizeof *ids);
+    double *acc = malloc((size_t)dim * sizeof *acc);
+    embed_cap cap = {0};
+    int32_t added = 0;
+    int rc = -1;
+    if (!rows || !outs || !ids || !acc) {
+        errf(err, err_len, "out of memory");
+        rc = LMH_ENOMEM;
+        goto done;
+    }
+    /* temporary ids from ENGINE_SEQ_TEMP, past any in use */
+    uint64_t next = ENGINE_SEQ_TEMP;
+    for (; added < n_seqs; added++) {
+        while (seq_find(e, next) >= 0) next++;
+        ids[added] = next++;
+        int ar = engine_seq_add_in(e, ids[added], 0);
+        if (ar != 0) {
+            errf(err, err_len, "adding a sequence to embed failed (%s)",
+                 ar == LMH_ENOMEM ? "out of memory" : "the cache refused it");
+            if (ar == LMH_ENOMEM) rc = LMH_ENOMEM;
+            goto done;
+        }
+    }
+    int32_t r = 0, o = 0;
+    for (int32_t i = 0; i < n_seqs; i++) {
+        if (pooling == ENGINE_POOL_CLS) outs[o++] = r;
+        for (int32_t k = 0; k < n_tokens[i]; k++) {
+            if (pooling == ENGINE_POOL_MEAN) outs[o++] = r;
+            rows[r++] = (engine_row){.seq = ids[i], .token = tokens[i][k]};
+        }
+        if (pooling == ENGINE_POOL_LAST) outs[o++] = r - 1;
+    }
+    int sr = run_step(e, rows, n_rows, outs, n_out, NULL, NULL, NULL, NULL, &cap, err, err_len);
+    if (sr) {
+        rc = sr == LMH_ENOMEM ? LMH_ENOMEM : -1;
+        goto done;
+    }
+    if (cap.width != dim) {
+        errf(err, err_len, "the model's hidden states have %lld values; its hidden_size says %d",
+             (long long)cap.width, dim);
+        goto done;
+    }
+    for (int32_t i = 0, h0 = 0; i < n_seqs; i++) {
+        const int32_t n = pooling == ENGINE_POOL_MEAN ? n_tokens[i] : 1;
+        if (pool_rows(cap.h + (size_t)h0 * (size_t)dim, n, dim, acc, out + (size_t)i * dim)) {
+            errf(err, err_len, "sequence %d's hidden states are not finite", i);
+            goto done;
+        }
+        h0 += n;
+    }
+    rc = 0;
+done:
+    while (added > 0) engine_seq_remove(e, ids[--added]);
+    free(cap.h);
+    free(rows);
+    free(outs);
+    free(ids);
+    free(acc);
+    return rc;
 }

@@ -186,4 +186,47 @@ int engine_step_start(engine *e, const engine_row *rows, int32_t n_rows, const i
                       int32_t n_out, int chain, char *err, size_t err_len);
 int32_t engine_step_finish(engine *e, int32_t *ids, int32_t n_ids, char *err, size_t err_len);
 
+/* ---- embeddings ------------------------------------------------------------------------
+ * A sequence's embedding is the model's final hidden states (after the final norm: the
+ * input of the product into the logits, which is not computed), pooled and L2-normalized
+ * (in double). */
+typedef enum engine_pooling {
+    ENGINE_POOL_MODEL = 0, /* the model directory's own (engine_embed_pooling) */
+    ENGINE_POOL_MEAN = 1,  /* the mean over the sequence's tokens */
+    ENGINE_POOL_LAST = 2,  /* the last token's (Qwen3-Embedding and other decoder embedders) */
+    ENGINE_POOL_CLS = 3,   /* the first token's */
+} engine_pooling;
+
+/* "mean", "last", "cls" (NULL for anything else), and back (-1 for an unknown name). */
+const char *engine_pooling_name(int pooling);
+int engine_pooling_parse(const char *name);
+
+/* Values an embedding has: config.json's hidden_size (text_config's where nested); 0 where
+ * it does not say, and engine_embed refuses. */
+int32_t engine_embed_dim(const engine *e);
+
+/* The pooling the model directory asks for, read at engine_open: its sentence-transformers
+ * Pooling module (modules.json, 1_Pooling/config.json; md_read_pooling), ENGINE_POOL_MEAN
+ * where it has none. -1 where those files are malformed or ask for what the host cannot
+ * do, with *why (when why is non-NULL) saying so; the engine serves everything else. */
+int engine_embed_pooling(const engine *e, const char **why);
+
+/* Sequence ids from ENGINE_SEQ_TEMP up are the engine's own: engine_embed's temporary
+ * sequences take the first ones not in use there. Callers keep their ids below it (the
+ * scheduler counts up from 1). */
+#define ENGINE_SEQ_TEMP ((uint64_t)1 << 63)
+
+/* Embeds n_seqs token sequences in one step: each runs as a temporary sequence in the
+ * default cache (index 0; a quantized format there rounds what the rows attend to), removed
+ * before it returns, so the step may run between other sequences' steps and leaves them as
+ * they were. tokens[i][0..n_tokens[i]) is sequence i (n_tokens[i] >= 1); out[n_seqs *
+ * engine_embed_dim] gets one L2-normalized vector each (zeros where the pooled state is all
+ * zeros). Pooling ENGINE_POOL_MODEL takes engine_embed_pooling's. Every row of every
+ * sequence runs in this one step, so the caller bounds their total. On the CPU a sequence's
+ * vector is the same bits whatever runs beside it. Not while steps are started
+ * (engine_step_start). Returns 0, or non-zero with err set: LMH_ENOMEM where memory ran
+ * out (nothing changed: free memory, e.g. parked sequences, and try again), else -1. */
+int engine_embed(engine *e, const int32_t *const *tokens, const int32_t *n_tokens, int32_t n_seqs,
+                 int pooling, float *out, char *err, size_t err_len);
+
 #endif

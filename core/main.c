@@ -19,6 +19,7 @@ static const struct {
     {"serve", cli_serve, "serve the OpenAI API over HTTP/HTTPS"},
     {"generate", cli_generate, "generate tokens from prompt token ids"},
     {"logits", cli_logits, "write the logits of one prefill as .npy"},
+    {"embed", cli_embed, "print pooled, normalized embeddings of token id sequences"},
     {"bench", cli_bench, "measure prefill/decode speed, memory and bytes per token"},
     {"cache-eval", cli_cache_eval, "measure a cache format's error and bits on random vectors"},
     {"quantize", cli_quantize, "write an MLX-format affine-quantized checkpoint"},

@@ -370,3 +370,218 @@ void md_close(model_dir *md) {
     free(md->dir);
     free(md);
 }
+
+/* ---- sentence-transformers pooling ---------------------------------------------------- */
+
+#define ST_FILE_MAX (1u << 20) /* modules.json and a pooling config are a few hundred bytes */
+
+/* PATH as one strict JSON document of any type (modules.json is an array), checked for
+ * keys json-c would merge. NULL with err set ("PATH: why"). */
+static json_object *read_json_doc(const char *path, char *err, size_t err_len) {
+    size_t len;
+    char *text = util_read_file(path, ST_FILE_MAX, &len, err, err_len);
+    if (!text) return NULL;
+    json_object *o = NULL;
+    json_tokener *tok = len <= INT32_MAX ? json_tokener_new() : NULL;
+    if (!tok) {
+        util_err(err, err_len, "%s: out of memory", path);
+        goto fail;
+    }
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+    o = json_tokener_parse_ex(tok, text, (int)len);
+    enum json_tokener_error je = json_tokener_get_error(tok);
+    size_t stop = json_tokener_get_parse_end(tok);
+    json_tokener_free(tok);
+    if (je != json_tokener_success || !o) {
+        if (je == json_tokener_success)
+            util_err(err, err_len, "%s: null where a JSON value was expected", path);
+        else if (je == json_tokener_continue)
+            util_err(err, err_len, "%s: not valid JSON: it ends early (after %zu bytes)", path,
+                     len);
+        else
+            util_err(err, err_len, "%s: not valid JSON: %s at byte %zu", path,
+                     json_tokener_error_desc(je), stop);
+        goto fail;
+    }
+    /* json-c stops at a NUL too: only whitespace may follow the value */
+    for (size_t i = stop; i < len; i++)
+        if (!strchr(" \t\r\n", text[i]) || !text[i]) {
+            util_err(err, err_len, "%s: not valid JSON: unexpected byte 0x%02x at byte %zu", path,
+                     (unsigned char)text[i], i);
+            goto fail;
+        }
+    char key[128], where[256];
+    int dup = util_json_find_dup_key(text, len, key, sizeof key, where, sizeof where);
+    if (dup) {
+        if (dup < 0)
+            util_err(err, err_len, "%s: out of memory", path);
+        else
+            util_err(err, err_len, "%s: %s key '%s'", path,
+                     dup == 1 ? "duplicate" : "NUL character in", key);
+        goto fail;
+    }
+    free(text);
+    return o;
+fail:
+    json_object_put(o);
+    free(text);
+    return NULL;
+}
+
+/* A module folder named by modules.json: relative, inside the model directory. */
+static int bad_module_path(const char *p) {
+    if (!*p || *p == '/' || strlen(p) > 255) return 1;
+    for (const char *s = p; *s;) {
+        size_t n = strcspn(s, "/");
+        if (n == 2 && s[0] == '.' && s[1] == '.') return 1;
+        s += n + (s[n] == '/');
+    }
+    return 0;
+}
+
+/* The pooling config at PATH: exactly one supported mode on. */
+static int read_pooling_config(const char *path, int *pooling, int64_t *dim, char *err,
+                               size_t err_len) {
+    static const struct {
+        const char *key;
+        int mode; /* MD_POOL_NONE: a mode sentence-transformers has and the host does not */
+    } modes[] = {{"pooling_mode_mean_tokens", MD_POOL_MEAN},
+                 {"pooling_mode_lasttoken", MD_POOL_LAST},
+                 {"pooling_mode_cls_token", MD_POOL_CLS},
+                 {"pooling_mode_max_tokens", MD_POOL_NONE},
+                 {"pooling_mode_mean_sqrt_len_tokens", MD_POOL_NONE},
+                 {"pooling_mode_weightedmean_tokens", MD_POOL_NONE}};
+    json_object *cfg = read_json_doc(path, err, err_len);
+    if (!cfg) return -1;
+    int rc = -1, n_on = 0;
+    const char *on[2] = {NULL, NULL};
+    if (!json_object_is_type(cfg, json_type_object)) {
+        util_err(err, err_len, "%s: not a JSON object", path);
+        goto done;
+    }
+    for (size_t i = 0; i < sizeof modes / sizeof *modes; i++) {
+        json_object *v;
+        if (!json_object_object_get_ex(cfg, modes[i].key, &v)) continue;
+        if (!json_object_is_type(v, json_type_boolean)) {
+            util_err(err, err_len, "%s: %s must be true or false", path, modes[i].key);
+            goto done;
+        }
+        if (!json_object_get_boolean(v)) continue;
+        if (modes[i].mode == MD_POOL_NONE) {
+            util_err(err, err_len,
+                     "%s: %s is not supported (lmhost pools by the mean, the last token or the "
+                     "first token)",
+                     path, modes[i].key);
+            goto done;
+        }
+        if (n_on < 2) on[n_on] = modes[i].key;
+        n_on++;
+        *pooling = modes[i].mode;
+    }
+    if (n_on == 0) {
+        util_err(err, err_len,
+                 "%s: no pooling mode is on (one of pooling_mode_mean_tokens, "
+                 "pooling_mode_lasttoken or pooling_mode_cls_token must be true)",
+                 path);
+        goto done;
+    }
+    if (n_on > 1) {
+        util_err(err, err_len,
+                 "%s: %s and %s are both on; sentence-transformers concatenates such poolings, "
+                 "which lmhost does not",
+                 path, on[0], on[1]);
+        goto done;
+    }
+    json_object *d;
+    if (json_object_object_get_ex(cfg, "word_embedding_dimension", &d)) {
+        int64_t x = json_object_is_type(d, json_type_int) ? json_object_get_int64(d) : 0;
+        if (x <= 0 || x > INT32_MAX) {
+            util_err(err, err_len, "%s: word_embedding_dimension must be a positive integer", path);
+            goto done;
+        }
+        *dim = x;
+    }
+    rc = 0;
+done:
+    if (rc) *pooling = MD_POOL_NONE;
+    json_object_put(cfg);
+    return rc;
+}
+
+int md_read_pooling(const char *dir, int *pooling, int64_t *dim, char *err, size_t err_len) {
+    *pooling = MD_POOL_NONE;
+    *dim = 0;
+    char *mpath = util_path_join(dir, "modules.json"), *pdir = NULL, *ppath = NULL;
+    json_object *mods = NULL;
+    int rc = -1;
+    if (!mpath) goto oom;
+    if (!file_exists(mpath)) {
+        /* no module list: the usual folder of a Pooling module, if there is one */
+        if (!(ppath = util_path_join(dir, "1_Pooling/config.json"))) goto oom;
+        rc = file_exists(ppath) ? read_pooling_config(ppath, pooling, dim, err, err_len) : 0;
+        goto done;
+    }
+    if (!(mods = read_json_doc(mpath, err, err_len))) goto done;
+    if (!json_object_is_type(mods, json_type_array)) {
+        util_err(err, err_len, "%s: not a JSON array of modules", mpath);
+        goto done;
+    }
+    const char *pool = NULL;
+    for (size_t i = 0; i < json_object_array_length(mods); i++) {
+        json_object *m = json_object_array_get_idx(mods, i), *t, *p;
+        if (!m || !json_object_is_type(m, json_type_object) ||
+            !json_object_object_get_ex(m, "type", &t) ||
+            !json_object_is_type(t, json_type_string)) {
+            util_err(err, err_len, "%s: module %zu is not an object with a \"type\" string", mpath,
+                     i);
+            goto done;
+        }
+        const char *type = json_object_get_string(t), *dot = strrchr(type, '.');
+        const char *cls = dot ? dot + 1 : type;
+        if (strcmp(cls, "Transformer") == 0 || strcmp(cls, "Normalize") == 0)
+            continue; /* the model itself; every embedding is L2-normalized anyway */
+        if (strcmp(cls, "Pooling") != 0) {
+            /* a Dense projection or anything else would change the vectors */
+            util_err(err, err_len,
+                     "%s: module %zu (%s) is not supported: lmhost embeds with the transformer, "
+                     "its pooling and normalization alone",
+                     mpath, i, type);
+            goto done;
+        }
+        if (pool) {
+            util_err(err, err_len, "%s: two Pooling modules", mpath);
+            goto done;
+        }
+        if (!json_object_object_get_ex(m, "path", &p) ||
+            !json_object_is_type(p, json_type_string) ||
+            bad_module_path(json_object_get_string(p))) {
+            util_err(err, err_len,
+                     "%s: module %zu (Pooling) needs a \"path\": a folder inside the model "
+                     "directory",
+                     mpath, i);
+            goto done;
+        }
+        pool = json_object_get_string(p);
+    }
+    if (!pool) {
+        rc = 0; /* no pooling named: the caller's default */
+        goto done;
+    }
+    if (!(pdir = util_path_join(dir, pool)) || !(ppath = util_path_join(pdir, "config.json")))
+        goto oom;
+    if (!file_exists(ppath)) {
+        util_err(err, err_len, "%s names a Pooling module in %s, which has no config.json", mpath,
+                 pool);
+        goto done;
+    }
+    rc = read_pooling_config(ppath, pooling, dim, err, err_len);
+    goto done;
+oom:
+    util_err(err, err_len, "out of memory reading %s's pooling", dir);
+done:
+    json_object_put(mods);
+    free(mpath);
+    free(pdir);
+    free(ppath);
+    return rc;
+}

@@ -33,4 +33,17 @@ json_object *md_parse_config(const char *text, size_t len, char *err, size_t err
  * NULL when absent or JSON null. */
 json_object *cfg_lookup(json_object *root, const char *path);
 
+/* Pooling of a sentence-transformers layout (what its Pooling module does with the final
+ * hidden states). */
+enum { MD_POOL_NONE = 0, MD_POOL_MEAN, MD_POOL_LAST, MD_POOL_CLS };
+
+/* The pooling DIR's sentence-transformers files ask for: the config.json in the folder of
+ * modules.json's Pooling module, or 1_Pooling/config.json where there is no modules.json.
+ * That config must turn on exactly one of pooling_mode_mean_tokens, pooling_mode_lasttoken
+ * and pooling_mode_cls_token (true/false values). *pooling is MD_POOL_NONE where DIR has
+ * neither file (or modules.json lists no Pooling module); *dim its word_embedding_dimension,
+ * 0 where not given. Returns 0, or -1 with err naming the file and what is wrong with it
+ * (also a module the host does not run, such as Dense, after the pooling). */
+int md_read_pooling(const char *dir, int *pooling, int64_t *dim, char *err, size_t err_len);
+
 #endif
