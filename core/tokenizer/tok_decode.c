@@ -583,3 +583,66 @@ const char *tok_stream_flush(tok_stream *s, size_t *len) {
     if (len) *len = s->out.n;
     return s->out.p;
 }
+
+/* ---- one token's bytes in the middle of a sequence ---- */
+
+int tok_token_bytes(const tok_tokenizer *t, int32_t id, char *buf, size_t cap, size_t *len) {
+    if (id_skipped(t, id, false)) return -1;
+    tok_sbuf a = {0}, b = {0};
+    pcre2_match_data *md = NULL;
+    int rc = 0;
+    /* without a decoder tokenizers joins tokens with spaces: one comes before every token
+     * but the first */
+    if (!t->has_decoder) rc = sbuf_putc(&a, ' ');
+    if (!rc) rc = sbuf_put(&a, t->id_str[id], t->id_len[id]);
+    bool fused = false;
+    for (size_t k = 0; k < t->n_dec && !rc; k++) {
+        const tok_dec *d = &t->dec[k];
+        b.n = 0;
+        const char *s = a.p ? a.p : "";
+        switch (d->type) {
+        case DEC_BYTELEVEL:
+            /* raw bytes, not the lossy text: a piece may hold part of a character */
+            rc = bytelevel_bytes(s, a.n, &b);
+            fused = true;
+            break;
+        case DEC_BYTEFALLBACK: {
+            int v = byte_token(s, a.n);
+            if (v >= 0) {
+                rc = sbuf_putc(&b, (char)v);
+            } else {
+                rc = sbuf_put(&b, s, a.n);
+            }
+            break;
+        }
+        case DEC_FUSE:
+            fused = true;
+            rc = sbuf_put(&b, s, a.n);
+            break;
+        case DEC_REPLACE:
+            rc = replace_all(d, s, a.n, &b, &md);
+            break;
+        case DEC_STRIP:
+            /* after fusion Strip trims the start and end of the whole text only; before it,
+             * every token */
+            rc = fused ? sbuf_put(&b, s, a.n) : strip_item(d, s, a.n, &b);
+            break;
+        case DEC_METASPACE:
+            rc = metaspace_item(d, s, a.n, false, &b);
+            break;
+        default:
+            rc = sbuf_put(&b, s, a.n);
+        }
+        tok_sbuf x = a;
+        a = b;
+        b = x;
+    }
+    if (!rc) {
+        if (len) *len = a.n;
+        if (buf && cap) memcpy(buf, a.p ? a.p : "", a.n < cap ? a.n : cap);
+    }
+    sbuf_free(&a);
+    sbuf_free(&b);
+    if (md) pcre2_match_data_free(md);
+    return rc ? -1 : 0;
+}

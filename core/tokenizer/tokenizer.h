@@ -62,6 +62,15 @@ bool tok_cleanup_spaces_default(const tok_tokenizer *t);
  * NUL-free in general: *len gets its length. NULL for an id outside the vocabulary. */
 const char *tok_token_to_piece(const tok_tokenizer *t, int32_t id, size_t *len);
 
+/* The bytes token id contributes to decoded text in the middle of a sequence (after other
+ * tokens), as constrained decoding needs them: a byte-level BPE piece mapped back through the
+ * byte-to-unicode table (possibly part of a UTF-8 character), a SentencePiece "▁" as a space,
+ * a "<0xNN>" byte-fallback token as that one byte, an added token as its content (each
+ * through the tokenizer's decoders, without the start-of-text rules such as Strip's).
+ * Writes min(*len, cap) bytes to buf and sets *len to the full length (so cap 0 asks for the
+ * length). Returns 0, or -1 for an id outside the vocabulary or when out of memory. */
+int tok_token_bytes(const tok_tokenizer *t, int32_t id, char *buf, size_t cap, size_t *len);
+
 /* The id of a vocabulary string (model vocab or added token), or -1. */
 int32_t tok_piece_to_token(const tok_tokenizer *t, const char *piece, size_t len);
 
