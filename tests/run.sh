@@ -65,7 +65,7 @@ if [ "${SKIP_ASAN:-0}" != 1 ]; then
         -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debugoptimized
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
         run_suite asan-server build-asan \
-        "server-http server-https server-auth server-errors server-concurrency server-concurrency-hybrid server-shutdown server-swap server-swap-quant server-swap-kvquant server-kv-cache server-kv-cache-errors server-precision server-prefix-cache server-speculative"
+        "server-http server-https server-auth server-errors server-concurrency server-concurrency-hybrid server-shutdown server-swap server-swap-quant server-swap-kvquant server-kv-cache server-kv-cache-errors server-precision server-prefix-cache server-speculative server-structured server-embeddings"
 fi
 
 one() { # name command...: a test outside meson

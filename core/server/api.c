@@ -1,6 +1,8 @@
 #include "api.h"
 #include "json_fix.h"
+#include "../grammar/grammar.h"
 #include "../log.h"
+#include "toolcall.h"
 
 #include <limits.h>
 #include <math.h>
@@ -38,6 +40,10 @@ static void sb_drop_front(sbuf *b, size_t n) {
 static void sb_free(sbuf *b) {
     free(b->p);
     memset(b, 0, sizeof *b);
+}
+
+int api_sbuf_add(sbuf *b, const char *s, size_t n) {
+    return sb_add(b, s, n);
 }
 
 /* ---- stop strings and think sections ---------------------------------------------------- */
@@ -190,6 +196,36 @@ static int get_bool(json_object *b, const char *k, int *out, char *err, size_t e
     return 1;
 }
 
+/* An assistant message's tool_calls as templates read them: each function's arguments an
+ * object (clients send the JSON text they were given; Llama 3's template writes
+ * `arguments | tojson`, which would quote that text again). */
+static int args_as_objects(json_object *m, const char *field, char *err, size_t el, char *param,
+                           size_t pl) {
+    json_object *calls, *fn, *args;
+    if (!json_object_object_get_ex(m, "tool_calls", &calls) || !calls) return 0;
+    if (!json_object_is_type(calls, json_type_array))
+        return fail(err, el, param, pl, field, "'%s.tool_calls' must be an array", field);
+    for (size_t k = 0; k < json_object_array_length(calls); k++) {
+        json_object *c = json_object_array_get_idx(calls, k);
+        if (!json_object_is_type(c, json_type_object) ||
+            !json_object_object_get_ex(c, "function", &fn) ||
+            !json_object_is_type(fn, json_type_object))
+            return fail(err, el, param, pl, field,
+                        "'%s.tool_calls[%zu]' must be an object with a 'function' object", field,
+                        k);
+        if (!json_object_object_get_ex(fn, "arguments", &args) ||
+            !json_object_is_type(args, json_type_string))
+            continue;
+        json_object *o = api_parse_body(json_object_get_string(args),
+                                        (size_t)json_object_get_string_len(args), &(int){0});
+        if (o && json_object_is_type(o, json_type_object))
+            json_object_object_add(fn, "arguments", o);
+        else
+            json_object_put(o); /* not an object: the text goes to the template as it is */
+    }
+    return 0;
+}
+
 /* Chat messages as the template expects them: content parts joined into one string. */
 static json_object *normalize_messages(json_object *msgs, char *err, size_t el, char *param,
                                        size_t pl) {
@@ -226,6 +262,10 @@ static json_object *normalize_messages(json_object *msgs, char *err, size_t el, 
         }
         json_object *copy = NULL;
         if (json_object_deep_copy(m, &copy, NULL) != 0) goto bad;
+        if (args_as_objects(copy, field, err, el, param, pl) != 0) {
+            json_object_put(copy);
+            goto bad;
+        }
         if (json_object_object_get_ex(m, "content", &content) && content) {
             if (json_object_is_type(content, json_type_array)) {
                 sbuf text = {0};
@@ -272,6 +312,10 @@ static json_object *normalize_messages(json_object *msgs, char *err, size_t el, 
             fail(err, el, param, pl, field, "'%s.content' is required", field);
             json_object_put(copy);
             goto bad;
+        } else {
+            /* an assistant turn of tool calls only (content null or absent): templates test
+             * the content as a string */
+            json_object_object_add(copy, "content", json_object_new_string(""));
         }
         json_object_array_add(out, copy);
     }
@@ -373,6 +417,123 @@ json_object *api_parse_body(const char *buf, size_t len, int *oom) {
         return NULL;
     }
     return o;
+}
+
+/* "logit_bias": {"token id": bias in [-100, 100], ...}, at most 1024 of them. */
+static int get_logit_bias(job *j, json_object *b, char *err, size_t err_len, char *param,
+                          size_t param_len) {
+    json_object *v;
+    if (!json_object_object_get_ex(b, "logit_bias", &v) || !v) return 0;
+    if (!json_object_is_type(v, json_type_object) || json_object_object_length(v) > 1024)
+        return fail(ERRARGS, "logit_bias",
+                    "'logit_bias' must be an object of at most 1024 token ids and biases");
+    int n = json_object_object_length(v);
+    j->bias_id = malloc((size_t)(n ? n : 1) * sizeof *j->bias_id);
+    j->bias = malloc((size_t)(n ? n : 1) * sizeof *j->bias);
+    if (!j->bias_id || !j->bias) return fail(ERRARGS, NULL, "out of memory");
+    json_object_object_foreach(v, key, val) {
+        char *end;
+        long long id = strtoll(key, &end, 10);
+        if (!*key || *end || id < 0 || id > INT32_MAX)
+            return fail(ERRARGS, "logit_bias", "'logit_bias' keys must be token ids (got '%.32s')",
+                        key);
+        if (!is_num(val) || !(fabs(json_object_get_double(val)) <= 100))
+            return fail(ERRARGS, "logit_bias",
+                        "'logit_bias' values must be numbers between -100 and 100");
+        j->bias_id[j->n_bias] = (int32_t)id;
+        j->bias[j->n_bias++] = (float)json_object_get_double(val);
+    }
+    return 0;
+}
+
+/* "tools" with "tool_choice" and "parallel_tool_calls", and "response_format": what the
+ * output must be. The grammar itself is built by the server, which knows the model's
+ * tool-call format (api_constrain). */
+static int get_outputs(job *j, json_object *b, char *err, size_t err_len, char *param,
+                       size_t param_len) {
+    json_object *v, *t, *f, *nm;
+    int r;
+    j->parallel_tools = 1;
+    if ((r = get_bool(b, "parallel_tool_calls", &j->parallel_tools, ERRARGS)) < 0) return -1;
+    for (size_t k = 0; j->tools && k < json_object_array_length(j->tools); k++) {
+        json_object *tool = json_object_array_get_idx(j->tools, k);
+        if (!json_object_is_type(tool, json_type_object) ||
+            !json_object_object_get_ex(tool, "function", &f) ||
+            !json_object_is_type(f, json_type_object) ||
+            !json_object_object_get_ex(f, "name", &nm) ||
+            !json_object_is_type(nm, json_type_string))
+            return fail(ERRARGS, "tools",
+                        "'tools[%zu]' must be {\"type\": \"function\", \"function\": {\"name\": "
+                        "..., \"parameters\": {...}}}",
+                        k);
+    }
+    j->tchoice = j->tools && json_object_array_length(j->tools) ? TOOLS_AUTO : TOOLS_NONE;
+    if (json_object_object_get_ex(b, "tool_choice", &v) && v) {
+        const char *s = json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
+        if (s && strcmp(s, "none") == 0)
+            j->tchoice = TOOLS_NONE;
+        else if (s && strcmp(s, "auto") == 0)
+            ;
+        else if (s && strcmp(s, "required") == 0)
+            j->tchoice = TOOLS_REQUIRED;
+        else if (!s && json_object_is_type(v, json_type_object) &&
+                 json_object_object_get_ex(v, "function", &f) &&
+                 json_object_object_get_ex(f, "name", &nm) &&
+                 json_object_is_type(nm, json_type_string) &&
+                 (size_t)json_object_get_string_len(nm) < sizeof j->tool_name) {
+            j->tchoice = TOOLS_NAMED;
+            snprintf(j->tool_name, sizeof j->tool_name, "%s", json_object_get_string(nm));
+        } else
+            return fail(ERRARGS, "tool_choice",
+                        "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                        "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+        if (s && strcmp(s, "none") && (!j->tools || !json_object_array_length(j->tools)))
+            return fail(ERRARGS, "tool_choice", "'tool_choice' \"%s\" needs 'tools'", s);
+        if (j->tchoice == TOOLS_NAMED) {
+            int found = 0;
+            for (size_t k = 0; j->tools && k < json_object_array_length(j->tools) && !found; k++) {
+                json_object_object_get_ex(json_object_array_get_idx(j->tools, k), "function", &f);
+                json_object_object_get_ex(f, "name", &nm);
+                found = strcmp(json_object_get_string(nm), j->tool_name) == 0;
+            }
+            if (!found)
+                return fail(ERRARGS, "tool_choice",
+                            "'tool_choice' names '%s', which is not in 'tools'", j->tool_name);
+        }
+    }
+    if (!json_object_object_get_ex(b, "response_format", &v) || !v) return 0;
+    if (!json_object_is_type(v, json_type_object) || !json_object_object_get_ex(v, "type", &t) ||
+        !json_object_is_type(t, json_type_string))
+        return fail(ERRARGS, "response_format",
+                    "'response_format' must be an object with a 'type' (text, json_object or "
+                    "json_schema)");
+    const char *type = json_object_get_string(t);
+    if (strcmp(type, "text") == 0) return 0;
+    if (strcmp(type, "json_object") == 0) {
+        j->rf_schema = json_tokener_parse("{\"type\": \"object\"}");
+    } else if (strcmp(type, "json_schema") == 0) {
+        json_object *js, *sc;
+        if (!json_object_object_get_ex(v, "json_schema", &js) ||
+            !json_object_is_type(js, json_type_object))
+            return fail(ERRARGS, "response_format",
+                        "'response_format.json_schema' must be an object with a 'schema'");
+        if (!json_object_object_get_ex(js, "schema", &sc) || !sc)
+            sc = NULL; /* OpenAI's default: any JSON document */
+        else if (!json_object_is_type(sc, json_type_object) &&
+                 !json_object_is_type(sc, json_type_boolean))
+            return fail(ERRARGS, "response_format",
+                        "'response_format.json_schema.schema' must be a JSON Schema object");
+        j->rf_schema = sc ? json_object_get(sc) : json_tokener_parse("{}");
+    } else {
+        return fail(ERRARGS, "response_format",
+                    "'response_format.type' must be text, json_object or json_schema (got '%.32s')",
+                    type);
+    }
+    if (j->tchoice == TOOLS_REQUIRED || j->tchoice == TOOLS_NAMED)
+        return fail(ERRARGS, "response_format",
+                    "'response_format' and a forced 'tool_choice' both constrain the output; give "
+                    "one");
+    return 0;
 }
 
 job *job_from_request(job_kind kind, json_object *b, const server_opts *o, const char *model_name,
@@ -501,11 +662,16 @@ job *job_from_request(job_kind kind, json_object *b, const server_opts *o, const
         sp->seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^
                    (atomic_fetch_add(&counter, 1) * 0x9e3779b97f4a7c15ULL);
     }
-    if ((r = get_int(b, "n", 1, 128, &x, ERRARGS)) < 0) goto bad;
-    if (r && x != 1) {
-        fail(ERRARGS, "n", "only n=1 is supported (got %lld)", (long long)x);
+    j->n_choices = 1;
+    if ((r = get_int(b, "n", 1, 16, &x, ERRARGS)) < 0) goto bad;
+    if (r) j->n_choices = (int)x;
+    if (json_object_object_get_ex(b, "user", &v) && v &&
+        !json_object_is_type(v, json_type_string)) {
+        fail(ERRARGS, "user", "'user' must be a string");
         goto bad;
     }
+    if (get_logit_bias(j, b, ERRARGS) != 0) goto bad;
+    if (get_outputs(j, b, ERRARGS) != 0) goto bad;
     if (json_object_object_get_ex(b, "stop", &v) && v) {
         size_t n = json_object_is_type(v, json_type_string)  ? 1
                    : json_object_is_type(v, json_type_array) ? json_object_array_length(v)
@@ -564,6 +730,14 @@ job *job_from_request(job_kind kind, json_object *b, const server_opts *o, const
     if ((r = get_bool(b, "ignore_eos", &j->ignore_eos, ERRARGS)) < 0) goto bad;
     if (pick_cache(j, b, ERRARGS) != 0) goto bad;
 
+    if (!(j->ch = calloc((size_t)j->n_choices, sizeof *j->ch))) {
+        fail(ERRARGS, NULL, "out of memory");
+        goto bad;
+    }
+    for (int k = 0; k < j->n_choices; k++) {
+        j->ch[k].job = j;
+        j->ch[k].index = k;
+    }
     static atomic_uint_fast64_t ids;
     unsigned long long id = atomic_fetch_add(&ids, 1) + 1;
     snprintf(j->id, sizeof j->id, "%s-%08llx%08llx", kind == JOB_CHAT ? "chatcmpl" : "cmpl",
@@ -575,29 +749,119 @@ bad:
     return NULL;
 }
 
+int api_constrain(job *j, int fmt, char *err, size_t err_len, char *param, size_t param_len) {
+    if (j->rf_schema) {
+        char e[512];
+        if (!(j->gram = gram_json(j->rf_schema, e, sizeof e)))
+            return fail(ERRARGS, "response_format", "'response_format': %s", e);
+    } else if (j->tchoice == TOOLS_REQUIRED || j->tchoice == TOOLS_NAMED) {
+        if (fmt == TC_NONE)
+            return fail(ERRARGS, "tool_choice",
+                        "this model's chat template has no tool-call format this server knows, so "
+                        "a call cannot be forced; use \"auto\"");
+        char e[512];
+        int named = j->tchoice == TOOLS_NAMED;
+        if (!(j->gram = tc_grammar((tc_format)fmt, j->tools, named ? j->tool_name : NULL,
+                                   !named && j->parallel_tools, e, sizeof e)))
+            return fail(ERRARGS, "tools", "'tools': %s", e);
+    }
+    j->tc_format = j->tchoice != TOOLS_NONE ? fmt : TC_NONE;
+    return 0;
+}
+
+void api_choices_init(job *j, textio *tio, const gram_vocab *gv) {
+    if (j->gram && j->think) {
+        /* the prompt opened a think section: free text up to its end, then the output */
+        gram *parts[2] = {gram_until("</think>", 8), j->gram};
+        j->gram = gram_seq(parts, 2);
+        if (!j->gram) goto oom;
+    }
+    for (int k = 0; k < j->n_choices; k++) {
+        jchoice *c = &j->ch[k];
+        c->sr = j->sr;
+        atomic_init(&c->sr.cancel, 0);
+        c->sr.sp.seed = j->sr.sp.seed + (uint64_t)k; /* n choices: n draws */
+        c->sr.top_logprobs = j->top_logprobs;
+        c->sr.no_prefix_cache = j->no_prefix_cache;
+        c->sr.no_spec = j->no_spec;
+        c->sr.bias_id = j->bias_id;
+        c->sr.bias = j->bias;
+        c->sr.n_bias = j->n_bias;
+        c->text.stops = j->text.stops;
+        c->text.n_stops = j->text.n_stops;
+        c->text.split_think = j->text.split_think;
+        text_init_mode(&c->text, j->think);
+        if (!(c->ts = textio_stream_new(tio))) goto oom;
+        if (j->tc_format != TC_NONE) {
+            if (!(c->tc = tc_parser_new((tc_format)j->tc_format))) goto oom;
+            tc_parser_set_reasoning(c->tc, &c->tc_reason);
+        }
+        if (j->gram) {
+            if (!gv) {
+                job_fail(j, 500, NULL, "constrained decoding is not available (no vocabulary)");
+                return;
+            }
+            if (!(c->gm = gram_match_new(j->gram, gv))) goto oom;
+            int32_t need = gram_match_min_bytes(c->gm);
+            if (need > j->max_tokens) {
+                char e[256];
+                snprintf(
+                    e, sizeof e,
+                    "'max_tokens' %d is too small for the output's shape: it needs at least %d",
+                    j->max_tokens, need);
+                job_fail(j, 400, "max_tokens", e);
+                return;
+            }
+            c->sr.gm = c->gm;
+            c->sr.no_spec = 1; /* proposals are not checked against the grammar */
+        }
+    }
+    return;
+oom:
+    job_fail(j, 500, NULL, "out of memory");
+}
+
 void job_fail(job *j, int code, const char *param, const char *msg) {
     j->error_code = code;
     snprintf(j->error, sizeof j->error, "%s", msg);
     snprintf(j->error_param, sizeof j->error_param, "%s", param ? param : "");
 }
 
+static void text_free(text_state *t) {
+    sb_free(&t->held);
+    sb_free(&t->tag);
+    sb_free(&t->content);
+    sb_free(&t->reasoning_all);
+    sb_free(&t->out_c);
+    sb_free(&t->out_r);
+}
+
 void job_free(job *j) {
     if (!j) return;
+    for (int k = 0; j->ch && k < j->n_choices; k++) {
+        jchoice *c = &j->ch[k];
+        text_free(&c->text); /* its stop strings are the job's */
+        sb_free(&c->content);
+        json_object_put(c->lp_all);
+        json_object_put(c->calls);
+        gram_match_free(c->gm);
+        tc_parser_free(c->tc);
+        tc_buf_free(&c->tc_reason);
+        if (c->ts) textio_stream_free(c->ts);
+    }
+    free(j->ch);
     json_object_put(j->messages);
     json_object_put(j->tools);
     json_object_put(j->vars);
-    json_object_put(j->lp_all);
+    json_object_put(j->rf_schema);
+    gram_free(j->gram);
+    free(j->bias_id);
+    free(j->bias);
     free(j->prompt_text);
     free(j->prompt);
     for (int i = 0; i < j->text.n_stops; i++) free(j->text.stops[i]);
     free(j->text.stops);
-    sb_free(&j->text.held);
-    sb_free(&j->text.tag);
-    sb_free(&j->text.content);
-    sb_free(&j->text.reasoning_all);
-    sb_free(&j->text.out_c);
-    sb_free(&j->text.out_r);
-    if (j->ts) textio_stream_free(j->ts);
+    text_free(&j->text);
     free(j);
 }
 
@@ -657,14 +921,16 @@ static json_object *envelope(job *j, int chunk) {
     return o;
 }
 
-static const char *reason_name(finish_reason f) {
-    return f == FINISH_LENGTH ? "length" : f == FINISH_ERROR ? "error" : "stop";
+static const char *reason_name(jchoice *c) {
+    if (c->fin == FINISH_ERROR) return "error";
+    if (c->calls && json_object_array_length(c->calls)) return "tool_calls";
+    return c->fin == FINISH_LENGTH ? "length" : "stop";
 }
 
-static json_object *choice(job *j, json_object *delta_or_text, json_object *logprobs,
+static json_object *choice(job *j, int index, json_object *delta_or_text, json_object *logprobs,
                            const char *finish) {
     json_object *c = json_object_new_object();
-    json_object_object_add(c, "index", json_object_new_int(0));
+    json_object_object_add(c, "index", json_object_new_int(index));
     if (j->kind == JOB_CHAT)
         json_object_object_add(c, j->stream ? "delta" : "message", delta_or_text);
     else
@@ -681,11 +947,11 @@ static json_object *with_choice(json_object *env, json_object *ch) {
     return env;
 }
 
-json_object *api_role_chunk(job *j) {
+json_object *api_role_chunk(job *j, int index) {
     json_object *d = json_object_new_object();
     json_object_object_add(d, "role", json_object_new_string("assistant"));
     json_object_object_add(d, "content", json_object_new_string(""));
-    return with_choice(envelope(j, 1), choice(j, d, NULL, NULL));
+    return with_choice(envelope(j, 1), choice(j, index, d, NULL, NULL));
 }
 
 /* Chat logprobs are {"content": [entries]}; completions keep the legacy arrays. */
@@ -721,8 +987,16 @@ static json_object *wrap_logprobs(job *j, json_object *entries) {
     return o;
 }
 
-json_object *api_delta_chunk(job *j, const char *reasoning, size_t rl, const char *content,
+/* Thinking text under both names clients read: reasoning_content (llama.cpp, SwiftLM,
+ * DeepSeek) and reasoning (vLLM, mlx-lm, Ollama). */
+static void add_reasoning(json_object *d, const char *r, size_t rl) {
+    json_object_object_add(d, "reasoning_content", json_object_new_string_len(r, (int)rl));
+    json_object_object_add(d, "reasoning", json_object_new_string_len(r, (int)rl));
+}
+
+json_object *api_delta_chunk(jchoice *c, const char *reasoning, size_t rl, const char *content,
                              size_t cl, json_object *logprobs) {
+    job *j = c->job;
     json_object *entries = NULL;
     if (logprobs) {
         entries = json_object_new_array();
@@ -731,20 +1005,32 @@ json_object *api_delta_chunk(job *j, const char *reasoning, size_t rl, const cha
     json_object *lp = wrap_logprobs(j, entries);
     if (j->kind == JOB_CHAT) {
         json_object *d = json_object_new_object();
-        if (rl)
-            json_object_object_add(d, "reasoning_content",
-                                   json_object_new_string_len(reasoning, (int)rl));
+        if (rl) add_reasoning(d, reasoning, rl);
         if (cl || !rl)
             json_object_object_add(d, "content", json_object_new_string_len(content, (int)cl));
-        return with_choice(envelope(j, 1), choice(j, d, lp, NULL));
+        return with_choice(envelope(j, 1), choice(j, c->index, d, lp, NULL));
     }
     return with_choice(envelope(j, 1),
-                       choice(j, json_object_new_string_len(content, (int)cl), lp, NULL));
+                       choice(j, c->index, json_object_new_string_len(content, (int)cl), lp, NULL));
 }
 
-json_object *api_final_chunk(job *j) {
+json_object *api_tool_chunk(jchoice *c, int k) {
+    json_object *d = json_object_new_object(), *arr = json_object_new_array();
+    json_object *call = json_object_get(json_object_array_get_idx(c->calls, (size_t)k));
+    /* streamed calls carry their position among the choice's calls */
+    json_object *e = NULL;
+    json_object_deep_copy(call, &e, NULL);
+    json_object_put(call);
+    if (e) json_object_object_add(e, "index", json_object_new_int(k));
+    json_object_array_add(arr, e);
+    json_object_object_add(d, "tool_calls", arr);
+    return with_choice(envelope(c->job, 1), choice(c->job, c->index, d, NULL, NULL));
+}
+
+json_object *api_final_chunk(jchoice *c) {
+    job *j = c->job;
     json_object *d = j->kind == JOB_CHAT ? json_object_new_object() : json_object_new_string("");
-    return with_choice(envelope(j, 1), choice(j, d, NULL, reason_name(j->fin)));
+    return with_choice(envelope(j, 1), choice(j, c->index, d, NULL, reason_name(c)));
 }
 
 static json_object *usage(job *j) {
@@ -754,7 +1040,7 @@ static json_object *usage(job *j) {
     json_object_object_add(u, "total_tokens", json_object_new_int(j->n_prompt + j->n_gen));
     /* OpenAI's name for the prompt tokens a prefix cache supplied */
     json_object *d = json_object_new_object();
-    json_object_object_add(d, "cached_tokens", json_object_new_int(j->sr.n_cached));
+    json_object_object_add(d, "cached_tokens", json_object_new_int(j->ch[0].sr.n_cached));
     json_object_object_add(u, "prompt_tokens_details", d);
     return u;
 }
@@ -767,25 +1053,49 @@ json_object *api_usage_chunk(job *j) {
 }
 
 json_object *api_response(job *j) {
-    text_state *t = &j->text;
-    json_object *lp = wrap_logprobs(j, j->lp_all ? json_object_get(j->lp_all) : NULL);
-    json_object *body;
-    if (j->kind == JOB_CHAT) {
-        body = json_object_new_object();
-        json_object_object_add(body, "role", json_object_new_string("assistant"));
-        json_object_object_add(
-            body, "content",
-            json_object_new_string_len(t->content.p ? t->content.p : "", (int)t->content.len));
-        if (t->reasoning_all.len)
-            json_object_object_add(
-                body, "reasoning_content",
-                json_object_new_string_len(t->reasoning_all.p, (int)t->reasoning_all.len));
-    } else {
-        body = json_object_new_string_len(t->content.p ? t->content.p : "", (int)t->content.len);
+    json_object *o = envelope(j, 0), *arr = json_object_new_array();
+    for (int k = 0; k < j->n_choices; k++) {
+        jchoice *c = &j->ch[k];
+        text_state *t = &c->text;
+        json_object *lp = wrap_logprobs(j, c->lp_all ? json_object_get(c->lp_all) : NULL);
+        json_object *body;
+        int calls = c->calls && json_object_array_length(c->calls);
+        if (j->kind == JOB_CHAT) {
+            body = json_object_new_object();
+            json_object_object_add(body, "role", json_object_new_string("assistant"));
+            /* OpenAI's content is null beside tool calls when there is no text */
+            json_object_object_add(body, "content",
+                                   calls && !c->content.len ? NULL
+                                                            : json_object_new_string_len(
+                                                                  c->content.p ? c->content.p : "",
+                                                                  (int)c->content.len));
+            if (t->reasoning_all.len) add_reasoning(body, t->reasoning_all.p, t->reasoning_all.len);
+            if (calls) json_object_object_add(body, "tool_calls", json_object_get(c->calls));
+        } else {
+            body =
+                json_object_new_string_len(c->content.p ? c->content.p : "", (int)c->content.len);
+        }
+        json_object_array_add(arr, choice(j, k, body, lp, reason_name(c)));
     }
-    json_object *o = with_choice(envelope(j, 0), choice(j, body, lp, reason_name(j->fin)));
+    json_object_object_add(o, "choices", arr);
     json_object_object_add(o, "usage", usage(j));
     return o;
+}
+
+void api_call_id(char *out, size_t len) {
+    static const char al[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    static atomic_uint_fast64_t ctr;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
+                 (atomic_fetch_add(&ctr, 1) + 1) * 0x9e3779b97f4a7c15ULL;
+    char id[32] = "call_";
+    for (int i = 0; i < 24; i++) {
+        x ^= x >> 12, x ^= x << 25, x ^= x >> 27; /* xorshift64* */
+        id[5 + i] = al[(x * 0x2545f4914f6cdd1dULL >> 58) % 62];
+    }
+    id[29] = 0;
+    snprintf(out, len, "%s", id);
 }
 
 static json_object *token_entry(textio *tio, int32_t id, float lp) {
@@ -802,8 +1112,7 @@ static json_object *token_entry(textio *tio, int32_t id, float lp) {
     return e;
 }
 
-json_object *api_token_logprobs(job *j, textio *tio, const sched_token *t) {
-    (void)j;
+json_object *api_token_logprobs(textio *tio, const sched_token *t) {
     json_object *e = token_entry(tio, t->id, t->logprob), *top = json_object_new_array();
     for (int32_t k = 0; k < t->n_top; k++)
         if (t->top_id[k] >= 0)
@@ -812,7 +1121,7 @@ json_object *api_token_logprobs(job *j, textio *tio, const sched_token *t) {
     return e;
 }
 
-void api_keep_logprobs(job *j, json_object *entry) {
-    if (!j->lp_all) j->lp_all = json_object_new_array();
-    json_object_array_add(j->lp_all, entry);
+void api_keep_logprobs(jchoice *c, json_object *entry) {
+    if (!c->lp_all) c->lp_all = json_object_new_array();
+    json_object_array_add(c->lp_all, entry);
 }

@@ -11,6 +11,7 @@
 #include "scheduler.h"
 #include "server.h"
 #include "textio.h"
+#include "toolcall.h"
 
 typedef enum { JOB_CHAT, JOB_COMPLETION } job_kind;
 
@@ -23,6 +24,8 @@ typedef struct sbuf {
     char *p;
     size_t len, cap;
 } sbuf;
+
+int api_sbuf_add(sbuf *b, const char *s, size_t n);
 
 typedef struct text_state {
     char **stops;
@@ -37,6 +40,33 @@ typedef struct text_state {
 
 struct server;
 struct evhttp_request;
+struct gram;
+struct gram_match;
+
+/* What a request's output must be: free text, any JSON object, a document of a JSON
+ * schema, or tool calls in the model's format (constrained decoding, grammar.h). */
+typedef enum { TOOLS_AUTO, TOOLS_NONE, TOOLS_REQUIRED, TOOLS_NAMED } tool_choice;
+
+struct job;
+
+/* One of a request's n choices: its own sequence, sampler seed, text and tool calls. */
+typedef struct jchoice {
+    struct job *job;
+    int index;
+    sched_req sr;
+    textio_stream *ts;
+    text_state text;
+    sbuf content; /* non-streamed replies: the content released (tool calls taken out) */
+    int32_t n_gen;
+    finish_reason fin;
+    int in_engine, ended;
+    double t_last;
+    json_object *lp_all;   /* non-streamed logprobs entries */
+    struct gram_match *gm; /* the grammar's match, where the output is constrained */
+    struct tc_parser *tc;  /* tool calls taken out of the content, where tools are on */
+    tc_buf tc_reason;      /* reasoning the parser found (gpt-oss's analysis channel) */
+    json_object *calls;    /* the calls found (OpenAI tool_calls entries) */
+} jchoice;
 
 typedef struct job {
     struct server *srv;
@@ -50,24 +80,38 @@ typedef struct job {
     json_object *messages, *tools, *vars;
     char *prompt_text;
     int32_t *prompt, n_prompt;
+    /* what every choice starts from: sampling, max_tokens, cache (sr) and stop strings,
+     * think splitting (text); each choice's seed is the request's + its index */
     sched_req sr;
-    textio_stream *ts;
     text_state text;
+    int n_choices, n_ended;
+    jchoice *ch;
+    int in_engine; /* choices in the scheduler */
+    /* logit_bias */
+    int32_t *bias_id, n_bias;
+    float *bias;
+    /* tools and structured output */
+    tool_choice tchoice;
+    char tool_name[128];    /* TOOLS_NAMED's */
+    int parallel_tools;     /* parallel_tool_calls (default true) */
+    int tc_format;          /* the model's tool-call format (toolcall.h), 0: none */
+    json_object *rf_schema; /* response_format: json_schema's schema, or {"type":"object"} */
+    struct gram *gram;      /* the compiled constraint (NULL: free text) */
     int think;
-    int32_t n_gen;
+    int32_t n_gen; /* all choices' tokens */
     finish_reason fin;
-    int in_engine, in_prep, http_done;
-    double t_start, t_last;
+    int in_prep, http_done;
+    int failed; /* a choice ended in an error: the reply is an error */
+    double t_start;
     char id[48];
     int64_t created;
     char model[256];
-    json_object *lp_all; /* non-streamed logprobs entries */
     int error_code;
     char error[1024], error_param[64];
     /* the cache the request asked for (sr.cache): the field that named it, and how errors
      * quote it ("'kv_bits' 8"); empty for the server's default */
     char cache_field[16], cache_what[128];
-    int stream_started; /* a stream's 200 and role chunk are sent */
+    int stream_started; /* a stream's 200 and role chunks are sent */
     struct job *prep_next;
 } job;
 
@@ -79,20 +123,32 @@ json_object *api_parse_body(const char *buf, size_t len, int *oom);
 job *job_from_request(job_kind kind, json_object *body, const server_opts *o,
                       const char *model_name, char *err, size_t err_len, char *param,
                       size_t param_len);
+/* The output's constraint (response_format, or a tool call that tool_choice forces in the
+ * model's tool-call format tc_format, toolcall.h): compiled into j->gram. -1 with a 400's
+ * message (an unsupported schema keyword, a forced call the model has no format for). */
+int api_constrain(job *j, int tc_format, char *err, size_t err_len, char *param, size_t param_len);
+struct gram_vocab;
+/* After the prompt is rendered: each choice's request, text state, decoder, tool-call
+ * parser and grammar match; a failure is left in j->error_code. */
+void api_choices_init(job *j, textio *tio, const struct gram_vocab *gv);
 void job_fail(job *j, int code, const char *param, const char *msg);
 void job_free(job *j);
 
 const char *api_reason(int code);
 json_object *api_error(const char *msg, const char *type, const char *param, int code);
-json_object *api_role_chunk(job *j);
+json_object *api_role_chunk(job *j, int index);
 /* Takes ownership of logprobs (an entry made by api_token_logprobs) when not NULL. */
-json_object *api_delta_chunk(job *j, const char *reasoning, size_t rl, const char *content,
+json_object *api_delta_chunk(jchoice *c, const char *reasoning, size_t rl, const char *content,
                              size_t cl, json_object *logprobs);
-json_object *api_final_chunk(job *j);
+/* A stream chunk with one tool call (an entry of c->calls, index k among them). */
+json_object *api_tool_chunk(jchoice *c, int k);
+json_object *api_final_chunk(jchoice *c);
 json_object *api_usage_chunk(job *j);
 json_object *api_response(job *j);
-json_object *api_token_logprobs(job *j, textio *tio, const sched_token *t);
-void api_keep_logprobs(job *j, json_object *entry);
+json_object *api_token_logprobs(textio *tio, const sched_token *t);
+void api_keep_logprobs(jchoice *c, json_object *entry);
+/* "call_" and 24 random characters. */
+void api_call_id(char *out, size_t len);
 
 int text_push(text_state *t, const char *s, size_t len, text_out *out);
 void text_flush(text_state *t, text_out *out);

@@ -1,4 +1,5 @@
 #include "scheduler.h"
+#include "../grammar/grammar.h"
 #include "../log.h"
 
 #include <math.h>
@@ -40,6 +41,14 @@ struct sched {
     int (*call_fn)(engine *, void *);
     void *call_arg;
     int call_rc, call_pending;
+    /* functions to run between steps with requests running (sched_task), oldest first */
+    struct task {
+        void (*fn)(engine *, void *);
+        void *arg;
+        struct task *next;
+    } * task_head, *task_tail;
+    /* the grammar's mask of a constrained request's next token, (vocab + 31) / 32 words */
+    uint32_t *mask;
     /* the prefix cache (engine thread), its counters as of the last step (under mu), and
      * the ended sequences whose snapshot waits for the steps in flight to be read */
     prefix_cache *pc;
@@ -282,19 +291,36 @@ static void drop_running(sched *s, sched_req *r) {
 static finish_reason pick_token(sched *s, sched_req *r, float *lg, int32_t pick, sched_token *t) {
     t->n_top = 0;
     if (lg && r->top_logprobs >= 0) memcpy(s->lsm, lg, (size_t)s->vocab * sizeof(float));
+    if (lg) {
+        for (int32_t k = 0; k < r->n_bias; k++)
+            if (r->bias_id[k] >= 0 && r->bias_id[k] < s->vocab) lg[r->bias_id[k]] += r->bias[k];
+        /* what the grammar refuses cannot be drawn; the budget keeps the output completable
+         * in the tokens left (grammar.h) */
+        if (r->gm && gram_match_mask(r->gm, r->max_tokens - r->n_gen, s->mask) > 0)
+            for (int32_t w = 0; w < (s->vocab + 31) / 32; w++) {
+                uint32_t m = s->mask[w];
+                if (m == UINT32_MAX) continue;
+                for (int32_t b = 0; b < 32 && w * 32 + b < s->vocab; b++)
+                    if (!(m >> b & 1)) lg[w * 32 + b] = -INFINITY;
+            }
+    }
     t->id = lg ? sampler_sample(r->smp, lg, r->hist, r->n_prompt + r->n_gen) : pick;
     if (lg && r->top_logprobs >= 0) top_logprobs(s, s->lsm, r->top_logprobs, t);
     r->hist[r->n_prompt + r->n_gen++] = t->id;
     r->next = t->id;
     for (int32_t j = 0; j < r->n_stop_ids; j++)
         if (t->id == r->stop_ids[j]) return FINISH_STOP;
+    if (r->gm && gram_match_accept(r->gm, t->id) == 0 && gram_match_status(r->gm) == GRAM_ENDED)
+        return FINISH_STOP; /* nothing may follow but the end */
     return r->n_gen >= r->max_tokens ? FINISH_LENGTH : FINISH_NONE;
 }
 
 /* Hands a picked token to the caller (an end-of-sequence id is not text), and ends the
  * request where the pick did. */
 static void deliver(sched *s, sched_req *r, const sched_token *t, finish_reason end) {
-    if (end != FINISH_STOP) r->emit(r, t, FINISH_NONE, r->user);
+    int eos = 0;
+    for (int32_t j = 0; j < r->n_stop_ids; j++) eos |= t->id == r->stop_ids[j];
+    if (!eos) r->emit(r, t, FINISH_NONE, r->user);
     if (end != FINISH_NONE) {
         drop_running(s, r);
         finish(s, r, end);
@@ -318,8 +344,8 @@ static int may_chain(sched *s) {
         if (s->sp && !r->no_spec) return 0; /* its next step takes proposals */
     }
     pthread_mutex_lock(&s->mu);
-    int busy =
-        s->call_pending || (s->stop && !s->drain) || (s->wait_head && s->n_run < s->max_running);
+    int busy = s->call_pending || s->task_head || (s->stop && !s->drain) ||
+               (s->wait_head && s->n_run < s->max_running);
     pthread_mutex_unlock(&s->mu);
     return !busy;
 }
@@ -380,7 +406,7 @@ static int32_t propose(sched *s) {
         sched_req *r = s->run[i];
         r->n_draft = 0;
         int32_t left = r->max_tokens - r->n_gen - 1;
-        if (!s->sp || r->n_done < r->n_prompt || r->no_spec || left < 1 ||
+        if (!s->sp || r->n_done < r->n_prompt || r->no_spec || r->gm || left < 1 ||
             r->fed < r->n_prompt + r->n_gen - 1)
             continue;
         s->asks[n] = (spec_ask){.seq = r->seq,
@@ -495,7 +521,8 @@ static int step(sched *s) {
      * come back from the backend, not n_out rows of the vocabulary */
     int picks_only = n_out > 0;
     for (int32_t k = 0; k < n_out && picks_only; k++)
-        picks_only = sampler_is_greedy(s->out_req[k]->smp) && s->out_req[k]->top_logprobs < 0;
+        picks_only = sampler_is_greedy(s->out_req[k]->smp) && s->out_req[k]->top_logprobs < 0 &&
+                     !s->out_req[k]->gm && !s->out_req[k]->n_bias;
     /* started: one row and one pick a sequence, none that takes proposals (a chain of
      * started steps would go on without them) */
     int started = picks_only && n_decode == n && n_out == n && !n_drafts && !asked &&
@@ -577,6 +604,21 @@ static void *thread_main(void *arg) {
             s->call_pending = 0;
             pthread_cond_broadcast(&s->call_done);
         }
+        if (s->task_head) {
+            /* between steps: none in flight (a task runs steps of its own) */
+            pthread_mutex_unlock(&s->mu);
+            while (s->n_flight) step_flight(s);
+            pthread_mutex_lock(&s->mu);
+            while (s->task_head) {
+                struct task *t = s->task_head;
+                s->task_head = t->next;
+                if (!s->task_head) s->task_tail = NULL;
+                pthread_mutex_unlock(&s->mu);
+                t->fn(s->e, t->arg);
+                free(t);
+                pthread_mutex_lock(&s->mu);
+            }
+        }
         if (s->stop && !s->drain) {
             /* cancel everything still here */
             while (s->wait_head) {
@@ -601,7 +643,7 @@ static void *thread_main(void *arg) {
         s->n_run_pub = s->n_run;
         if (s->n_run == 0) {
             if (s->stop) break;
-            if (!s->call_pending) pthread_cond_wait(&s->cv, &s->mu);
+            if (!s->call_pending && !s->task_head) pthread_cond_wait(&s->cv, &s->mu);
             continue;
         }
         pthread_mutex_unlock(&s->mu);
@@ -671,6 +713,7 @@ sched *sched_new(engine *e, int32_t max_running, int32_t max_waiting, int32_t ch
     s->cap_logits = (size_t)s->max_running * (size_t)s->vocab * 2;
     s->logits = malloc(s->cap_logits * sizeof(float));
     s->lsm = malloc((size_t)s->vocab * sizeof(float));
+    s->mask = malloc(((size_t)s->vocab + 31) / 32 * sizeof(uint32_t));
     engine_get_stats(e, &s->es);
     snprintf(s->chain, sizeof s->chain, "%s", engine_chain(e));
     snprintf(s->precision, sizeof s->precision, "%s", engine_precision(e));
@@ -678,7 +721,7 @@ sched *sched_new(engine *e, int32_t max_running, int32_t max_waiting, int32_t ch
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->call_done, NULL);
     if (!s->run || !s->rows || !s->outs || !s->picks || !s->out_req || !s->logits || !s->lsm ||
-        !s->step_req || !s->ask_req || !s->asks || !s->flight[0] || !s->flight[1] ||
+        !s->mask || !s->step_req || !s->ask_req || !s->asks || !s->flight[0] || !s->flight[1] ||
         pthread_create(&s->th, NULL, thread_main, s) != 0) {
         for (int f = 0; f < ENGINE_MAX_PENDING; f++) free(s->flight[f]);
         free(s->run);
@@ -691,6 +734,7 @@ sched *sched_new(engine *e, int32_t max_running, int32_t max_waiting, int32_t ch
         free(s->asks);
         free(s->logits);
         free(s->lsm);
+        free(s->mask);
         pc_free(s->pc);
         free(s);
         return NULL;
@@ -720,6 +764,7 @@ void sched_free(sched *s, int drain) {
     free(s->asks);
     free(s->logits);
     free(s->lsm);
+    free(s->mask);
     pc_free(s->pc);
     free(s->ret);
     free(s);
@@ -758,6 +803,26 @@ void sched_get_stats(sched *s, sched_stats *st) {
     st->spec = spec_get_kind(s->sp);
     st->spec_st = s->spst;
     pthread_mutex_unlock(&s->mu);
+}
+
+int sched_task(sched *s, void (*fn)(engine *e, void *arg), void *arg) {
+    struct task *t = malloc(sizeof *t);
+    if (!t) return -1;
+    *t = (struct task){.fn = fn, .arg = arg};
+    pthread_mutex_lock(&s->mu);
+    if (s->stop) {
+        pthread_mutex_unlock(&s->mu);
+        free(t);
+        return -1;
+    }
+    if (s->task_tail)
+        s->task_tail->next = t;
+    else
+        s->task_head = t;
+    s->task_tail = t;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
 }
 
 int sched_call(sched *s, int (*fn)(engine *e, void *arg), void *arg) {

@@ -51,6 +51,14 @@ struct sched_req {
     int32_t top_logprobs; /* 0..SCHED_MAX_TOP_LOGPROBS; -1: no logprobs */
     int no_prefix_cache;  /* "cache_prompt": false: neither reuse a cached prefix nor leave one */
     int no_spec;          /* "speculative": false: no proposals (spec.h) for this request */
+    /* constrained decoding (grammar.h): tokens the grammar refuses are masked before
+     * sampling, and the match advanced over each pick; NULL: free text. Set with no_spec
+     * (proposals are not checked against the grammar). Used on the engine thread only. */
+    struct gram_match *gm;
+    /* logit_bias: added to these tokens' logits before sampling (the caller's arrays) */
+    const int32_t *bias_id;
+    const float *bias;
+    int32_t n_bias;
     /* the cache to run in (engine_cache_open's spec, opened at admission on the engine
      * thread); "": the engine's default */
     char cache[200];
@@ -106,6 +114,10 @@ void sched_free(sched *s, int drain);
 /* Queues r. Returns 0, or -1 when the wait queue is full (the caller answers 429). */
 int sched_submit(sched *s, sched_req *r);
 void sched_get_stats(sched *s, sched_stats *st);
+/* Queues fn(e, arg) to run on the engine thread between two steps, the running requests
+ * going on around it (fn must leave their sequences alone: embeddings use sequences of
+ * their own). Returns at once; fn reports its result itself. -1 when stopping. */
+int sched_task(sched *s, void (*fn)(engine *e, void *arg), void *arg);
 /* Runs fn on the engine thread once the running requests have finished (waiting ones are
  * not admitted meanwhile; they run after it), and waits for it. For moving the model. */
 int sched_call(sched *s, int (*fn)(engine *e, void *arg), void *arg);

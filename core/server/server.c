@@ -14,6 +14,8 @@
 #include "metrics.h"
 #include "scheduler.h"
 #include "textio.h"
+#include "toolcall.h"
+#include "../grammar/grammar.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -26,6 +28,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <pthread.h>
+#include <math.h>
 #include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
@@ -37,7 +40,14 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-typedef enum { EV_PREP_DONE, EV_ADMITTED, EV_TOKEN, EV_FINISH, EV_ADMIN_DONE } ev_type;
+typedef enum {
+    EV_PREP_DONE,
+    EV_ADMITTED,
+    EV_TOKEN,
+    EV_FINISH,
+    EV_ADMIN_DONE,
+    EV_EMBED_DONE
+} ev_type;
 
 /* A backend move requested through the admin API, run on a thread of its own because it
  * waits for the running requests to finish. */
@@ -52,7 +62,9 @@ typedef struct admin_op {
 typedef struct ev_item {
     ev_type type;
     job *j;
+    jchoice *c; /* EV_ADMITTED, EV_TOKEN, EV_FINISH: the choice */
     admin_op *admin;
+    struct embed_op *emb;
     sched_token tok;
     finish_reason why;
     struct ev_item *next;
@@ -74,6 +86,8 @@ struct server {
     char draft_chain[512];
     char model_name[256];
     int32_t eos[16], n_eos;
+    gram_vocab *gv; /* every token's bytes, for constrained decoding */
+    int tc_format;  /* the model's tool-call format (toolcall.h) */
     /* results from the worker threads */
     pthread_mutex_t qmu;
     ev_item *qhead, *qtail;
@@ -181,18 +195,27 @@ static void post(server *s, ev_item *it) {
 
 /* Called on the engine thread. */
 static void on_emit(sched_req *r, const sched_token *tok, finish_reason why, void *user) {
-    job *j = user;
+    jchoice *c = user;
     (void)r;
     ev_item *it = calloc(1, sizeof *it);
     if (!it) return; /* a lost token on OOM; the finish event still comes */
-    it->j = j;
+    it->c = c;
+    it->j = c->job;
     it->type = tok ? EV_TOKEN : why == FINISH_NONE ? EV_ADMITTED : EV_FINISH;
     if (tok) it->tok = *tok;
     it->why = why;
-    post(j->srv, it);
+    post(c->job->srv, it);
 }
 
 /* ---- replies ------------------------------------------------------------------------- */
+
+/* A float in as many significant digits as asked: 7 writes a setting as it was given
+ * ("0.1", not 0.10000000149011612), 9 gives back the float exactly. */
+static json_object *float_json(float f, int digits) {
+    char b[32];
+    snprintf(b, sizeof b, "%.*g", digits, (double)f);
+    return json_object_new_double_s((double)f, b);
+}
 
 static void count_status(server *s, int code) {
     metrics_request(&s->m, code);
@@ -241,50 +264,49 @@ static void send_sse(job *j, json_object *chunk) {
 static void release(job *j);
 static json_object *read_body(struct server *s, struct evhttp_request *req, int *code);
 
-/* A stream's 200, headers and (chat) role chunk. */
+/* A stream's 200, headers and (chat) role chunks. */
 static void start_stream(job *j) {
     j->stream_started = 1;
     struct evkeyvalq *h = evhttp_request_get_output_headers(j->req);
     evhttp_add_header(h, "Content-Type", "text/event-stream");
     evhttp_add_header(h, "Cache-Control", "no-cache");
     evhttp_send_reply_start(j->req, 200, "OK");
-    if (j->kind == JOB_CHAT) {
-        json_object *c = api_role_chunk(j);
-        send_sse(j, c);
-        json_object_put(c);
-    }
+    if (j->kind == JOB_CHAT)
+        for (int k = 0; k < j->n_choices; k++) {
+            json_object *c = api_role_chunk(j, k);
+            send_sse(j, c);
+            json_object_put(c);
+        }
 }
 
-/* The end of a reply: final chunks for a stream, the whole object otherwise. */
-static void finish_reply(job *j, finish_reason why) {
+/* The end of a reply, once every choice has ended: the last chunks of a stream (each
+ * choice's final chunk went out when it ended), the whole object otherwise. */
+static void finish_reply(job *j) {
     server *s = j->srv;
     if (j->http_done) return;
     j->http_done = 1;
     if (!j->req) return;
-    j->fin = why;
     metrics_finish(&s->m, j->n_prompt, j->n_gen);
-    if (why == FINISH_ERROR && j->sr.fail_code && (!j->stream || !j->stream_started)) {
+    jchoice *bad = NULL;
+    for (int k = 0; k < j->n_choices && !bad; k++)
+        if (j->ch[k].fin == FINISH_ERROR) bad = &j->ch[k];
+    if (bad && bad->sr.fail_code && (!j->stream || !j->stream_started)) {
         /* the request's cache cannot be served: nothing of the reply is out yet */
-        send_error(s, j->req, j->sr.fail_code,
-                   j->sr.fail_code == 400 ? "invalid_request_error" : "server_error",
-                   j->cache_field, "%s: %s", j->cache_what, j->sr.fail_msg);
-    } else if (why == FINISH_ERROR && (!j->stream || !j->stream_started)) {
+        send_error(s, j->req, bad->sr.fail_code,
+                   bad->sr.fail_code == 400 ? "invalid_request_error" : "server_error",
+                   j->cache_field, "%s: %s", j->cache_what, bad->sr.fail_msg);
+    } else if (bad && (!j->stream || !j->stream_started)) {
         send_error(s, j->req, 500, "server_error", NULL, "generation failed");
     } else if (j->stream) {
         if (!j->stream_started) start_stream(j); /* cancelled before it joined */
-        if (why == FINISH_ERROR) {
+        if (bad) {
             json_object *e = api_error("generation failed", "server_error", NULL, 500);
             send_sse(j, e);
             json_object_put(e);
-        } else {
-            json_object *c = api_final_chunk(j);
+        } else if (j->include_usage) {
+            json_object *c = api_usage_chunk(j);
             send_sse(j, c);
             json_object_put(c);
-            if (j->include_usage) {
-                c = api_usage_chunk(j);
-                send_sse(j, c);
-                json_object_put(c);
-            }
         }
         struct evbuffer *b = evbuffer_new();
         evbuffer_add_printf(b, "data: [DONE]\n\n");
@@ -306,64 +328,141 @@ static void finish_reply(job *j, finish_reason why) {
     j->req = NULL;
 }
 
-/* Text the stop-string and think-tag logic let through: to the client or the record. */
-static void deliver(job *j, const char *reasoning, size_t rl, const char *content, size_t cl,
-                    json_object *logprobs) {
-    if (j->stream && j->req && (rl || cl || logprobs)) {
-        json_object *c = api_delta_chunk(j, reasoning, rl, content, cl, logprobs);
-        send_sse(j, c);
-        json_object_put(c);
+/* Tool calls the parser completed: kept, and streamed as they come. */
+static void take_calls(jchoice *c, tc_call *calls, int n) {
+    job *j = c->job;
+    for (int k = 0; k < n; k++) {
+        if (!c->calls) c->calls = json_object_new_array();
+        json_object *call = json_object_new_object(), *fn = json_object_new_object();
+        char id[40];
+        api_call_id(id, sizeof id);
+        json_object_object_add(call, "id", json_object_new_string(id));
+        json_object_object_add(call, "type", json_object_new_string("function"));
+        json_object_object_add(fn, "name", json_object_new_string(calls[k].name));
+        json_object_object_add(fn, "arguments", json_object_new_string(calls[k].arguments));
+        json_object_object_add(call, "function", fn);
+        json_object_array_add(c->calls, call);
+        if (j->stream && j->req && !j->http_done) {
+            json_object *ch = api_tool_chunk(c, (int)json_object_array_length(c->calls) - 1);
+            send_sse(j, ch);
+            json_object_put(ch);
+        }
+    }
+    tc_calls_free(calls, n);
+}
+
+/* Text the stop-string and think-tag logic let through (and, with tools on, the tool-call
+ * parser): to the client or the record. final: the choice's last text. */
+static void deliver(jchoice *c, const char *reasoning, size_t rl, const char *content, size_t cl,
+                    json_object *logprobs, int final) {
+    job *j = c->job;
+    tc_buf plain = {0};
+    if (c->tc) {
+        tc_call *calls = NULL;
+        int n = 0;
+        if (cl) tc_push(c->tc, content, cl, &plain, &calls, &n);
+        if (final) tc_finish(c->tc, &plain, &calls, &n);
+        if (n) take_calls(c, calls, n);
+        content = plain.p ? plain.p : "";
+        cl = plain.len;
+        if (c->tc_reason.len && !rl) { /* reasoning the format carries itself (gpt-oss) */
+            if (!j->stream) api_sbuf_add(&c->text.reasoning_all, c->tc_reason.p, c->tc_reason.len);
+            reasoning = c->tc_reason.p;
+            rl = c->tc_reason.len;
+        }
+    }
+    if (!j->stream) api_sbuf_add(&c->content, content, cl);
+    if (j->stream && j->req && !j->http_done && (rl || cl || logprobs)) {
+        json_object *ch = api_delta_chunk(c, reasoning, rl, content, cl, logprobs);
+        send_sse(j, ch);
+        json_object_put(ch);
     } else if (logprobs) {
         json_object_put(logprobs);
     }
+    tc_buf_free(&plain);
+    if (rl && reasoning == c->tc_reason.p) c->tc_reason.len = 0;
 }
 
-static void on_text(job *j, const char *txt, size_t len, json_object *logprobs) {
-    text_out out;
-    int stopped = text_push(&j->text, txt, len, &out);
-    deliver(j, out.reasoning, out.reasoning_len, out.content, out.content_len, logprobs);
-    if (stopped) {
-        atomic_store(&j->sr.cancel, 1); /* the engine's finish event frees the job */
-        finish_reply(j, FINISH_STOP);
-    }
-}
-
-static void on_token(job *j, const sched_token *t) {
-    server *s = j->srv;
-    double tnow = now_s();
-    if (j->n_gen == 0)
-        metrics_ttft(&s->m, tnow - j->t_start);
-    else
-        metrics_itl(&s->m, tnow - j->t_last);
-    j->t_last = tnow;
-    j->n_gen++;
-    if (j->http_done) return;
-    size_t len;
-    const char *txt = textio_stream_push(j->ts, t->id, &len);
-    json_object *lp = j->top_logprobs >= 0 ? api_token_logprobs(j, s->tio, t) : NULL;
-    if (lp && !j->stream) {
-        api_keep_logprobs(j, lp);
-        lp = NULL;
-    }
-    on_text(j, txt, len, lp);
-}
-
-static void on_finish(job *j, finish_reason why) {
-    j->in_engine = 0;
+/* A choice has ended (its last token, a stop string, an error): its last text, and in a
+ * stream its final chunk; the reply ends with the last choice. */
+static void end_choice(jchoice *c, finish_reason why, int stopped) {
+    job *j = c->job;
+    if (c->ended) return;
+    c->ended = 1;
+    c->fin = why;
     if (!j->http_done) {
-        size_t len;
-        const char *txt = textio_stream_flush(j->ts, &len);
-        if (len) on_text(j, txt, len, NULL);
-        if (!j->http_done) {
-            text_out out;
-            text_flush(&j->text, &out);
-            deliver(j, out.reasoning, out.reasoning_len, out.content, out.content_len, NULL);
-            finish_reply(j, why);
+        text_out out;
+        if (!stopped) { /* the text held back (a stop string's text released all before it) */
+            size_t len;
+            const char *txt = textio_stream_flush(c->ts, &len);
+            if (len && text_push(&c->text, txt, len, &out)) {
+                c->fin = FINISH_STOP;
+                stopped = 1;
+            }
+            if (len)
+                deliver(c, out.reasoning, out.reasoning_len, out.content, out.content_len, NULL, 0);
+            if (!stopped) {
+                text_flush(&c->text, &out);
+                deliver(c, out.reasoning, out.reasoning_len, out.content, out.content_len, NULL, 0);
+            }
+        }
+        deliver(c, "", 0, "", 0, NULL, 1); /* the tool-call parser's end */
+        if (j->stream && j->req && why != FINISH_ERROR) {
+            if (!j->stream_started) start_stream(j);
+            json_object *ch = api_final_chunk(c);
+            send_sse(j, ch);
+            json_object_put(ch);
         }
     }
+    if (why == FINISH_ERROR && !j->failed) {
+        /* one choice failed: the reply is an error, the others need not go on */
+        j->failed = 1;
+        for (int k = 0; k < j->n_choices; k++) atomic_store(&j->ch[k].sr.cancel, 1);
+    }
+    if (++j->n_ended == j->n_choices) finish_reply(j);
+}
+
+static void on_text(jchoice *c, const char *txt, size_t len, json_object *logprobs) {
+    text_out out;
+    int stopped = text_push(&c->text, txt, len, &out);
+    deliver(c, out.reasoning, out.reasoning_len, out.content, out.content_len, logprobs, 0);
+    if (stopped) {
+        atomic_store(&c->sr.cancel, 1); /* the engine's finish event frees the job */
+        end_choice(c, FINISH_STOP, 1);
+    }
+}
+
+static void on_token(jchoice *c, const sched_token *t) {
+    job *j = c->job;
+    server *s = j->srv;
+    double tnow = now_s();
+    if (c->n_gen == 0)
+        metrics_ttft(&s->m, tnow - j->t_start);
+    else
+        metrics_itl(&s->m, tnow - c->t_last);
+    c->t_last = tnow;
+    c->n_gen++;
+    j->n_gen++;
+    if (j->http_done || c->ended) return;
+    size_t len;
+    const char *txt = textio_stream_push(c->ts, t->id, &len);
+    json_object *lp = j->top_logprobs >= 0 ? api_token_logprobs(s->tio, t) : NULL;
+    if (lp && !j->stream) {
+        api_keep_logprobs(c, lp);
+        lp = NULL;
+    }
+    on_text(c, txt, len, lp);
+}
+
+static void on_finish(jchoice *c, finish_reason why) {
+    job *j = c->job;
+    c->in_engine = 0;
+    j->in_engine--;
+    end_choice(c, why, 0);
     release(j);
 }
 
+/* Each choice's sequence, matcher and tool-call parser; then they join the queue. */
 static void on_prep_done(job *j) {
     server *s = j->srv;
     j->in_prep = 0;
@@ -371,6 +470,7 @@ static void on_prep_done(job *j) {
         release(j);
         return;
     }
+    if (!j->error_code) api_choices_init(j, s->tio, s->gv);
     if (j->error_code) {
         j->http_done = 1;
         send_error(s, j->req, j->error_code,
@@ -380,26 +480,29 @@ static void on_prep_done(job *j) {
         release(j);
         return;
     }
-    j->sr.prompt = j->prompt;
-    j->sr.n_prompt = j->n_prompt;
-    j->sr.emit = on_emit;
-    j->sr.user = j;
-    j->sr.n_stop_ids = s->n_eos < 8 ? s->n_eos : 8;
-    memcpy(j->sr.stop_ids, s->eos, (size_t)j->sr.n_stop_ids * sizeof(int32_t));
-    if (j->ignore_eos) j->sr.n_stop_ids = 0;
-    j->sr.top_logprobs = j->top_logprobs;
-    j->sr.no_prefix_cache = j->no_prefix_cache;
-    j->sr.no_spec = j->no_spec;
-    if (sched_submit(s->sch, &j->sr) != 0) {
-        j->http_done = 1;
-        send_error(s, j->req, 429, "rate_limit_exceeded", NULL,
-                   "the server is busy: %d requests are running and the wait queue is full",
-                   s->o.parallel);
-        j->req = NULL;
-        release(j);
-        return;
+    for (int k = 0; k < j->n_choices; k++) {
+        jchoice *c = &j->ch[k];
+        c->sr.prompt = j->prompt;
+        c->sr.n_prompt = j->n_prompt;
+        c->sr.emit = on_emit;
+        c->sr.user = c;
+        c->sr.n_stop_ids = s->n_eos < 8 ? s->n_eos : 8;
+        memcpy(c->sr.stop_ids, s->eos, (size_t)c->sr.n_stop_ids * sizeof(int32_t));
+        if (j->ignore_eos) c->sr.n_stop_ids = 0;
+        if (sched_submit(s->sch, &c->sr) != 0) {
+            /* the choices already queued are cancelled; the reply is the 429 */
+            for (int i = 0; i < k; i++) atomic_store(&j->ch[i].sr.cancel, 1);
+            j->http_done = 1;
+            send_error(s, j->req, 429, "rate_limit_exceeded", NULL,
+                       "the server is busy: %d requests are running and the wait queue is full",
+                       s->o.parallel);
+            j->req = NULL;
+            release(j);
+            return;
+        }
+        c->in_engine = 1;
+        j->in_engine++;
     }
-    j->in_engine = 1;
     /* A stream that names its cache starts when it joins the batch (on_admitted): opening
      * the cache may fail, and that answer is a 400, not a stream. */
     if (j->stream && !j->sr.cache[0]) start_stream(j);
@@ -496,6 +599,281 @@ static void handle_admin_backend(server *s, struct evhttp_request *req) {
     evhttp_connection_set_closecb(evhttp_request_get_connection(req), on_admin_close, a);
 }
 
+/* ---- /v1/embeddings ----------------------------------------------------------------- */
+
+/* An embeddings request: its inputs (texts, tokenized on the engine thread, or token ids),
+ * run there between decode steps (sched_task), the vectors back to the loop. */
+typedef struct embed_op {
+    server *srv;
+    struct evhttp_request *req; /* NULL once the client left */
+    int n;
+    char **texts;          /* [n], NULL where ids were given */
+    int32_t **ids, *n_ids; /* [n] */
+    int dims, b64;
+    int32_t dim;
+    float *out; /* [n][dim] */
+    int64_t tokens;
+    int code;
+    char err[512], param[32];
+} embed_op;
+
+static void embed_free(embed_op *op) {
+    for (int i = 0; i < op->n; i++) {
+        if (op->texts) free(op->texts[i]);
+        if (op->ids) free(op->ids[i]);
+    }
+    free(op->texts);
+    free(op->ids);
+    free(op->n_ids);
+    free(op->out);
+    free(op);
+}
+
+static void embed_fail(embed_op *op, int code, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void embed_fail(embed_op *op, int code, const char *param, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(op->err, sizeof op->err, fmt, ap);
+    va_end(ap);
+    op->code = code;
+    snprintf(op->param, sizeof op->param, "%s", param ? param : "");
+}
+
+/* On the engine thread: tokenize, then run the inputs in batches of at most EMBED_BATCH
+ * tokens (one engine step each). */
+#define EMBED_BATCH 4096
+static void embed_task(engine *e, void *arg) {
+    embed_op *op = arg;
+    server *s = op->srv;
+    char err[512];
+    for (int i = 0; i < op->n && !op->code; i++) {
+        if (op->texts && op->texts[i] &&
+            textio_encode(s->tio, op->texts[i], 0, &op->ids[i], &op->n_ids[i], err, sizeof err))
+            embed_fail(op, 400, "input", "input %d: %s", i, err);
+        else if (op->n_ids[i] == 0)
+            embed_fail(op, 400, "input", "input %d is empty", i);
+        else if (op->n_ids[i] > s->o.ctx_size)
+            embed_fail(op, 400, "input",
+                       "input %d has %d tokens; this model's maximum context length is %d", i,
+                       op->n_ids[i], s->o.ctx_size);
+        op->tokens += op->n_ids[i];
+    }
+    op->dim = engine_embed_dim(e);
+    const char *why = NULL;
+    if (!op->code && engine_embed_pooling(e, &why) < 0)
+        embed_fail(op, 400, NULL, "this model's embeddings are off: %s", why ? why : "?");
+    if (!op->code && op->dim <= 0)
+        embed_fail(op, 400, NULL, "this model's config gives no hidden size to embed in");
+    if (!op->code && !(op->out = malloc((size_t)op->n * (size_t)op->dim * sizeof(float))))
+        embed_fail(op, 500, NULL, "out of memory");
+    for (int i = 0; i < op->n && !op->code;) {
+        int k = i + 1;
+        int64_t sum = op->n_ids[i];
+        while (k < op->n && sum + op->n_ids[k] <= EMBED_BATCH) sum += op->n_ids[k++];
+        if (engine_embed(e, (const int32_t *const *)op->ids + i, op->n_ids + i, k - i,
+                         ENGINE_POOL_MODEL, op->out + (size_t)i * (size_t)op->dim, err,
+                         sizeof err) != 0)
+            embed_fail(op, 500, NULL, "embedding failed: %s", err);
+        i = k;
+    }
+    ev_item *it = calloc(1, sizeof *it);
+    if (!it) return; /* lost; the client times out */
+    it->type = EV_EMBED_DONE;
+    it->emb = op;
+    post(s, it);
+}
+
+static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static json_object *base64_floats(const float *v, int n) {
+    const unsigned char *b = (const unsigned char *)v; /* little-endian float32, as OpenAI's */
+    size_t len = (size_t)n * 4, o = 0;
+    char *out = malloc((len + 2) / 3 * 4 + 1);
+    if (!out) return NULL;
+    for (size_t i = 0; i < len; i += 3) {
+        uint32_t x = (uint32_t)b[i] << 16 | (i + 1 < len ? (uint32_t)b[i + 1] << 8 : 0) |
+                     (i + 2 < len ? b[i + 2] : 0);
+        out[o++] = B64[x >> 18 & 63];
+        out[o++] = B64[x >> 12 & 63];
+        out[o++] = i + 1 < len ? B64[x >> 6 & 63] : '=';
+        out[o++] = i + 2 < len ? B64[x & 63] : '=';
+    }
+    out[o] = 0;
+    json_object *j = json_object_new_string_len(out, (int)o);
+    free(out);
+    return j;
+}
+
+static void on_embed_done(server *s, embed_op *op) {
+    s->active--;
+    if (!op->req) {
+        embed_free(op);
+        return;
+    }
+    if (!op->code && op->dims > op->dim)
+        embed_fail(op, 400, "dimensions", "'dimensions' %d is more than the model's %d", op->dims,
+                   op->dim);
+    if (op->code) {
+        send_error(s, op->req, op->code, op->code == 400 ? "invalid_request_error" : "server_error",
+                   op->param[0] ? op->param : NULL, "%s", op->err);
+        embed_free(op);
+        return;
+    }
+    json_object *o = json_object_new_object(), *data = json_object_new_array();
+    json_object_object_add(o, "object", json_object_new_string("list"));
+    int d = op->dims ? op->dims : op->dim;
+    for (int i = 0; i < op->n; i++) {
+        float *v = op->out + (size_t)i * (size_t)op->dim;
+        if (d < op->dim) { /* truncated, then of length 1 again (as OpenAI's dimensions) */
+            double ss = 0;
+            for (int k = 0; k < d; k++) ss += (double)v[k] * v[k];
+            double inv = ss > 0 ? 1.0 / sqrt(ss) : 0;
+            for (int k = 0; k < d; k++) v[k] = (float)(v[k] * inv);
+        }
+        json_object *item = json_object_new_object();
+        json_object_object_add(item, "object", json_object_new_string("embedding"));
+        json_object_object_add(item, "index", json_object_new_int(i));
+        json_object *vec;
+        if (op->b64) {
+            vec = base64_floats(v, d);
+        } else {
+            vec = json_object_new_array_ext(d);
+            for (int k = 0; k < d; k++) json_object_array_add(vec, float_json(v[k], 9));
+        }
+        json_object_object_add(item, "embedding", vec);
+        json_object_array_add(data, item);
+    }
+    json_object_object_add(o, "data", data);
+    json_object_object_add(o, "model", json_object_new_string(s->model_name));
+    json_object *u = json_object_new_object();
+    json_object_object_add(u, "prompt_tokens", json_object_new_int64(op->tokens));
+    json_object_object_add(u, "total_tokens", json_object_new_int64(op->tokens));
+    json_object_object_add(o, "usage", u);
+    send_json(s, op->req, 200, o);
+    json_object_put(o);
+    embed_free(op);
+}
+
+static void on_embed_close(struct evhttp_connection *c, void *arg) {
+    (void)c;
+    embed_op *op = arg;
+    if (op->req && !evhttp_request_get_connection(op->req)) evhttp_request_free(op->req);
+    op->req = NULL;
+}
+
+/* A token-id list, or NULL with op's error set. */
+static int read_ids(embed_op *op, int i, json_object *arr) {
+    size_t n = json_object_array_length(arr);
+    if (!(op->ids[i] = malloc((n ? n : 1) * sizeof(int32_t)))) return -1;
+    for (size_t k = 0; k < n; k++) {
+        json_object *t = json_object_array_get_idx(arr, k);
+        int64_t id = json_object_is_type(t, json_type_int) ? json_object_get_int64(t) : -1;
+        if (id < 0 || id >= engine_vocab(op->srv->e)) {
+            embed_fail(op, 400, "input", "input %d: token %zu is not an id of the vocabulary", i,
+                       k);
+            return -1;
+        }
+        op->ids[i][k] = (int32_t)id;
+    }
+    op->n_ids[i] = (int32_t)n;
+    return 0;
+}
+
+static void handle_embeddings(server *s, struct evhttp_request *req) {
+    int code = 0;
+    json_object *b = read_body(s, req, &code), *in = NULL, *v;
+    if (!b) {
+        send_error(s, req, code, code == 500 ? "server_error" : "invalid_request_error", NULL,
+                   code == 413   ? "request body is larger than the limit"
+                   : code == 400 ? "the request body is not valid JSON"
+                                 : "out of memory");
+        return;
+    }
+    embed_op *op = calloc(1, sizeof *op);
+    if (!op) goto oom;
+    op->srv = s;
+    if (!json_object_is_type(b, json_type_object) || !json_object_object_get_ex(b, "input", &in) ||
+        !in) {
+        embed_fail(op, 400, "input",
+                   "'input' is required: a string, a list of strings, a list "
+                   "of token ids or a list of such lists");
+        goto bad;
+    }
+    /* one input (a string or one list of ids) or a list of them */
+    int one = json_object_is_type(in, json_type_string) ||
+              (json_object_is_type(in, json_type_array) && json_object_array_length(in) > 0 &&
+               json_object_is_type(json_object_array_get_idx(in, 0), json_type_int));
+    op->n = one                                        ? 1
+            : json_object_is_type(in, json_type_array) ? (int)json_object_array_length(in)
+                                                       : 0;
+    if (op->n <= 0 || op->n > 2048) {
+        embed_fail(op, 400, "input", "'input' must hold 1 to 2048 inputs");
+        goto bad;
+    }
+    op->texts = calloc((size_t)op->n, sizeof *op->texts);
+    op->ids = calloc((size_t)op->n, sizeof *op->ids);
+    op->n_ids = calloc((size_t)op->n, sizeof *op->n_ids);
+    if (!op->texts || !op->ids || !op->n_ids) goto oom;
+    for (int i = 0; i < op->n; i++) {
+        json_object *x = one ? in : json_object_array_get_idx(in, (size_t)i);
+        if (json_object_is_type(x, json_type_string)) {
+            if (!(op->texts[i] = strdup(json_object_get_string(x)))) goto oom;
+        } else if (json_object_is_type(x, json_type_array)) {
+            if (read_ids(op, i, x) != 0) {
+                if (!op->code) goto oom;
+                goto bad;
+            }
+        } else {
+            embed_fail(op, 400, "input", "input %d must be a string or a list of token ids", i);
+            goto bad;
+        }
+    }
+    if (json_object_object_get_ex(b, "encoding_format", &v) && v) {
+        const char *f = json_object_is_type(v, json_type_string) ? json_object_get_string(v) : "";
+        if (strcmp(f, "base64") == 0)
+            op->b64 = 1;
+        else if (strcmp(f, "float") != 0) {
+            embed_fail(op, 400, "encoding_format", "'encoding_format' must be float or base64");
+            goto bad;
+        }
+    }
+    if (json_object_object_get_ex(b, "dimensions", &v) && v) {
+        int64_t d = json_object_is_type(v, json_type_int) ? json_object_get_int64(v) : 0;
+        if (d < 1 || d > engine_embed_dim(s->e)) {
+            embed_fail(op, 400, "dimensions", "'dimensions' must be an integer from 1 to %d",
+                       engine_embed_dim(s->e));
+            goto bad;
+        }
+        op->dims = (int)d;
+    }
+    if (json_object_object_get_ex(b, "user", &v) && v &&
+        !json_object_is_type(v, json_type_string)) {
+        embed_fail(op, 400, "user", "'user' must be a string");
+        goto bad;
+    }
+    json_object_put(b);
+    op->req = req;
+    s->active++;
+    evhttp_connection_set_closecb(evhttp_request_get_connection(req), on_embed_close, op);
+    if (sched_task(s->sch, embed_task, op) != 0) {
+        s->active--;
+        send_error(s, req, 503, "server_error", NULL, "the server is shutting down");
+        embed_free(op);
+    }
+    return;
+bad:
+    send_error(s, req, op->code, "invalid_request_error", op->param[0] ? op->param : NULL, "%s",
+               op->err);
+    embed_free(op);
+    json_object_put(b);
+    return;
+oom:
+    send_error(s, req, 500, "server_error", NULL, "out of memory");
+    if (op) embed_free(op);
+    json_object_put(b);
+}
+
 static void drain_queue(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
@@ -514,13 +892,16 @@ static void drain_queue(evutil_socket_t fd, short what, void *arg) {
             on_admitted(it->j);
             break;
         case EV_TOKEN:
-            on_token(it->j, &it->tok);
+            on_token(it->c, &it->tok);
             break;
         case EV_FINISH:
-            on_finish(it->j, it->why);
+            on_finish(it->c, it->why);
             break;
         case EV_ADMIN_DONE:
             on_admin_done(s, it->admin);
+            break;
+        case EV_EMBED_DONE:
+            on_embed_done(s, it->emb);
             break;
         }
         free(it);
@@ -547,7 +928,7 @@ static void on_close(struct evhttp_connection *c, void *arg) {
     if (j->req && !evhttp_request_get_connection(j->req)) evhttp_request_free(j->req);
     j->req = NULL;
     j->http_done = 1;
-    atomic_store(&j->sr.cancel, 1);
+    for (int k = 0; k < j->n_choices; k++) atomic_store(&j->ch[k].sr.cancel, 1);
     metrics_disconnect(&j->srv->m);
     if (!j->in_engine && !j->in_prep) release(j);
 }
@@ -567,7 +948,6 @@ static void prep(server *s, job *j) {
             return;
         }
         j->think = text_prompt_opens_think(text);
-        text_init_mode(&j->text, j->think);
         if (textio_encode(s->tio, text, 0, &j->prompt, &j->n_prompt, err, sizeof err)) {
             free(text);
             job_fail(j, 400, "messages", err);
@@ -698,10 +1078,9 @@ static void handle_generate(server *s, struct evhttp_request *req, job_kind kind
     j->srv = s;
     j->req = req;
     j->t_start = now_s();
-    j->ts = textio_stream_new(s->tio);
-    if (!j->ts) {
+    if (api_constrain(j, s->tc_format, err, sizeof err, param, sizeof param) != 0) {
+        send_error(s, req, 400, "invalid_request_error", param[0] ? param : NULL, "%s", err);
         job_free(j);
-        send_error(s, req, 500, "server_error", NULL, "out of memory");
         return;
     }
     s->active++;
@@ -730,7 +1109,33 @@ static void handle_health(server *s, struct evhttp_request *req) {
     if (textio_has_template(s->tio)) json_object_array_add(caps, json_object_new_string("chat"));
     json_object_array_add(caps, json_object_new_string("streaming"));
     json_object_array_add(caps, json_object_new_string("logprobs"));
+    json_object_array_add(caps, json_object_new_string("embeddings"));
+    if (s->gv) json_object_array_add(caps, json_object_new_string("structured_output"));
+    if (s->gv && s->tc_format != TC_NONE)
+        json_object_array_add(caps, json_object_new_string("tools"));
     json_object_object_add(o, "capabilities", caps);
+    json_object_object_add(o, "tool_call_format",
+                           json_object_new_string(tc_format_name((tc_format)s->tc_format)));
+    /* the settings a request runs under, as the command line set them */
+    json_object *lim = json_object_new_object();
+    json_object_object_add(lim, "parallel", json_object_new_int(s->o.parallel));
+    json_object_object_add(lim, "queue", json_object_new_int(s->o.queue));
+    json_object_object_add(lim, "ctx_size", json_object_new_int(s->o.ctx_size));
+    json_object_object_add(lim, "max_tokens", json_object_new_int(s->o.max_tokens));
+    json_object_object_add(lim, "chunk", json_object_new_int(s->o.chunk));
+    json_object_object_add(lim, "timeout", json_object_new_int(s->o.timeout));
+    json_object_object_add(lim, "shutdown_grace", json_object_new_int(s->o.shutdown_grace));
+    json_object_object_add(lim, "max_body", json_object_new_int64((int64_t)s->o.max_body));
+    json_object_object_add(lim, "threads",
+                           json_object_new_int(s->o.threads ? atoi(s->o.threads)
+                                                            : (int)sysconf(_SC_NPROCESSORS_ONLN)));
+    json_object_object_add(o, "limits", lim);
+    json_object *sd = json_object_new_object();
+    json_object_object_add(sd, "temperature", float_json(s->o.defaults.temperature, 7));
+    json_object_object_add(sd, "top_k", json_object_new_int(s->o.defaults.top_k));
+    json_object_object_add(sd, "top_p", float_json(s->o.defaults.top_p, 7));
+    json_object_object_add(sd, "min_p", float_json(s->o.defaults.min_p, 7));
+    json_object_object_add(o, "sampling_defaults", sd);
     json_object_object_add(o, "chain", json_object_new_string(st.chain));
     json_object_object_add(o, "precision", json_object_new_string(st.precision));
     json_object *mem = json_object_new_array();
@@ -822,7 +1227,8 @@ static void route(struct evhttp_request *req, void *arg) {
                   {"/v1/chat/completions", EVHTTP_REQ_POST, 1},
                   {"/v1/completions", EVHTTP_REQ_POST, 1},
                   {"/metrics", EVHTTP_REQ_GET, 0},
-                  {"/admin/backend", EVHTTP_REQ_POST, 2}};
+                  {"/admin/backend", EVHTTP_REQ_POST, 2},
+                  {"/v1/embeddings", EVHTTP_REQ_POST, 1}};
     int found = -1;
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         if (strcmp(path, routes[i].path) == 0) found = (int)i;
@@ -874,6 +1280,9 @@ static void route(struct evhttp_request *req, void *arg) {
         break;
     case 5:
         handle_admin_backend(s, req);
+        break;
+    case 6:
+        handle_embeddings(s, req);
         break;
     }
 }
@@ -984,6 +1393,21 @@ int server_run(const server_opts *o) {
         goto out;
     }
     s->n_eos = textio_eos(s->tio, s->eos, 16);
+    {
+        /* constrained decoding's view of the vocabulary, and the model's tool-call format */
+        double t0 = now_s();
+        s->gv = gram_vocab_new(textio_tokenizer(s->tio), engine_vocab(s->e), s->eos, s->n_eos, err,
+                               sizeof err);
+        if (!s->gv)
+            log_msg(LMH_LOG_WARN, "constrained decoding is off: %s", err);
+        else
+            log_msg(LMH_LOG_DEBUG, "constrained decoding: vocabulary ready in %.0f ms",
+                    (now_s() - t0) * 1e3);
+        char *tpl = textio_template_source(o->model_dir);
+        json_object *mt = json_object_object_get(engine_config(s->e), "model_type");
+        s->tc_format = tc_detect(tpl, mt ? json_object_get_string(mt) : NULL);
+        free(tpl);
+    }
     if (s->o.ctx_size <= 0) {
         json_object *mp = json_object_object_get(engine_config(s->e), "max_position_embeddings");
         s->o.ctx_size = mp ? json_object_get_int(mp) : 4096;
@@ -1089,6 +1513,7 @@ out:
     if (s->base) event_base_free(s->base);
     if (s->ssl) SSL_CTX_free(s->ssl);
     textio_close(s->tio);
+    gram_vocab_free(s->gv);
     spec_free(s->sp);
     engine_close(s->draft);
     engine_close(s->e);

@@ -46,6 +46,38 @@ void textio_close(textio *t) {
     free(t);
 }
 
+const struct tok_tokenizer *textio_tokenizer(const textio *t) {
+    return t->tok;
+}
+
+static char *slurp(const char *dir, const char *name) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    size_t len = 0, cap = 0, n;
+    char tmp[65536];
+    while ((n = fread(tmp, 1, sizeof tmp, f)) > 0 && len + n < (64u << 20)) {
+        if (len + n + 1 > cap) {
+            cap = (len + n + 1) * 2;
+            char *nb = realloc(buf, cap);
+            if (!nb) break;
+            buf = nb;
+        }
+        memcpy(buf + len, tmp, n);
+        len += n;
+    }
+    fclose(f);
+    if (buf) buf[len] = 0;
+    return buf;
+}
+
+char *textio_template_source(const char *dir) {
+    char *s = slurp(dir, "chat_template.jinja");
+    return s ? s : slurp(dir, "tokenizer_config.json");
+}
+
 int textio_has_template(const textio *t) {
     return t->chat != NULL;
 }

@@ -15,6 +15,12 @@ textio *textio_open(const char *dir, char *err, size_t err_len);
 void textio_close(textio *t);
 int textio_has_template(const textio *t);
 
+/* The tokenizer (for constrained decoding's view of the vocabulary). */
+const struct tok_tokenizer *textio_tokenizer(const textio *t);
+/* The chat template's text as the model directory holds it (chat_template.jinja, else
+ * tokenizer_config.json whole), malloc'd; NULL when neither is there. For telling formats
+ * apart by what the template writes. */
+char *textio_template_source(const char *dir);
 /* Renders messages (and tools, extra variables) with the model's chat template. */
 int textio_render(textio *t, json_object *messages, json_object *tools, json_object *vars,
                   int add_generation_prompt, char **out, char *err, size_t err_len);

@@ -1,6 +1,7 @@
 /* libFuzzer target: OpenAI request bodies as the server validates them (JSON parsing,
  * field checks, message normalisation), and the reply-text logic fed with the same bytes
- * (stop strings across chunk boundaries, think sections).
+ * (stop strings across chunk boundaries, think sections), and the grammars that
+ * response_format and forced tool calls compile to.
  * build: see tests/fuzz/run_fuzzers.sh (the "request" row). */
 #include "server/api.h"
 
@@ -18,6 +19,10 @@ char *textio_token_text(textio *t, int32_t id) {
 void textio_stream_free(textio_stream *s) {
     (void)s;
 }
+textio_stream *textio_stream_new(textio *t) {
+    (void)t;
+    return NULL;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     server_opts o = {.max_tokens = 16, .ctx_size = 4096, .parallel = 1};
@@ -32,6 +37,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (!err[0]) __builtin_trap(); /* every refusal says why */
             continue;
         }
+        /* the output's constraint: response_format's schema, or forced tool calls in a
+         * format told by the input's length */
+        if (api_constrain(j, (int)(size % 7), err, sizeof err, param, sizeof param) != 0 && !err[0])
+            __builtin_trap();
         /* feed the input itself as generated text, in uneven pieces */
         text_out out;
         size_t at = 0, step = 1;

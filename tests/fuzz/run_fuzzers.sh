@@ -14,12 +14,14 @@ set -uo pipefail
 TARGETS=(
     "safetensors|tests/fuzz/fuzz_safetensors.c core/safetensors.c core/util.c core/jsonfix/json_fix.c|json-c|-Icore/jsonfix"
     "config|tests/fuzz/fuzz_config.c core/model_dir.c core/safetensors.c core/util.c core/jsonfix/json_fix.c|json-c|-Icore/jsonfix"
-    "request|tests/fuzz/fuzz_request.c core/server/api.c core/sampler.c core/log.c core/jsonfix/json_fix.c|json-c|-Icore/server -Icore/jsonfix"
+    "request|tests/fuzz/fuzz_request.c core/server/api.c core/server/toolcall.c core/grammar/gram_build.c core/grammar/gram_compile.c core/grammar/gram_vocab.c core/grammar/gram_match.c core/tokenizer/tok_util.c core/tokenizer/tok_unidata.c core/tokenizer/tok_load.c core/tokenizer/tok_encode.c core/tokenizer/tok_decode.c core/sampler.c core/log.c core/jsonfix/json_fix.c|json-c libpcre2-8 libutf8proc|-Icore/server -Icore/jsonfix -Icore/tokenizer -Icore/grammar"
     "tokenizer|tests/fuzz/fuzz_tokenizer.c core/tokenizer/tok_util.c core/tokenizer/tok_unidata.c core/tokenizer/tok_load.c core/tokenizer/tok_encode.c core/tokenizer/tok_decode.c core/jsonfix/json_fix.c|json-c libpcre2-8 libutf8proc|-Icore/tokenizer -Icore/jsonfix"
     "spirv|tests/fuzz/fuzz_spirv.c backends/vulkan/vk_spirv.c||-Ibackends/vulkan"
     "npy|tests/fuzz/fuzz_npy.c core/npy.c core/log.c||"
     "cachespec|tests/fuzz/fuzz_cache_spec.c core/cache_spec.c||-Iplugins/cache-common -Iplugins/cache-turboquant -lm"
     "template|tests/fuzz/fuzz_template.c core/template/chat_template.c core/template/tpl_builtins.c core/template/tpl_eval.c core/template/tpl_format.c core/template/tpl_json.c core/template/tpl_parse.c core/template/tpl_unicode.c core/template/tpl_value.c|json-c libutf8proc|-Icore/template -lm"
+    "grammar|tests/fuzz/fuzz_grammar.c core/grammar/gram_build.c core/grammar/gram_compile.c core/grammar/gram_vocab.c core/grammar/gram_match.c core/tokenizer/tok_util.c core/tokenizer/tok_unidata.c core/tokenizer/tok_load.c core/tokenizer/tok_encode.c core/tokenizer/tok_decode.c core/jsonfix/json_fix.c|json-c libpcre2-8 libutf8proc|-Icore/grammar -Icore/tokenizer -Icore/jsonfix"
+    "toolcall|tests/fuzz/fuzz_toolcall.c core/server/toolcall.c|json-c|"
 )
 
 seconds=${1:-30}

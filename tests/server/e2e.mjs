@@ -16,6 +16,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
+import Ajv from 'ajv';
 
 // The cache formats requests pick in the kv-cache scenarios ("kv_cache": FORMAT), each checked
 // against a server started with --cache FORMAT. Any format a cache plugin offers may go here.
@@ -267,8 +268,8 @@ async function scenarioErrors() {
     check(r.code === 400 && r.body.error.param === 'messages', 'empty messages: 400 naming messages', JSON.stringify(r));
     r = await post({ messages: [{ role: 'user', content: 'hi' }], temperature: 'hot' });
     check(r.code === 400 && r.body.error.param === 'temperature', 'wrong type: 400 naming the field', JSON.stringify(r));
-    r = await post({ messages: [{ role: 'user', content: 'hi' }], n: 2 });
-    check(r.code === 400 && r.body.error.param === 'n', 'n=2: 400', JSON.stringify(r));
+    r = await post({ messages: [{ role: 'user', content: 'hi' }], n: 17 });
+    check(r.code === 400 && r.body.error.param === 'n', 'n=17: 400 (at most 16)', JSON.stringify(r));
     r = await post({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 100 });
     check(r.code === 400 && /64/.test(r.body.error.message) && /100/.test(r.body.error.message), 'context overflow: 400 with both sizes', JSON.stringify(r));
     r = await post({ messages: [{ role: 'user', content: 'x'.repeat(5000) }] });
@@ -974,7 +975,303 @@ async function scenarioHttpsClient() {
   await greedyCases(client(process.argv[4], { key: 'sekrit' }), 'https');
 }
 
-const scenarios = { swap: scenarioSwap, 'swap-quant': scenarioSwapQuant, 'swap-kvquant': scenarioSwapKvQuant, 'serve-vulkan': scenarioServeVulkan, 'vulkan-oom': scenarioVulkanOom, 'https-client': scenarioHttpsClient, http: scenarioHttp, https: scenarioHttps, auth: scenarioAuth, errors: scenarioErrors, concurrency: () => scenarioConcurrency(), 'concurrency-hybrid': () => scenarioConcurrency(hybridDir()), shutdown: scenarioShutdown, 'kv-cache': scenarioKvCache, 'kv-cache-errors': scenarioKvCacheErrors, precision: scenarioPrecision, bind: scenarioBind, 'prefix-cache': () => scenarioPrefixCache(), 'prefix-cache-vulkan': () => scenarioPrefixCache(['--backend', 'vulkan'], { quick: true, on: ['--prefix-cache-mb', '256'], parks: true }), speculative: () => scenarioSpeculative(), 'speculative-vulkan': () => scenarioSpeculative(['--backend', 'vulkan'], { quick: true, draftBe: ['--draft-backend', 'cpu'], invariant: false }) };
+
+// ---- structured output, tool calls, n, logit_bias, field names ------------------------------
+// The e2e model's weights are random: what is checked here holds by construction (the grammar
+// masks every token that cannot continue a valid output, and keeps it completable within
+// max_tokens), never by the model's luck.
+const SCHEMAS = {
+  person: {
+    type: 'object',
+    properties: {
+      name: { type: 'string', maxLength: 40 }, age: { type: 'integer' }, employed: { type: 'boolean' },
+      role: { enum: ['admin', 'user', 'guest'] }, nickname: { type: ['string', 'null'], maxLength: 20 },
+    },
+    required: ['name', 'age', 'role'], additionalProperties: false,
+  },
+  order: {
+    type: 'object',
+    properties: {
+      id: { type: 'integer' },
+      items: { type: 'array', minItems: 1, maxItems: 3, items: { type: 'object', properties: { sku: { type: 'string', maxLength: 12 }, qty: { type: 'integer' }, price: { type: 'number' } }, required: ['sku', 'qty', 'price'] } },
+      shipping: { type: 'object', properties: { method: { const: 'express' }, address: { $ref: '#/$defs/address' } }, required: ['method', 'address'] },
+    },
+    required: ['id', 'items', 'shipping'],
+    $defs: { address: { type: 'object', properties: { city: { type: 'string', maxLength: 20 }, zip: { type: 'string', maxLength: 10 } }, required: ['city', 'zip'] } },
+  },
+  tree: {
+    $ref: '#/$defs/node',
+    $defs: { node: { type: 'object', properties: { value: { type: 'integer' }, children: { type: 'array', maxItems: 2, items: { $ref: '#/$defs/node' } } }, required: ['value'] } },
+  },
+  either: {
+    type: 'object',
+    properties: { result: { anyOf: [{ type: 'object', properties: { ok: { const: true }, data: { type: 'array', maxItems: 4, items: { type: 'number' } } }, required: ['ok', 'data'] }, { type: 'object', properties: { ok: { const: false }, error: { type: 'string', maxLength: 30 } }, required: ['ok', 'error'] }] } },
+    required: ['result'],
+  },
+  // no length limits anywhere: only the token budget bounds the strings
+  free: { type: 'object', properties: { title: { type: 'string' }, tags: { type: 'array', items: { type: 'string' } }, note: { type: 'string' } }, required: ['title', 'tags'] },
+};
+
+const TOOLS = [
+  { type: 'function', function: { name: 'get_weather', description: 'Weather for a city', parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 30 }, unit: { enum: ['celsius', 'fahrenheit'] } }, required: ['city', 'unit'] } } },
+  { type: 'function', function: { name: 'search', description: 'Search the web', parameters: { type: 'object', properties: { query: { type: 'string', maxLength: 40 }, limit: { type: 'integer' } }, required: ['query'] } } },
+];
+
+async function streamAll(cl, body) {
+  const stream = await cl.chat.completions.create({ ...body, stream: true });
+  const ch = {};
+  for await (const chunk of stream)
+    for (const c of chunk.choices) {
+      const o = (ch[c.index] ??= { content: '', reasoning: '', reasoning_content: '', calls: [], finish: null });
+      if (c.delta?.content) o.content += c.delta.content;
+      if (c.delta?.reasoning) o.reasoning += c.delta.reasoning;
+      if (c.delta?.reasoning_content) o.reasoning_content += c.delta.reasoning_content;
+      for (const t of c.delta?.tool_calls ?? []) {
+        const call = (o.calls[t.index] ??= { id: '', type: '', function: { name: '', arguments: '' } });
+        if (t.id) call.id = t.id;
+        if (t.type) call.type = t.type;
+        if (t.function?.name) call.function.name += t.function.name;
+        if (t.function?.arguments) call.function.arguments += t.function.arguments;
+      }
+      if (c.finish_reason) o.finish = c.finish_reason;
+    }
+  return ch;
+}
+
+async function scenarioStructured() {
+  const ajv = new Ajv({ strict: false });
+  const p = await startServer(['--parallel', '8']);
+  const cl = client(p.url);
+  const user = [{ role: 'user', content: 'Give me the data.' }];
+  try {
+    // response_format json_schema: 20 seeds at temperature 1 for each schema, streamed and not
+    for (const [name, schema] of Object.entries(SCHEMAS)) {
+      const validate = ajv.compile(schema);
+      const jobs = [];
+      for (let seed = 1; seed <= 20; seed++) {
+        const body = { model: 'e2e', messages: user, temperature: 1, seed, max_tokens: 160, response_format: { type: 'json_schema', json_schema: { name, schema, strict: true } } };
+        jobs.push((async () => {
+          const stream = seed % 2 === 0;
+          const text = stream ? (await streamAll(cl, body))[0].content : (await cl.chat.completions.create(body)).choices[0].message.content;
+          let doc, ok = false;
+          try { doc = JSON.parse(text); ok = validate(doc); } catch { ok = false; }
+          return { ok, text, errs: validate.errors };
+        })());
+      }
+      const res = await Promise.all(jobs);
+      const bad = res.filter((r) => !r.ok);
+      check(bad.length === 0, `json_schema '${name}': 20 seeds at temperature 1 parse and validate`, JSON.stringify(bad[0]));
+    }
+    // json_object
+    for (let seed = 1; seed <= 5; seed++) {
+      const r = await cl.chat.completions.create({ model: 'e2e', messages: user, temperature: 1, seed, max_tokens: 64, response_format: { type: 'json_object' } });
+      let doc = null;
+      try { doc = JSON.parse(r.choices[0].message.content); } catch { /* checked below */ }
+      check(doc && typeof doc === 'object' && !Array.isArray(doc), `json_object seed ${seed}: an object`, r.choices[0].message.content);
+    }
+    // tool_choice required / named / none, streamed and not
+    const validators = Object.fromEntries(TOOLS.map((t) => [t.function.name, ajv.compile(t.function.parameters)]));
+    const checkCalls = (calls, label, only, single) => {
+      let ok = Array.isArray(calls) && calls.length >= 1 && (!single || calls.length === 1), why = '';
+      for (const c of calls ?? []) {
+        if (!/^call_[A-Za-z0-9]{24}$/.test(c.id) || c.type !== 'function') { ok = false; why = 'id/type ' + JSON.stringify(c); }
+        if (!validators[c.function.name] || (only && c.function.name !== only)) { ok = false; why = 'name ' + c.function.name; }
+        try { if (!validators[c.function.name]?.(JSON.parse(c.function.arguments))) { ok = false; why = 'arguments ' + c.function.arguments; } } catch { ok = false; why = 'JSON ' + c.function.arguments; }
+      }
+      check(ok, label, why || JSON.stringify(calls));
+    };
+    for (let seed = 1; seed <= 20; seed++) {
+      const named = seed % 4 === 0 ? 'search' : null;
+      const base = { model: 'e2e', messages: [{ role: 'user', content: 'What is the weather in Paris?' }], tools: TOOLS, temperature: 1, seed, max_tokens: 200, tool_choice: named ? { type: 'function', function: { name: named } } : 'required', parallel_tool_calls: seed % 3 !== 0 };
+      const r = await cl.chat.completions.create(base);
+      const m = r.choices[0].message;
+      checkCalls(m.tool_calls, `tool_choice ${named ?? 'required'} seed ${seed}: well-formed calls`, named, named || seed % 3 === 0);
+      eq(r.choices[0].finish_reason, 'tool_calls', `seed ${seed}: finish_reason tool_calls`);
+      const s = (await streamAll(cl, base))[0];
+      checkCalls(s.calls, `streamed seed ${seed}: well-formed calls`, named, named || seed % 3 === 0);
+      eq(JSON.stringify(s.calls.map((c) => [c.function.name, c.function.arguments])), JSON.stringify(m.tool_calls.map((c) => [c.function.name, c.function.arguments])), `seed ${seed}: streamed calls equal the non-streamed`);
+      eq(s.finish, 'tool_calls', `streamed seed ${seed}: finish_reason tool_calls`);
+    }
+    for (let seed = 1; seed <= 3; seed++) {
+      const r = await cl.chat.completions.create({ model: 'e2e', messages: [{ role: 'user', content: 'Hi' }], tools: TOOLS, tool_choice: 'none', temperature: 1, seed, max_tokens: 24 });
+      check(!r.choices[0].message.tool_calls && typeof r.choices[0].message.content === 'string', `tool_choice none seed ${seed}: no calls`, JSON.stringify(r.choices[0].message));
+    }
+    // a tool's result back through the template (arguments as the JSON text the client got)
+    const turn = await cl.chat.completions.create({
+      model: 'e2e', temperature: 0, max_tokens: 8, tools: TOOLS, messages: [
+        { role: 'user', content: 'Weather in Paris?' },
+        { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris","unit":"celsius"}' } }] },
+        { role: 'tool', tool_call_id: 'call_1', content: '{"temp": 21}' }],
+    });
+    check(turn.usage.prompt_tokens > 20 && typeof turn.choices[0].message.content === 'string', 'a tool result goes back through the template', JSON.stringify(turn.usage));
+    // n choices: greedy ones are all the reference; seeded ones are the same streamed or not
+    const c0 = cases[0];
+    const rn = await cl.chat.completions.create(chatBody(c0, { n: 3 }));
+    eq(JSON.stringify(rn.choices.map((c) => [c.index, c.message.content])), JSON.stringify([0, 1, 2].map((i) => [i, c0.greedy_text])), 'n=3 greedy: three reference texts');
+    eq(rn.usage.completion_tokens, 72, 'n=3: usage counts every choice');
+    const sampled = chatBody(c0, { n: 4, temperature: 1, seed: 11 });
+    const a = await cl.chat.completions.create(sampled), b = await streamAll(cl, sampled);
+    eq(JSON.stringify([0, 1, 2, 3].map((i) => b[i]?.content)), JSON.stringify(a.choices.map((c) => c.message.content)), 'n=4 seeded: streamed choices equal the non-streamed');
+    check(new Set(a.choices.map((c) => c.message.content)).size > 1, 'n=4 seeded: the choices differ', JSON.stringify(a.choices.map((c) => c.message.content)));
+    const ac = await client(p.url).completions.create({ model: 'e2e', prompt: 'Hello', n: 2, max_tokens: 4, temperature: 0 });
+    eq(ac.choices.length, 2, '/v1/completions n=2');
+    // logit_bias: +100 forces a token, -100 bans the greedy one
+    const forced = await cl.chat.completions.create(chatBody(c0, { max_tokens: 4, logit_bias: { 9707: 100 } }));
+    eq(forced.choices[0].message.content, 'HelloHelloHelloHello', 'logit_bias +100 forces the token');
+    const banned = await cl.chat.completions.create(chatBody(c0, { max_tokens: 1, logit_bias: { [c0.greedy_ids[0]]: -100 } }));
+    check(banned.choices[0].message.content !== (await cl.chat.completions.create(chatBody(c0, { max_tokens: 1 }))).choices[0].message.content, 'logit_bias -100 bans the greedy token');
+    // thinking text under both names: <think> forced first (then its text is reasoning)
+    const think = chatBody(c0, { max_tokens: 6, logit_bias: { 151667: 100 } });
+    const rt = (await cl.chat.completions.create(think)).choices[0].message;
+    check(rt.reasoning_content?.length > 0 && rt.reasoning === rt.reasoning_content, 'reasoning and reasoning_content', JSON.stringify(rt));
+    const st = (await streamAll(cl, think))[0];
+    check(st.reasoning_content === rt.reasoning_content && st.reasoning === rt.reasoning, 'streamed reasoning under both names', JSON.stringify(st));
+    // accepted fields
+    const acc = await cl.chat.completions.create(chatBody(c0, { max_tokens: undefined, max_completion_tokens: 5, user: 'u-1', parallel_tool_calls: false }));
+    eq(acc.usage.completion_tokens, 5, 'max_completion_tokens, user, parallel_tool_calls accepted');
+    // refusals name what is wrong
+    const post = (b) => status(p.url + '/v1/chat/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ model: 'e2e', messages: user, ...b }) });
+    let r = await post({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', pattern: '^a+$' } } } });
+    check(r.code === 400 && /pattern/.test(r.body?.error?.message) && r.body.error.param === 'response_format', 'unsupported keyword: 400 naming it', JSON.stringify(r.body));
+    r = await post({ response_format: { type: 'yaml' } });
+    check(r.code === 400 && r.body.error.param === 'response_format', 'unknown response_format type: 400', JSON.stringify(r.body));
+    r = await post({ tools: TOOLS, tool_choice: { type: 'function', function: { name: 'nope' } } });
+    check(r.code === 400 && /nope/.test(r.body?.error?.message), 'tool_choice naming an unknown tool: 400', JSON.stringify(r.body));
+    r = await post({ max_tokens: 3, response_format: { type: 'json_schema', json_schema: { name: 'o', schema: SCHEMAS.order } } });
+    check(r.code === 400 && r.body.error.param === 'max_tokens', 'max_tokens too small for the schema: 400', JSON.stringify(r.body));
+    r = await post({ logit_bias: { abc: 1 } });
+    check(r.code === 400 && r.body.error.param === 'logit_bias', 'logit_bias with a bad key: 400', JSON.stringify(r.body));
+    eq((await status(p.url + '/health')).code, 200, 'still serving');
+  } finally {
+    eq(await stop(p), 0, 'server exits 0');
+  }
+}
+
+// /v1/embeddings against transformers' hidden states (tests/data/embeddings/e2e.json, made by
+// tools/make_embedding_reference.py): mean pooling by default, last-token pooling where the
+// model directory says so (sentence-transformers' 1_Pooling/config.json, as Qwen3-Embedding).
+async function scenarioEmbeddings(be = []) {
+  const ref = JSON.parse(fs.readFileSync(path.join(root, 'tests/data/embeddings/e2e.json'), 'utf8')).cases;
+  const cos = (a, b) => { let d = 0, na = 0, nb = 0; for (let i = 0; i < a.length; i++) { d += a[i] * b[i]; na += a[i] * a[i]; nb += b[i] * b[i]; } return d / Math.sqrt(na * nb); };
+  const last = modelDir();
+  fs.mkdirSync(path.join(last, '1_Pooling'));
+  fs.writeFileSync(path.join(last, '1_Pooling/config.json'), JSON.stringify({ word_embedding_dimension: 64, pooling_mode_lasttoken: true, pooling_mode_mean_tokens: false }));
+  fs.writeFileSync(path.join(last, 'modules.json'), JSON.stringify([{ idx: 0, name: '0', path: '', type: 'sentence_transformers.models.Transformer' }, { idx: 1, name: '1', path: '1_Pooling', type: 'sentence_transformers.models.Pooling' }]));
+  for (const [pool, dir] of [['mean', modelDir()], ['last', last]]) {
+    const p = await startServer([...be], { model: dir });
+    const cl = client(p.url);
+    try {
+      const batch = await cl.embeddings.create({ model: 'e2e', input: ref.map((c) => c.text) });
+      eq(batch.object, 'list', `${pool}: a list`);
+      eq(batch.data.length, ref.length, `${pool}: one vector per input`);
+      eq(batch.usage.prompt_tokens, ref.reduce((n, c) => n + c.ids.length, 0), `${pool}: usage counts the tokens`);
+      for (const [i, c] of ref.entries()) {
+        const v = batch.data[i].embedding;
+        check(batch.data[i].index === i && v.length === 64 && cos(v, c[pool]) >= 0.9999, `${pool} case ${i}: cosine to transformers >= 0.9999`, cos(v, c[pool]));
+        const alone = await cl.embeddings.create({ model: 'e2e', input: c.text, encoding_format: 'float' });
+        check(alone.data[0].embedding.every((x, k) => Math.abs(x - v[k]) <= 1e-6), `${pool} case ${i}: the batch equals it alone`);
+        const ids = await cl.embeddings.create({ model: 'e2e', input: c.ids, encoding_format: 'float' });
+        check(cos(ids.data[0].embedding, c[pool]) >= 0.9999, `${pool} case ${i}: token ids in`);
+      }
+      // base64 (what the openai client asks for by default, decoding it itself) and dimensions
+      const raw = await status(p.url + '/v1/embeddings', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ model: 'e2e', input: ref[1].text, encoding_format: 'base64', dimensions: 16 }) });
+      const buf = Buffer.from(raw.body.data[0].embedding, 'base64');
+      const v16 = Array.from({ length: buf.length / 4 }, (_, k) => buf.readFloatLE(4 * k));
+      const want = ref[1][pool].slice(0, 16);
+      check(v16.length === 16 && cos(v16, want) >= 0.9999 && Math.abs(Math.hypot(...v16) - 1) < 1e-5, `${pool}: base64, dimensions 16 (renormalized)`, v16.length);
+      const post = (b) => status(p.url + '/v1/embeddings', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ model: 'e2e', ...b }) });
+      let r = await post({ input: [] });
+      check(r.code === 400 && r.body.error.param === 'input', 'empty input: 400', JSON.stringify(r.body));
+      r = await post({ input: 'x', dimensions: 65 });
+      check(r.code === 400 && r.body.error.param === 'dimensions', 'dimensions over the model\'s: 400', JSON.stringify(r.body));
+      r = await post({ input: [[1, -2]] });
+      check(r.code === 400 && r.body.error.param === 'input', 'a bad token id: 400', JSON.stringify(r.body));
+      r = await post({ input: 'x', encoding_format: 'hex' });
+      check(r.code === 400 && r.body.error.param === 'encoding_format', 'unknown encoding_format: 400', JSON.stringify(r.body));
+      // embeddings while chats decode: both answer, the chats unchanged
+      const chats = cases.slice(0, 3).map((c) => cl.chat.completions.create(chatBody(c)));
+      const embs = ref.map((c) => cl.embeddings.create({ model: 'e2e', input: c.text, encoding_format: 'float' }));
+      const [cr, er] = [await Promise.all(chats), await Promise.all(embs)];
+      check(cr.every((r, i) => r.choices[0].message.content === cases[i].greedy_text), `${pool}: chats beside embeddings keep their text`);
+      check(er.every((r, i) => cos(r.data[0].embedding, ref[i][pool]) >= 0.9999), `${pool}: embeddings beside chats`);
+    } finally {
+      eq(await stop(p), 0, 'server exits 0');
+    }
+  }
+}
+
+// Every serve option in both of its forms (--opt value and --opt=value), each with an effect
+// that shows it was read.
+async function scenarioOptions() {
+  const dir = tmpDir('lmhost-opt-');
+  const key = path.join(dir, 'key.pem'), cert = path.join(dir, 'cert.pem'), keyFile = path.join(dir, 'api-key');
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', key, '-out', cert,
+    '-days', '1', '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1'], { stdio: 'ignore' });
+  fs.writeFileSync(keyFile, 'file-key\n');
+  const model = modelDir();
+  const setA = [['--model', model], ['--model-name', 'opt-a'], ['--host', '127.0.0.1'], ['--port', '0'], ['--tls-cert', cert], ['--tls-key', key],
+    ['--api-key', 'k1'], ['--max-tokens', '5'], ['--ctx-size', '256'], ['--parallel', '2'], ['--queue', '3'], ['--chunk', '32'],
+    ['--prefix-cache-mb', '0'], ['--timeout', '7'], ['--shutdown-grace', '2'], ['--max-body', '2048'], ['--backend', 'cpu'],
+    ['--precision', 'exact'], ['--admin-key', 'adm'], ['--cache', 'q8'], ['--threads', '1'], ['--top-k', '1'], ['--top-p', '0.5'],
+    ['--min-p', '0.1'], ['--temperature', '0'], ['--spec', 'ngram'], ['--draft-max', '3']];
+  const setB = [['--model', model], ['--api-key-file', keyFile], ['--gpu-layers', '0'], ['--device', '0'],
+    ['--plugin-dir', path.join(dir, 'no-such-dir')], ['--draft-model', model], ['--draft-backend', 'cpu'], ['--port', '0']];
+  const argv = (set, eqForm) => set.flatMap(([o, v]) => eqForm ? [`${o}=${v}`] : [o, v]);
+  const spawnServer = (args) => new Promise((resolve, reject) => {
+    const p = spawn(lmhost, ['serve', ...args], { stdio: ['ignore', 'inherit', 'pipe'] });
+    let err = '';
+    const timer = setTimeout(() => reject(new Error('server did not start: ' + err)), 30000);
+    p.stderr.on('data', (d) => {
+      err += d;
+      process.stderr.write(d);
+      const m = /serving \S+ on (https?):\/\/([^:]+):(\d+)/.exec(err);
+      if (m && !p.url) { clearTimeout(timer); p.url = `${m[1]}://${m[2]}:${m[3]}`; p.log = () => err; resolve(p); }
+    });
+    p.on('exit', (code) => { p.exitCode_ = code; if (!p.url) reject(new Error(`server exited ${code}: ${err}`)); });
+  });
+  const get = (url, k, extra = []) => { try { return JSON.parse(curl(['--cacert', cert, ...(k ? ['-H', `Authorization: Bearer ${k}`] : []), ...extra, url])); } catch (e) { return { error: String(e) }; } };
+  const chat = (url, k, body) => get(url + '/v1/chat/completions', k, ['-H', 'Content-Type: application/json', '-d', JSON.stringify(body)]);
+  for (const eqForm of [false, true]) {
+    const form = eqForm ? '--opt=value' : '--opt value';
+    const a = await spawnServer(argv(setA, eqForm));
+    try {
+      check(a.url.startsWith('https://127.0.0.1:'), `${form}: --host, --port, --tls-cert, --tls-key`, a.url);
+      eq(get(a.url + '/v1/models', 'k1').data?.[0]?.id, 'opt-a', `${form}: --model, --model-name, --api-key`);
+      check(/invalid_api_key/.test(JSON.stringify(get(a.url + '/v1/models', null))), `${form}: --api-key refuses a request without it`);
+      const h = get(a.url + '/health');
+      eq(h.precision, 'exact', `${form}: --precision`);
+      eq(h.caches?.[0]?.format, 'q8', `${form}: --cache`);
+      eq(JSON.stringify([h.speculative?.mode, h.speculative?.draft_max]), '["ngram",3]', `${form}: --spec, --draft-max`);
+      eq(JSON.stringify(h.limits), JSON.stringify({ parallel: 2, queue: 3, ctx_size: 256, max_tokens: 5, chunk: 32, timeout: 7, shutdown_grace: 2, max_body: 2048, threads: 1 }),
+        `${form}: --parallel, --queue, --ctx-size, --max-tokens, --chunk, --timeout, --shutdown-grace, --max-body, --threads`);
+      eq(JSON.stringify(h.sampling_defaults), JSON.stringify({ temperature: 0, top_k: 1, top_p: 0.5, min_p: 0.1 }), `${form}: --temperature, --top-k, --top-p, --min-p`);
+      check(/backend=cpu/.test(h.chain), `${form}: --backend`, h.chain);
+      const r = chat(a.url, 'k1', { messages: cases[0].messages, ...(Object.keys(cases[0].template_vars).length ? { chat_template_kwargs: cases[0].template_vars } : {}) });
+      eq(r.usage?.completion_tokens, 5, `${form}: a request without max_tokens gets --max-tokens`);
+      check(!/lmhost_prefix_cache_hits_total/.test(curl(['--cacert', cert, a.url + '/metrics'])), `${form}: --prefix-cache-mb 0 turns the prefix cache off`);
+      check(/413|request_too_large/.test(JSON.stringify(chat(a.url, 'k1', { messages: [{ role: 'user', content: 'x'.repeat(3000) }] }))), `${form}: --max-body`);
+      check(/256/.test(chat(a.url, 'k1', { messages: [{ role: 'user', content: 'hi' }], max_tokens: 300 }).error?.message ?? ''), `${form}: --ctx-size in the overflow message`);
+      const adm = (k) => { try { return execFileSync('curl', ['-sS', '-o', '/dev/null', '-w', '%{http_code}', '--cacert', cert, '-X', 'POST', ...(k ? ['-H', `Authorization: Bearer ${k}`] : []), '-H', 'Content-Type: application/json', '-d', '{"backend": "cpu"}', a.url + '/admin/backend'], { encoding: 'utf8' }); } catch (e) { return String(e); } };
+      eq(adm('adm'), '200', `${form}: --admin-key opens the admin route`);
+      check(adm('k1') !== '200', `${form}: the API key does not`, adm('k1'));
+    } finally {
+      eq(await stop(a), 0, `${form}: server A exits 0`);
+    }
+    const b = await spawnServer(argv(setB, eqForm));
+    try {
+      eq(get(b.url + '/v1/models', 'file-key').object, 'list', `${form}: --api-key-file`);
+      const h = get(b.url + '/health');
+      eq(h.speculative?.mode, 'draft', `${form}: --draft-model`);
+      check(/backend=cpu/.test(h.speculative?.draft_chain ?? ''), `${form}: --draft-backend`, h.speculative?.draft_chain);
+      check(/backend=cpu/.test(h.chain) && h.memory?.length === 1, `${form}: --gpu-layers 0, --device 0`, h.chain);
+      check(/--plugin-dir \S*no-such-dir is not a directory/.test(b.log()), `${form}: --plugin-dir is read`);
+    } finally {
+      eq(await stop(b), 0, `${form}: server B exits 0`);
+    }
+  }
+}
+
+const scenarios = { structured: scenarioStructured, embeddings: () => scenarioEmbeddings(), 'embeddings-vulkan': () => scenarioEmbeddings(['--backend', 'vulkan']), options: scenarioOptions, swap: scenarioSwap, 'swap-quant': scenarioSwapQuant, 'swap-kvquant': scenarioSwapKvQuant, 'serve-vulkan': scenarioServeVulkan, 'vulkan-oom': scenarioVulkanOom, 'https-client': scenarioHttpsClient, http: scenarioHttp, https: scenarioHttps, auth: scenarioAuth, errors: scenarioErrors, concurrency: () => scenarioConcurrency(), 'concurrency-hybrid': () => scenarioConcurrency(hybridDir()), shutdown: scenarioShutdown, 'kv-cache': scenarioKvCache, 'kv-cache-errors': scenarioKvCacheErrors, precision: scenarioPrecision, bind: scenarioBind, 'prefix-cache': () => scenarioPrefixCache(), 'prefix-cache-vulkan': () => scenarioPrefixCache(['--backend', 'vulkan'], { quick: true, on: ['--prefix-cache-mb', '256'], parks: true }), speculative: () => scenarioSpeculative(), 'speculative-vulkan': () => scenarioSpeculative(['--backend', 'vulkan'], { quick: true, draftBe: ['--draft-backend', 'cpu'], invariant: false }) };
 if (!scenarios[scenario]) { console.error('unknown scenario ' + scenario); process.exit(2); }
 try {
   await scenarios[scenario]();
