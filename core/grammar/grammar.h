@@ -60,6 +60,8 @@ gram *gram_lit(const char *bytes, size_t len);
  *   back to itself before any text is refused ("'$ref' cycle at ..."), as is a schema no
  *   finite document satisfies;
  * - annotations also: deprecated, readOnly, writeOnly, and $defs/definitions themselves;
+ * - numbers have at most 15 digits before the point, 15 after it and 2 in the exponent
+ *   (they read back as finite doubles, integers exactly);
  * - counts (minItems, maxItems, minLength, maxLength) are at most 10000; strings of
  *   maxLength over 1024 and long bounded arrays cost more per token (see gram_compile.c). */
 gram *gram_json(json_object *schema, char *err, size_t err_len);

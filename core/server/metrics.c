@@ -84,7 +84,7 @@ static void label_value(struct evbuffer *b, const char *v) {
 
 void metrics_render(const metrics *m, struct evbuffer *b, int running, int waiting,
                     uint64_t cache_bytes, const engine_stats *es, const pc_stats *pc,
-                    const spec_stats *sp) {
+                    const spec_stats *sp, uint64_t constrained_tokens, double mask_seconds) {
     evbuffer_add_printf(b, "# HELP lmhost_requests_total HTTP responses by status code.\n"
                            "# TYPE lmhost_requests_total counter\n");
     for (int i = 0; i < m->n_codes; i++)
@@ -163,6 +163,15 @@ void metrics_render(const metrics *m, struct evbuffer *b, int running, int waiti
             (unsigned long long)sp->accepted,
             sp->drafted ? (double)sp->accepted / (double)sp->drafted : 0.0,
             sp->steps ? (double)(sp->steps + sp->accepted) / (double)sp->steps : 0.0);
+    evbuffer_add_printf(
+        b,
+        "# HELP lmhost_constrained_tokens_total Tokens picked under a grammar (response_format, "
+        "forced tool calls).\n# TYPE lmhost_constrained_tokens_total counter\n"
+        "lmhost_constrained_tokens_total %llu\n"
+        "# HELP lmhost_constrained_mask_seconds_total Time their masks took (the grammar's, and "
+        "putting them on the logits).\n# TYPE lmhost_constrained_mask_seconds_total counter\n"
+        "lmhost_constrained_mask_seconds_total %.6f\n",
+        (unsigned long long)constrained_tokens, mask_seconds);
     render_hist(b, "lmhost_time_to_first_token_seconds",
                 "Time from request to its first generated token.", &m->ttft, ttft_bounds);
     render_hist(b, "lmhost_time_per_output_token_seconds", "Time between generated tokens.",

@@ -37,6 +37,6 @@ void metrics_disconnect(metrics *m);
 /* es: the engine's stats, for the bytes of each open cache */
 void metrics_render(const metrics *m, struct evbuffer *out, int running, int waiting,
                     uint64_t cache_bytes, const engine_stats *es, const pc_stats *pc,
-                    const spec_stats *sp);
+                    const spec_stats *sp, uint64_t constrained_tokens, double mask_seconds);
 
 #endif

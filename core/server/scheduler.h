@@ -96,6 +96,10 @@ typedef struct sched_stats {
     pc_stats prefix;    /* the prefix cache's */
     spec_kind spec;     /* speculative decoding's drafter, and its counters */
     spec_stats spec_st;
+    /* constrained decoding: tokens picked under a grammar's mask, and the seconds the masks
+     * took (the grammar's, and putting them on the logits) */
+    uint64_t constrained_tokens;
+    double mask_seconds;
 } sched_stats;
 
 typedef struct sched sched;

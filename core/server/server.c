@@ -1202,7 +1202,8 @@ static void handle_metrics(server *s, struct evhttp_request *req) {
     sched_get_stats(s->sch, &st);
     struct evbuffer *b = evbuffer_new();
     metrics_render(&s->m, b, st.running, st.waiting, st.cache_bytes, &st.engine,
-                   st.prefix.budget ? &st.prefix : NULL, st.spec ? &st.spec_st : NULL);
+                   st.prefix.budget ? &st.prefix : NULL, st.spec ? &st.spec_st : NULL,
+                   st.constrained_tokens, st.mask_seconds);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
                       "text/plain; version=0.0.4");
     track_reply(s, req);

@@ -467,6 +467,21 @@ static void test_errors(void) {
     json_object_put(s);
 }
 
+/* Numbers stay short enough to read back as finite doubles (integers exactly). */
+static void test_number_bounds(void) {
+    gram *g = schema_gram("{\"type\":\"number\"}", NULL);
+    GT_CHECK(accepts(g, "-123456789012345.123456789012345e-12"), "the longest number");
+    GT_CHECK(!is_prefix(g, "1234567890123456"), "a 16th integer digit is refused");
+    GT_CHECK(!is_prefix(g, "1.1234567890123456"), "a 16th fraction digit is refused");
+    GT_CHECK(!is_prefix(g, "1e123"), "a third exponent digit is refused");
+    GT_CHECK(!is_prefix(g, "01"), "a leading zero is refused");
+    gram_free(g);
+    g = schema_gram("{\"type\":\"integer\"}", NULL);
+    GT_CHECK(accepts(g, "-999999999999999") && !is_prefix(g, "1.") && !is_prefix(g, "1e"),
+             "integers: 15 digits, no fraction or exponent");
+    gram_free(g);
+}
+
 static void test_schemas(void) {
     static const char *const S[] = {
         "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":{\"type\":"
@@ -629,6 +644,7 @@ int main(void) {
     test_special();
     test_errors();
     test_schemas();
+    test_number_bounds();
     test_big_vocab();
     test_cache();
     gram_vocab_free(V);

@@ -1141,6 +1141,10 @@ async function scenarioStructured() {
     check(r.code === 400 && r.body.error.param === 'max_tokens', 'max_tokens too small for the schema: 400', JSON.stringify(r.body));
     r = await post({ logit_bias: { abc: 1 } });
     check(r.code === 400 && r.body.error.param === 'logit_bias', 'logit_bias with a bad key: 400', JSON.stringify(r.body));
+    const m = curl([p.url + '/metrics']);
+    const toks = Number(/^lmhost_constrained_tokens_total (\d+)$/m.exec(m)?.[1]), secs = Number(/^lmhost_constrained_mask_seconds_total (\S+)$/m.exec(m)?.[1]);
+    check(toks > 1000 && secs > 0, '/metrics counts constrained tokens and their masks\' time', `${toks} tokens, ${secs} s`);
+    console.log(`mask: ${(secs / toks * 1e6).toFixed(1)} us a constrained token (${toks} tokens)`);
     eq((await status(p.url + '/health')).code, 200, 'still serving');
   } finally {
     eq(await stop(p), 0, 'server exits 0');
