@@ -43,8 +43,8 @@ struct evhttp_request;
 struct gram;
 struct gram_match;
 
-/* What a request's output must be: free text, any JSON object, a document of a JSON
- * schema, or tool calls in the model's format (constrained decoding, grammar.h). */
+/* "tool_choice": calls parsed out of the output (auto), not looked for (none), or forced
+ * by constrained decoding (required: any of the tools; named: that one). */
 typedef enum { TOOLS_AUTO, TOOLS_NONE, TOOLS_REQUIRED, TOOLS_NAMED } tool_choice;
 
 struct job;
@@ -99,7 +99,6 @@ typedef struct job {
     struct gram *gram;      /* the compiled constraint (NULL: free text) */
     int think;
     int32_t n_gen; /* all choices' tokens */
-    finish_reason fin;
     int in_prep, http_done;
     int failed; /* a choice ended in an error: the reply is an error */
     double t_start;

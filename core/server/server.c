@@ -362,7 +362,7 @@ static void deliver(jchoice *c, const char *reasoning, size_t rl, const char *co
         int n = 0;
         if (cl) tc_push(c->tc, content, cl, &plain, &calls, &n);
         if (final) tc_finish(c->tc, &plain, &calls, &n);
-        if (n) take_calls(c, calls, n);
+        take_calls(c, calls, n); /* frees the array, also an empty one */
         content = plain.p ? plain.p : "";
         cl = plain.len;
         if (c->tc_reason.len && !rl) { /* reasoning the format carries itself (gpt-oss) */
