@@ -193,7 +193,7 @@ int32_t engine_step_finish(engine *e, int32_t *ids, int32_t n_ids, char *err, si
 typedef enum engine_pooling {
     ENGINE_POOL_MODEL = 0, /* the model directory's own (engine_embed_pooling) */
     ENGINE_POOL_MEAN = 1,  /* the mean over the sequence's tokens */
-    ENGINE_POOL_LAST = 2,  /* the last token's (Qwen3-Embedding and other decoder embedders) */
+    ENGINE_POOL_LAST = 2,  /* the last token's (decoder-only embedding models) */
     ENGINE_POOL_CLS = 3,   /* the first token's */
 } engine_pooling;
 

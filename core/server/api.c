@@ -197,8 +197,8 @@ static int get_bool(json_object *b, const char *k, int *out, char *err, size_t e
 }
 
 /* An assistant message's tool_calls as templates read them: each function's arguments an
- * object (clients send the JSON text they were given; Llama 3's template writes
- * `arguments | tojson`, which would quote that text again). */
+ * object (clients send the JSON text they were given; templates that write
+ * `arguments | tojson` would quote that text again). */
 static int args_as_objects(json_object *m, const char *field, char *err, size_t el, char *param,
                            size_t pl) {
     json_object *calls, *fn, *args;
@@ -987,8 +987,8 @@ static json_object *wrap_logprobs(job *j, json_object *entries) {
     return o;
 }
 
-/* Thinking text under both names clients read: reasoning_content (llama.cpp, SwiftLM,
- * DeepSeek) and reasoning (vLLM, mlx-lm, Ollama). */
+/* Thinking text under both names clients read: reasoning_content (llama.cpp, SwiftLM) and
+ * reasoning (vLLM, mlx-lm, Ollama). */
 static void add_reasoning(json_object *d, const char *r, size_t rl) {
     json_object_object_add(d, "reasoning_content", json_object_new_string_len(r, (int)rl));
     json_object_object_add(d, "reasoning", json_object_new_string_len(r, (int)rl));
