@@ -341,7 +341,7 @@ int cli_bench(int argc, char **argv) {
     model_args a = {0};
     spec_args sa = {0};
     const char *prompt_s = NULL, *gen_s = NULL, *chunk_s = NULL, *batch_s = NULL;
-    int help = 0, no_bw = 0, no_peak = 0, no_overlap = 0;
+    int help = 0, no_bw = 0, no_peak = 0, no_overlap = 0, varied = 0;
     cli_opt opts[] = {{"--model", &a.model, NULL, 0},
                       {"--prompt", &prompt_s, NULL, 0},
                       {"--gen", &gen_s, NULL, 0},
@@ -351,16 +351,20 @@ int cli_bench(int argc, char **argv) {
                       {"--no-bandwidth", NULL, &no_bw, 0},
                       {"--no-peak", NULL, &no_peak, 0},
                       {"--no-overlap", NULL, &no_overlap, 0},
+                      {"--varied", NULL, &varied, 0},
                       SPEC_ARG_OPTS(sa),
                       {"--help", NULL, &help, 0},
                       {0}};
     if (cli_parse(argc, argv, opts)) return 2;
     if (help) {
         printf("usage: lmhost bench --model DIR [--prompt N] [--gen N] [--chunk N] [--batch N] "
-               "[--no-bandwidth] [--no-peak] [--no-overlap] " MODEL_ARG_HELP " " SPEC_ARG_HELP "\n"
+               "[--no-bandwidth] [--no-peak] [--no-overlap] [--varied] " MODEL_ARG_HELP
+               " " SPEC_ARG_HELP "\n"
                "--no-bandwidth, --no-peak: skip the memory bandwidth or the compute peak probe\n"
                "--no-overlap: each decode step waits for its pick before the next one is "
                "enqueued\n"
+               "--varied: decode reads pseudo-random tokens, not its picks (a random model's "
+               "picks repeat,\n  so every step would route to the same experts)\n"
                "--batch N: then N sequences with the same prompt decoded together, a row each a "
                "step\n"
                "--spec, --draft-model: then the same prompt decoded with proposals (greedy), "
@@ -420,7 +424,17 @@ int cli_bench(int argc, char **argv) {
     int32_t next = sampler_sample(smp, lg, NULL, 0), out0 = 0;
     toks[0] = next; /* toks[g]: the token step g reads; toks[n_gen]: the last step's pick */
     no_overlap |= !engine_step_overlaps(e);
-    if (decode_steps(e, 1, 1, n_gen - 1, !no_overlap, &next, NULL, toks + 1, NULL)) goto out;
+    for (int64_t g = 1; varied && g < n_gen; g++) { /* each step its own token, as text has */
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        engine_row r = {.seq = 1, .token = (int32_t)((x >> 33) % (uint64_t)V)};
+        if (engine_step(e, &r, 1, &out0, 1, NULL, &next, err, sizeof err)) {
+            fprintf(stderr, "lmhost: %s\n", err);
+            goto out;
+        }
+        toks[g] = next = r.token;
+    }
+    if (!varied && decode_steps(e, 1, 1, n_gen - 1, !no_overlap, &next, NULL, toks + 1, NULL))
+        goto out;
     engine_row row = {.seq = 1, .token = next};
     if (engine_step(e, &row, 1, &out0, 1, lg, &next, err, sizeof err)) {
         fprintf(stderr, "lmhost: %s\n", err);
@@ -451,6 +465,26 @@ int cli_bench(int argc, char **argv) {
            "experts not routed to and unread table rows are skipped)\n",
            per_tok / 1048576.0, 100.0 * per_tok / (double)s2.weight_bytes,
            (double)s2.weight_bytes / 1048576.0);
+    if (s2.experts.streamed) { /* decode's share of the expert reads and lookups */
+        const engine_expert_stats *x1 = &s1.experts, *x2 = &s2.experts;
+        uint64_t hit = x2->hits - x1->hits, miss = x2->misses - x1->misses,
+                 rb = x2->read_bytes - x1->read_bytes;
+        double busy = x2->read_busy_s - x1->read_busy_s;
+        printf("experts streamed: %.1f MiB read from disk per decoded token, hit rate %.1f%% "
+               "(%llu hits, %llu misses, %llu of them already being read), reads at %.1f MB/s "
+               "while in flight, %.1f in flight on average (at most %u); %llu read ahead for a "
+               "predicted routing, %llu of them used; %.1f of %.1f MiB resident, budget %.1f "
+               "MiB a backend, experts %.1f MiB\n",
+               (double)rb / (double)n_gen / 1048576.0,
+               hit + miss ? 100.0 * (double)hit / (double)(hit + miss) : 0.0,
+               (unsigned long long)hit, (unsigned long long)miss,
+               (unsigned long long)(x2->prefetched - x1->prefetched),
+               busy > 0 ? (double)rb / busy * 1e-6 : 0.0, x2->depth_mean, x2->depth_max,
+               (unsigned long long)(x2->ahead - x1->ahead),
+               (unsigned long long)(x2->ahead_used - x1->ahead_used),
+               (double)x2->resident_bytes / 1048576.0, (double)x2->stack_bytes / 1048576.0,
+               (double)x2->budget_bytes / 1048576.0, (double)x2->expert_bytes / 1048576.0);
+    }
     /* the cache's reads a token, -1 where the cache plugin does not count them */
     double kv_tok = s2.cache_read_counted
                         ? (double)(s2.cache_read_bytes - s1.cache_read_bytes) / (double)n_gen

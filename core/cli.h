@@ -30,19 +30,25 @@ typedef struct model_args {
     const char *model, *backend, *cache, *threads, *plugin_dir, *tokens, *gpu_layers, *device;
     const char *precision;
     const char *plugin_file; /* check-plugin's --plugin: loaded before any other plugin */
+    const char *expert_cache_mb, *moe_top_k;
+    int stream_experts;
 } model_args;
 
 /* The option-table rows of model_args (placed in each command's table). */
 #define MODEL_ARG_OPTS(a)                                                                          \
     {"--backend", &(a).backend, NULL, 0}, {"--cache", &(a).cache, NULL, 0},                        \
         {"--threads", &(a).threads, NULL, 0}, {"--plugin-dir", &(a).plugin_dir, NULL, 0},          \
-        {"--gpu-layers", &(a).gpu_layers, NULL, 0}, {"--device", &(a).device, NULL, 0}, {          \
-        "--precision", &(a).precision, NULL, 0                                                     \
+        {"--gpu-layers", &(a).gpu_layers, NULL, 0}, {"--device", &(a).device, NULL, 0},            \
+        {"--precision", &(a).precision, NULL, 0},                                                  \
+        {"--stream-experts", NULL, &(a).stream_experts, 0},                                        \
+        {"--expert-cache-mb", &(a).expert_cache_mb, NULL, 0}, {                                    \
+        "--moe-top-k", &(a).moe_top_k, NULL, 0                                                     \
     }
 
 #define MODEL_ARG_HELP                                                                             \
     "[--backend NAME] [--gpu-layers N] [--device N] [--cache NAME] [--threads N] "                 \
-    "[--precision exact|fast] [--plugin-dir DIR]"
+    "[--precision exact|fast] [--plugin-dir DIR] [--stream-experts [--expert-cache-mb N]] "        \
+    "[--moe-top-k K]"
 
 /* Speculative decoding's options (spec.h), taken by generate and serve. */
 typedef struct spec_args {

@@ -187,6 +187,16 @@ static engine *open_engine(const model_args *a, registry *reg, int load) {
     if (a->device && cli_int("--device", a->device, 0, 255, &dev)) return NULL;
     int prec = 0;
     if (cli_precision(a->precision, &prec)) return NULL;
+    int64_t mk = 0;
+    double xmb = 0; /* fractions too: the test fixtures' experts are a few hundred KB */
+    if (a->expert_cache_mb &&
+        cli_float("--expert-cache-mb", a->expert_cache_mb, 0.01, (double)(1 << 30), &xmb))
+        return NULL;
+    if (a->expert_cache_mb && !a->stream_experts) {
+        fprintf(stderr, "lmhost: --expert-cache-mb goes with --stream-experts\n");
+        return NULL;
+    }
+    if (a->moe_top_k && cli_int("--moe-top-k", a->moe_top_k, 1, 1 << 16, &mk)) return NULL;
     if (load && registry_load_with(reg, a->plugin_file, a->plugin_dir)) return NULL;
     engine_opts o = {.model_dir = a->model,
                      .backend = a->backend,
@@ -194,7 +204,10 @@ static engine *open_engine(const model_args *a, registry *reg, int load) {
                      .threads = (int)th,
                      .gpu_layers = (int)gl,
                      .device = (int)dev,
-                     .precision = prec};
+                     .precision = prec,
+                     .stream_experts = a->stream_experts,
+                     .expert_cache_bytes = (int64_t)(xmb * (1 << 20)),
+                     .moe_top_k = (int)mk};
     char err[2048];
     engine *e = engine_open(reg, &o, err, sizeof err);
     if (!e) fprintf(stderr, "lmhost: %s%s\n", load ? "" : "draft model: ", err);
@@ -240,6 +253,8 @@ int cli_open_spec(const spec_args *sa, const model_args *a, registry *reg, engin
         da.model = sa->draft_model;
         if (sa->draft_backend) da.backend = sa->draft_backend;
         da.gpu_layers = NULL;
+        da.stream_experts = 0; /* a draft is small: its experts load as any weight */
+        da.expert_cache_mb = da.moe_top_k = NULL;
         if (!(*draft = open_engine(&da, reg, 0))) return 1;
         int32_t vt = engine_vocab(target), vd = engine_vocab(*draft);
         if (vt != vd)

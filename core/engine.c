@@ -7,6 +7,8 @@
  * and nothing in the architecture plugins knows about the split. */
 #include "engine.h"
 #include "cache_spec.h"
+#include "expert_stream.h"
+#include "util.h"
 #include "log.h"
 #include "model_dir.h"
 #include "placement.h"
@@ -54,6 +56,17 @@ struct lmh_fwd {
     lmh_tensor *emb_logits;
     htensor *emb_hidden;
     int32_t n_out;
+    /* streamed experts: the expert ids last read back for their products, valid until an
+     * op writes that tensor again */
+    htensor *xs_ids_of;
+    int32_t *xs_ids, *xs_map;
+    size_t xs_ids_cap;
+    /* the routing of the next streamed layer, predicted from this one's router input
+     * (predict_next), and the last matrix product enqueued (a router's, when a route reads it) */
+    htensor *pred_ids;
+    int32_t pred_layer, last_mm_layer;
+    int predicting;
+    lmh_op last_mm;
 };
 
 /* A step started by engine_step_start whose picks the caller has not taken yet. */
@@ -79,6 +92,7 @@ typedef struct seq_ent {
     uint64_t seq;
     int ci;
     int32_t prompt_end; /* engine_seq_prompt's: the prompt fed over several steps ends here */
+    int32_t moe_k;      /* engine_seq_moe_top_k's; 0: the engine's */
 } seq_ent;
 
 struct engine {
@@ -117,7 +131,24 @@ struct engine {
     int trace;           /* engine_trace */
     float **trace_data;  /* per layer, the last traced step's rows (NULL where none) */
     int64_t *trace_dims; /* per layer: rows, width */
+    /* mixtures of experts: declare_moe's numbers (0 without), engine_opts.moe_top_k, and
+     * the experts streamed from disk (NULL unless engine_opts.stream_experts) */
+    int32_t moe_experts, moe_top_k, moe_k_default;
+    xs_store *xs;
+    struct xs_router *routers; /* per layer, with xs: its router as the last pass ran it */
 };
+
+/* A layer's router: its product (weight, bias, parameters) and routing op, without the pass's
+ * tensors, and the experts it chooses among and keeps. */
+typedef struct xs_router {
+    lmh_op mm, route;
+    int64_t n_experts, k;
+    int set;
+} xs_router;
+
+/* Passes of at most this many rows predict the next layer's routing (decode steps): a long
+ * prefill needs most experts anyway. */
+#define XS_PREDICT_ROWS 8
 
 static int slot_of(const engine *e, int32_t layer) {
     if (layer == LMH_LAYER_INPUT) return e->input_slot;
@@ -300,6 +331,18 @@ static int host_declare_layer(lmh_load_ctx *ld, int32_t layer, const lmh_layer_s
         return host_fail(ld, "layer %d: bad attention state (kv heads %d, head dims %d/%d)", layer,
                          st->n_kv_heads, st->head_dim_k, st->head_dim_v);
     e->layers[layer] = *st;
+    return LMH_OK;
+}
+
+static int host_declare_moe(lmh_load_ctx *ld, int32_t n_experts, int32_t top_k) {
+    engine *e = ld->e;
+    if (n_experts < 1 || top_k < 1 || top_k > n_experts)
+        return host_fail(ld, "declare_moe: %d of %d experts", top_k, n_experts);
+    if (e->moe_experts && (e->moe_experts != n_experts || e->moe_top_k != top_k))
+        return host_fail(ld, "declare_moe: %d of %d experts, then %d of %d", e->moe_top_k,
+                         e->moe_experts, top_k, n_experts);
+    e->moe_experts = n_experts;
+    e->moe_top_k = top_k;
     return LMH_OK;
 }
 
@@ -665,6 +708,88 @@ static lmh_tensor *make_qweight(lmh_load_ctx *ld, int32_t layer, const qweight *
     return &t->pub;
 }
 
+/* ---- experts streamed from disk (engine_opts.stream_experts) ---------------------------- */
+
+/* Whether a weight of logical shape ne is streamed: a stack of the experts the architecture
+ * plugin declared (declare_moe), or any stack weight_stack makes. */
+static int streams(const engine *e, int32_t ndim, const int64_t *ne, int stacked) {
+    return e->xs && ndim == 3 && (stacked || (e->moe_experts && ne[0] == e->moe_experts));
+}
+
+/* Streamed experts of logical shape ne [E, out, in]: nothing is read now, only where each
+ * expert's parts lie. parts[p] is part p's checkpoint tensor holding all E experts, or with
+ * per_expert, parts[e * n_parts + p] expert e's alone. */
+static lmh_tensor *stream_weight(lmh_load_ctx *ld, int32_t layer, lmh_dtype dt, lmh_dtype sbt,
+                                 int32_t group, const int64_t *ne, int transposed, int n_parts,
+                                 const st_tensor *const *parts, int per_expert, const char *name) {
+    engine *e = ld->e;
+    const int64_t E = ne[0];
+    xs_desc d = {.layer = layer,
+                 .slot = slot_of(e, layer),
+                 .dtype = dt,
+                 .sb_dtype = sbt,
+                 .group = group,
+                 .n_experts = E,
+                 .out = ne[1],
+                 .in = ne[2],
+                 .transposed = transposed,
+                 .n_parts = n_parts};
+    xs_loc *loc = calloc((size_t)(E * n_parts), sizeof *loc);
+    if (!loc) {
+        host_fail(ld, "out of memory");
+        return NULL;
+    }
+    for (int p = 0; p < n_parts; p++) {
+        d.loc[p] = loc + p * E;
+        for (int64_t x = 0; x < E; x++) {
+            const st_tensor *t = parts[per_expert ? x * n_parts + p : p];
+            uint64_t span = t->end - t->begin, off;
+            size_t bytes = per_expert ? span : span / (uint64_t)E;
+            if (!per_expert && span % (uint64_t)E) bytes = 0;
+            if (!bytes || (x && bytes != d.part_bytes[p]) ||
+                md_locate(e->md, t, &loc[p * E + x].path, &off) != 0) {
+                free(loc);
+                host_fail(ld,
+                          "tensor %s cannot be streamed: its experts' bytes are not %lld "
+                          "equal slices of a file",
+                          t->name, (long long)E);
+                return NULL;
+            }
+            d.part_bytes[p] = bytes;
+            loc[p * E + x].off = off + (per_expert ? 0 : (uint64_t)x * bytes);
+        }
+    }
+    char err[512];
+    xs_tensor *xt = xs_add(e->xs, &d, err, sizeof err);
+    free(loc);
+    if (!xt) {
+        host_fail(ld, "%s: %s", name, err);
+        return NULL;
+    }
+    htensor *t = calloc(1, sizeof *t);
+    if (!t || !track_weight(e, t)) {
+        free(t);
+        host_fail(ld, "out of memory");
+        return NULL;
+    }
+    t->pub.dtype = dt;
+    t->pub.ndim = 3;
+    memcpy(t->pub.ne, ne, 3 * sizeof *ne);
+    t->pub.group = group;
+    t->pub.backend_priv = t;
+    t->weight = 1;
+    t->xs = xt;
+    for (int p = 0; p < n_parts; p++) e->weight_bytes += d.part_bytes[p] * (uint64_t)E;
+    return &t->pub;
+}
+
+static lmh_tensor *stream_packed(lmh_load_ctx *ld, int32_t layer, const qweight *q,
+                                 const char *name) {
+    const st_tensor *parts[3] = {q->w, q->scales, q->biases};
+    return stream_weight(ld, layer, q->mx ? LMH_MXFP4 : lmh_quant_dtype(q->bits), q->scales->dtype,
+                         q->group, q->ne, 0, q->mx ? 2 : 3, parts, 0, name);
+}
+
 static lmh_tensor *host_weight(lmh_load_ctx *ld, int32_t layer, const char *name, int32_t ndim,
                                const int64_t *ne) {
     qweight q;
@@ -683,9 +808,12 @@ static lmh_tensor *host_weight(lmh_load_ctx *ld, int32_t layer, const char *name
                       name, have, q.mx ? "microscaled" : "quantized", q.bits, want);
             return NULL;
         }
+        if (streams(ld->e, q.ndim, q.ne, 0)) return stream_packed(ld, layer, &q, name);
         return make_qweight(ld, layer, &q, name);
     }
     const st_tensor *t = find_checked(ld, name, ndim, ne);
+    if (t && streams(ld->e, t->ndim, t->ne, 0))
+        return stream_weight(ld, layer, t->dtype, LMH_F32, 0, t->ne, 0, 1, &t, 0, name);
     return t ? make_weight(ld, layer, t->dtype, t->ndim, t->ne, t->data, name) : NULL;
 }
 
@@ -726,6 +854,9 @@ static lmh_tensor *host_weight_transposed(lmh_load_ctx *ld, int32_t layer, const
     if (!(t = find_checked(ld, name, ndim, sw))) return NULL;
     const int32_t nd = t->ndim;
     const int64_t R = t->ne[nd - 2], C = t->ne[nd - 1];
+    if (nd == 3 && streams(ld->e, 3, (int64_t[]){t->ne[0], C, R}, 0))
+        return stream_weight(ld, layer, t->dtype, LMH_F32, 0, (int64_t[]){t->ne[0], C, R}, 1, 1, &t,
+                             0, name);
     int64_t mats = 1;
     for (int i = 0; i < nd - 2; i++) mats *= t->ne[i];
     const size_t es = lmh_dtype_size(t->dtype), bytes = (size_t)(mats * R * C) * es;
@@ -762,6 +893,35 @@ static lmh_tensor *host_weight_stack(lmh_load_ctx *ld, int32_t layer, const char
     pl_slot *sl = &e->slots[s];
     int64_t sne[LMH_MAX_DIMS] = {count};
     memcpy(sne + 1, ne, (size_t)ndim * sizeof *ne);
+    if (streams(e, ndim + 1, sne, 1)) { /* each expert's tensor stays where it is */
+        const st_tensor **parts = calloc((size_t)count, sizeof *parts);
+        if (!parts) {
+            host_fail(ld, "out of memory");
+            return NULL;
+        }
+        lmh_tensor *w = NULL;
+        int ok = 1;
+        for (int32_t i = 0; ok && i < count; i++) {
+            char name[512];
+            snprintf(name, sizeof name, fmt, i);
+            qweight q;
+            int qr = quant_of(ld, name, &q);
+            if (qr > 0)
+                host_fail(ld,
+                          "tensor %s: quantized per-expert tensors are not supported; "
+                          "quantized experts must be stacked (switch_mlp)",
+                          name);
+            ok = !qr && (parts[i] = find_checked(ld, name, ndim, ne)) != NULL;
+            if (ok && parts[i]->dtype != parts[0]->dtype) {
+                host_fail(ld, "tensor %s is %s; the others of its stack are %s", name,
+                          lmh_dtype_name(parts[i]->dtype), lmh_dtype_name(parts[0]->dtype));
+                ok = 0;
+            }
+        }
+        if (ok) w = stream_weight(ld, layer, parts[0]->dtype, LMH_F32, 0, sne, 0, 1, parts, 1, fmt);
+        free(parts);
+        return w;
+    }
     lmh_tensor *p = NULL;
     size_t slice = 0;
     for (int32_t i = 0; i < count; i++) {
@@ -879,6 +1039,11 @@ static lmh_tensor *host_fwd_tensor(lmh_fwd *f, int32_t layer, lmh_dtype dtype, i
 static lmh_tensor *host_fwd_view(lmh_fwd *f, lmh_tensor *t, int64_t offset, int32_t ndim,
                                  const int64_t *ne) {
     if (!t) return NULL;
+    if (HT(t)->xs) {
+        fwd_failf(f, "experts streamed from disk cannot be viewed (only an expert product "
+                     "reads them)");
+        return NULL;
+    }
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) n *= ne[i];
     if (ndim < 1 || ndim > LMH_MAX_DIMS || offset < 0 || n < 0 || offset + n > lmh_nelem(t)) {
@@ -934,6 +1099,200 @@ static int embed_take(lmh_fwd *f, int32_t layer, const lmh_op *op) {
     return LMH_OK;
 }
 
+static htensor *ht_root(lmh_tensor *t) {
+    return HT(t)->base ? HT(t)->base : HT(t);
+}
+
+/* Rows [r0, r0 + n) of a backend tensor, as a backend view (the caller frees it). */
+static lmh_tensor *row_view(const pl_slot *sl, lmh_tensor *t, int32_t r0, int32_t n);
+
+/* An expert product over experts streamed from disk: the expert ids come back to the host
+ * (a sync point), the experts they name are made resident, and the product runs on the
+ * resident stack with the ids mapped to its slots, over row ranges whose experts fit in
+ * it (one range but in long prefills). */
+static int stream_moe(lmh_fwd *f, int32_t layer, const lmh_op *op) {
+    engine *e = f->e;
+    htensor *w = HT(op->src[1]), *idt = op->src[2] ? HT(op->src[2]) : NULL;
+    lmh_tensor *x = op->src[0], *dst = op->dst;
+    const int s = slot_of(e, layer);
+    const pl_slot *sl = &e->slots[s];
+    if (!idt || !x || idt->pub.dtype != LMH_I32 || idt->pub.ndim != 2 ||
+        x->ne[0] != idt->pub.ne[0] || dst->ndim != 3 || dst->ne[0] != x->ne[0] ||
+        dst->ne[1] != idt->pub.ne[1] || dst->ne[2] != w->pub.ne[1] || x == dst) {
+        fwd_failf(f, "bad operands for an expert product over streamed experts");
+        return LMH_EINVAL;
+    }
+    const int64_t n = idt->pub.ne[0], k = idt->pub.ne[1], nk = n * k, E = xs_n_experts(w->xs);
+    char why[256] = "out of memory";
+    int prefetch = 0;
+    if (f->xs_ids_of != idt) {
+        if ((size_t)nk > f->xs_ids_cap) {
+            int32_t *a = realloc(f->xs_ids, (size_t)nk * sizeof *a);
+            if (a) f->xs_ids = a;
+            int32_t *m = a ? realloc(f->xs_map, (size_t)nk * sizeof *m) : NULL;
+            if (m) f->xs_map = m;
+            if (!a || !m) {
+                fwd_failf(f, "out of memory");
+                return LMH_ENOMEM;
+            }
+            f->xs_ids_cap = (size_t)nk;
+        }
+        lmh_tensor *pi = pl_on_why(e->slots, idt, s, 0, why, sizeof why);
+        if (!pi || sl->api->download(sl->b, pi, 0, f->xs_ids, (size_t)nk * sizeof(int32_t))) {
+            fwd_failf(f, "reading the expert ids back failed: %s", pi ? "download" : why);
+            return LMH_EINVAL;
+        }
+        f->xs_ids_of = idt;
+        prefetch = f->pred_ids != NULL;
+    }
+    lmh_tensor *px = pl_on_why(e->slots, HT(x), s, 0, why, sizeof why);
+    lmh_tensor *pd = px ? pl_on_why(e->slots, HT(dst), s, 1, why, sizeof why) : NULL;
+    uint32_t *seen = calloc((size_t)E, sizeof *seen);
+    if (!px || !pd || !seen) {
+        free(seen);
+        fwd_failf(f, "cannot place the operands of moe_matmul on %s: %s", sl->plugin->info->name,
+                  why);
+        f->oom = 1;
+        return LMH_ENOMEM;
+    }
+    const int32_t cap = xs_slots(w->xs);
+    int rc = LMH_OK;
+    for (int64_t r0 = 0, chunk = 1; r0 < n && rc == LMH_OK; chunk++) {
+        int64_t r1 = r0, distinct = 0;
+        for (; r1 < n; r1++) { /* the rows whose experts, with those before, fit the stack */
+            int64_t add = 0;
+            for (int64_t j = 0; j < k; j++) {
+                int32_t id = f->xs_ids[r1 * k + j];
+                if (id < 0 || id >= E) {
+                    add = -1;
+                    break;
+                }
+                if (seen[id] != (uint32_t)chunk) {
+                    seen[id] = (uint32_t)chunk;
+                    add++;
+                }
+            }
+            if (add < 0) {
+                r1 = r0;
+                break;
+            }
+            if (distinct + add > cap && r1 > r0) break; /* the next range's (a new stamp) */
+            distinct += add;
+        }
+        if (r1 == r0) r1 = r0 + 1; /* bad ids or one row past the stack: xs_resident says */
+        char err[512];
+        lmh_tensor *stack = xs_resident(e->xs, w->xs, e->slots, f->xs_ids + r0 * k, (r1 - r0) * k,
+                                        f->xs_map + r0 * k, err, sizeof err);
+        if (!stack) {
+            fwd_failf(f, "%s", err);
+            rc = LMH_EINVAL;
+            break;
+        }
+        if (prefetch) { /* the next layer's predicted experts, read after this one's */
+            prefetch = 0;
+            htensor *pt = f->pred_ids;
+            const int64_t pn = lmh_nelem(&pt->pub);
+            int32_t *pid = malloc((size_t)pn * sizeof *pid);
+            lmh_tensor *pp = pl_on_why(e->slots, pt, s, 0, why, sizeof why);
+            if (pid && pp && !sl->api->download(sl->b, pp, 0, pid, (size_t)pn * sizeof *pid))
+                xs_prefetch(e->xs, f->pred_layer, s, pid, pn);
+            free(pid);
+            f->pred_ids = NULL;
+        }
+        const int whole = r0 == 0 && r1 == n;
+        int64_t mne[2] = {r1 - r0, k};
+        lmh_tensor *mid = sl->api->tensor_new(sl->b, LMH_I32, 2, mne, 0);
+        lmh_tensor *vx = whole ? px : row_view(sl, px, (int32_t)r0, (int32_t)(r1 - r0));
+        lmh_tensor *vd = whole ? pd : row_view(sl, pd, (int32_t)r0, (int32_t)(r1 - r0));
+        lmh_op p;
+        op_copy(e, op, &p);
+        p.src[0] = vx;
+        p.src[1] = stack;
+        p.src[2] = mid;
+        p.dst = vd;
+        if (!mid || !vx || !vd ||
+            sl->api->upload(sl->b, mid, 0, f->xs_map + r0 * k,
+                            (size_t)((r1 - r0) * k) * sizeof(int32_t))) {
+            fwd_failf(f, "out of %s memory for an expert product", sl->plugin->info->name);
+            f->oom = 1;
+            rc = LMH_ENOMEM;
+        } else if ((rc = sl->api->enqueue(sl->b, &p)) != LMH_OK) {
+            fwd_failf(f, "backend %s cannot run op moe_matmul over streamed experts (%d)",
+                      sl->plugin->info->name, rc);
+        }
+        if (!whole && vx) sl->api->tensor_free(sl->b, vx);
+        if (!whole && vd) sl->api->tensor_free(sl->b, vd);
+        if (mid) sl->api->tensor_free(sl->b, mid);
+        r0 = r1;
+    }
+    free(seen);
+    if (rc != LMH_OK) return rc;
+    pl_written(HT(dst), s);
+    e->mm_flops += 2 * (uint64_t)lmh_nelem(dst) * (uint64_t)lmh_inner(x);
+    return LMH_OK;
+}
+
+/* Reads of the next streamed layer's experts can start before that layer routes: its router
+ * applied to this layer's router input (the residual stream changes little from one layer to
+ * the next) predicts its choice. Enqueued right after this layer's routing, read back with
+ * it, and handed to xs_prefetch after this layer's own misses. */
+static void predict_next(lmh_fwd *f, int32_t layer, const lmh_op *route) {
+    engine *e = f->e;
+    int32_t next = -1;
+    for (int32_t l = layer + 1; l < e->n_layers && next < 0; l++)
+        if (xs_layer_streams(e->xs, l)) next = l;
+    if (f->n_rows > XS_PREDICT_ROWS || next < 0 || !e->routers[next].set ||
+        slot_of(e, next) != slot_of(e, layer) || f->pred_ids)
+        return;
+    const xs_router *r = &e->routers[next];
+    lmh_tensor *x = f->last_mm.src[0];
+    if (!x || x->ndim != 2 || x->ne[1] != r->mm.src[1]->ne[1]) return;
+    int64_t lne[2] = {x->ne[0], r->n_experts}, kne[2] = {x->ne[0], r->k};
+    lmh_tensor **traced = f->traced; /* not a layer's result */
+    f->traced = NULL;
+    f->predicting = 1;
+    lmh_tensor *lg = host_fwd_tensor(f, layer, LMH_F32, 2, lne),
+               *w = host_fwd_tensor(f, layer, LMH_F32, 2, kne),
+               *ids = host_fwd_tensor(f, layer, LMH_I32, 2, kne);
+    lmh_op mm = r->mm, rt = r->route;
+    mm.dst = lg;
+    mm.src[0] = x;
+    rt.dst = w;
+    rt.src[0] = lg;
+    rt.src[1] = ids;
+    rt.src[2] = route->src[2]; /* the rows' experts per token */
+    if (lg && w && ids && host_fwd_op(f, layer, &mm) == LMH_OK &&
+        host_fwd_op(f, layer, &rt) == LMH_OK) {
+        f->pred_ids = HT(ids);
+        f->pred_layer = next;
+    }
+    f->predicting = 0;
+    f->traced = traced;
+}
+
+/* Streamed experts: keeps each layer's router as this pass runs it, and predicts from it. */
+static void track_router(lmh_fwd *f, int32_t layer, const lmh_op *op) {
+    engine *e = f->e;
+    if (op->code == LMH_OP_MATMUL) {
+        f->last_mm = *op;
+        f->last_mm_layer = layer;
+        return;
+    }
+    if (op->code != LMH_OP_MOE_ROUTE || layer < 0 || layer >= e->n_layers ||
+        f->last_mm_layer != layer || f->last_mm.dst != op->src[0] || !op->src[0] || !op->dst ||
+        !f->last_mm.src[1])
+        return;
+    xs_router *r = &e->routers[layer];
+    r->mm = f->last_mm;
+    r->mm.src[0] = r->mm.dst = NULL; /* the pass's */
+    r->route = *op;
+    r->route.src[0] = r->route.src[1] = r->route.src[2] = r->route.dst = NULL;
+    r->n_experts = op->src[0]->ne[1];
+    r->k = op->dst->ne[1];
+    r->set = 1;
+    predict_next(f, layer, op);
+}
+
 static int host_fwd_op(lmh_fwd *f, int32_t layer, const lmh_op *op) {
     engine *e = f->e;
     if (f->failed) return LMH_EINVAL;
@@ -946,6 +1305,12 @@ static int host_fwd_op(lmh_fwd *f, int32_t layer, const lmh_op *op) {
         if (layer != f->last_layer) trace_layer_end(f, layer);
         f->last_dst = op->dst;
     }
+    if (f->xs_ids_of && (ht_root(op->dst) == ht_root(&f->xs_ids_of->pub) ||
+                         (op->code == LMH_OP_MOE_ROUTE && op->src[1] &&
+                          ht_root(op->src[1]) == ht_root(&f->xs_ids_of->pub))))
+        f->xs_ids_of = NULL; /* the ids read back are about to change */
+    if (op->code == LMH_OP_MOE_MATMUL && op->src[1] && HT(op->src[1])->xs)
+        return stream_moe(f, layer, op);
     int s = slot_of(e, layer);
     lmh_op p;
     op_copy(e, op, &p);
@@ -955,6 +1320,13 @@ static int host_fwd_op(lmh_fwd *f, int32_t layer, const lmh_op *op) {
     for (int i = 0; i < nsrc; i++) {
         lmh_tensor *t = lmh_op_src(&p, i), *on;
         if (!t) continue;
+        if (HT(t)->xs) {
+            fwd_failf(f,
+                      "experts streamed from disk can only be an expert product's experts "
+                      "(op %s)",
+                      lmh_op_name(op->code));
+            return LMH_EUNSUPPORTED;
+        }
         if (!(on = pl_on_why(e->slots, HT(t), s, 0, why, sizeof why))) goto oom;
         lmh_op_set_src(&p, i, on);
         in_place |= t == op->dst;
@@ -983,6 +1355,7 @@ static int host_fwd_op(lmh_fwd *f, int32_t layer, const lmh_op *op) {
     /* dense and expert products alike: each output element is `in` multiply-adds */
     if ((op->code == LMH_OP_MATMUL || op->code == LMH_OP_MOE_MATMUL) && op->src[0])
         e->mm_flops += 2 * (uint64_t)lmh_nelem(op->dst) * (uint64_t)lmh_inner(op->src[0]);
+    if (e->routers && !f->predicting) track_router(f, layer, op);
     return LMH_OK;
 oom:
     fwd_failf(f, "cannot place the operands of %s on %s: %s", lmh_op_name(op->code),
@@ -1200,6 +1573,7 @@ const lmh_host_api host_api = {
     .declare_recurrent = host_declare_recurrent,
     .fwd_recurrent = host_fwd_recurrent,
     .weight_transposed = host_weight_transposed,
+    .declare_moe = host_declare_moe,
 };
 
 /* ---- engine ------------------------------------------------------------------------ */
@@ -1237,6 +1611,8 @@ void engine_close(engine *e) {
     for (int i = 0; i < e->n_pend; i++) pend_free(e, &e->pend[i]);
     free_caches(e);
     if (e->model) e->arch->unload(e->model);
+    xs_free(e->xs, e->slots);
+    free(e->routers);
     for (int i = e->n_weights - 1; i >= 0; i--) pl_free(e->slots, e->weights[i]);
     free(e->weights);
     for (int s = 0; s < PL_MAX_SLOTS; s++) stop_backend(e, s);
@@ -1465,6 +1841,14 @@ engine *engine_open(const registry *reg, const engine_opts *o, char *err, size_t
     if (start_backend(e, 0, bname, err, err_len) != 0) goto fail;
     e->n_slots = 1;
 
+    if (o->stream_experts) {
+        uint64_t budget =
+            o->expert_cache_bytes > 0 ? (uint64_t)o->expert_cache_bytes : util_mem_available() / 2;
+        if (!(e->xs = xs_new(budget, 8))) { /* reads in flight: enough for an SSD's queue */
+            errf(err, err_len, "out of memory");
+            goto fail;
+        }
+    }
     lmh_load_ctx ld = {.e = e};
     if (e->arch->load(&host_api, &ld, &e->model) != 0 || ld.failed || !e->model) {
         errf(err, err_len, "%s: %s", o->model_dir,
@@ -1475,6 +1859,39 @@ engine *engine_open(const registry *reg, const engine_opts *o, char *err, size_t
         errf(err, err_len, "architecture plugin %s did not declare the model",
              e->arch_p->info->name);
         goto fail;
+    }
+    if (o->moe_top_k && (!e->moe_top_k || o->moe_top_k > e->moe_top_k)) {
+        if (e->moe_top_k)
+            errf(err, err_len, "--moe-top-k %d: the model routes each token to %d experts at most",
+                 o->moe_top_k, e->moe_top_k);
+        else
+            errf(err, err_len,
+                 "--moe-top-k: architecture plugin %s declares no experts whose number a token "
+                 "uses could change",
+                 e->arch_p->info->name);
+        goto fail;
+    }
+    e->moe_k_default = o->moe_top_k;
+    if (e->xs) {
+        xs_stats xst;
+        xs_get_stats(e->xs, &xst);
+        if (!xst.n_weights) {
+            log_msg(LMH_LOG_WARN, "--stream-experts: %s has no stacked experts to stream",
+                    o->model_dir);
+            xs_free(e->xs, e->slots);
+            e->xs = NULL;
+        } else if (xs_plan(e->xs, e->moe_top_k, merr, sizeof merr) != 0) {
+            errf(err, err_len, "%s", merr);
+            goto fail;
+        } else if (!(e->routers = calloc((size_t)e->n_layers, sizeof *e->routers))) {
+            errf(err, err_len, "out of memory");
+            goto fail;
+        } else {
+            log_msg(LMH_LOG_INFO,
+                    "streaming %d expert weights (%.1f MiB) with %.1f MiB resident per backend",
+                    xst.n_weights, (double)xst.expert_bytes / (1 << 20),
+                    (double)xst.budget_bytes / (1 << 20));
+        }
     }
     e->first_kv = -1;
     for (int32_t l = 0; l < e->n_layers && e->first_kv < 0; l++)
@@ -1544,6 +1961,27 @@ void engine_get_stats(engine *e, engine_stats *s) {
         }
         s->cache_bytes += cs->bytes;
         s->cache_read_bytes += cs->read_bytes;
+    }
+    if (e->xs) {
+        xs_stats x;
+        xs_get_stats(e->xs, &x);
+        s->experts = (engine_expert_stats){.streamed = 1,
+                                           .budget_bytes = x.budget_bytes,
+                                           .expert_bytes = x.expert_bytes,
+                                           .resident_bytes = x.resident_bytes,
+                                           .stack_bytes = x.stack_bytes,
+                                           .hits = x.hits,
+                                           .misses = x.misses,
+                                           .prefetched = x.prefetched,
+                                           .ahead = x.ahead,
+                                           .ahead_used = x.ahead_used,
+                                           .reads = x.reads,
+                                           .read_bytes = x.read_bytes,
+                                           .read_busy_s = x.read_busy_s,
+                                           .depth_mean =
+                                               x.read_busy_s > 0 ? x.depth_time / x.read_busy_s : 0,
+                                           .depth_max = x.depth_max,
+                                           .depth_now = x.depth_now};
     }
     for (int i = 0; i < e->n_slots; i++) {
         lmh_backend_mem m = {0};
@@ -1632,6 +2070,19 @@ int engine_seq_add_in(engine *e, uint64_t seq, int cache) {
     }
     e->seqs[e->n_seqs++] = (seq_ent){.seq = seq, .ci = cache};
     ec->n_seqs++;
+    return 0;
+}
+
+int32_t engine_moe_top_k(const engine *e, int32_t *n_experts) {
+    if (n_experts) *n_experts = e->moe_experts;
+    return e->moe_top_k;
+}
+
+int engine_seq_moe_top_k(engine *e, uint64_t seq, int32_t k) {
+    if (!e->moe_top_k) return LMH_EUNSUPPORTED;
+    int i = seq_find(e, seq);
+    if (i < 0 || k < 0 || k > e->moe_top_k) return LMH_EINVAL;
+    e->seqs[i].moe_k = k;
     return 0;
 }
 
@@ -1960,7 +2411,7 @@ static int run_step(engine *e, const engine_row *rows, int32_t n_rows, const int
     htensor *picks = NULL;
     int32_t *tok = malloc((size_t)n_rows * sizeof *tok);
     int32_t *pos = malloc((size_t)n_rows * sizeof *pos);
-    int32_t *ends = malloc((size_t)n_rows * sizeof *ends);
+    int32_t *ends = malloc((size_t)n_rows * sizeof *ends), *moe_k = NULL;
     f.segs = malloc((size_t)n_rows * sizeof *f.segs);
     int rc = -1;
     if (!tok || !pos || !ends || !f.segs) {
@@ -2025,6 +2476,25 @@ static int run_step(engine *e, const engine_row *rows, int32_t n_rows, const int
     b.out_rows = input_tensor(e, &f, LMH_I32, n_out, out_rows);
     /* (ABI 1.10) read by plugins that know of it only */
     if (e->arch_p->info->abi_minor >= 10) b.seq_ends = input_tensor(e, &f, LMH_I32, n_rows, ends);
+    /* (ABI 1.11) experts per row, where a sequence (or the engine) routes to fewer than the
+     * model's top_k */
+    int fewer = 0;
+    for (int g = 0; e->moe_top_k && g < f.n_segs; g++) {
+        int32_t k = e->seqs[seq_find(e, f.segs[g].seq)].moe_k;
+        if (!k) k = e->moe_k_default;
+        fewer |= k && k < e->moe_top_k;
+    }
+    if (fewer && !(moe_k = malloc((size_t)n_rows * sizeof *moe_k))) {
+        errf(err, err_len, "out of memory");
+        goto done;
+    }
+    for (int g = 0; fewer && g < f.n_segs; g++) {
+        int32_t k = e->seqs[seq_find(e, f.segs[g].seq)].moe_k;
+        if (!k) k = e->moe_k_default;
+        if (!k) k = e->moe_top_k;
+        for (int32_t i = f.segs[g].r0; i < f.segs[g].r0 + f.segs[g].n; i++) moe_k[i] = k;
+    }
+    if (fewer) b.moe_top_k = input_tensor(e, &f, LMH_I32, n_rows, moe_k);
     int64_t lne[2] = {n_out, e->vocab};
     if (emb)
         b.logits = f.emb_logits = shell_tensor(&f, 2, lne);
@@ -2108,6 +2578,9 @@ done:
     for (int i = f.n_tmp - 1; i >= 0; i--) pl_free(e->slots, f.tmp[i]);
     free(f.tmp);
     free(f.segs);
+    free(f.xs_ids);
+    free(f.xs_map);
+    free(moe_k);
     free(tok);
     free(pos);
     free(ends);
@@ -2170,8 +2643,8 @@ int engine_swap_backend(engine *e, const char *name, char *err, size_t err_len) 
     /* Weights first, then an empty cache; the old backend serves until both succeed. */
     int ok = 1;
     char why[256] = "";
-    for (int i = 0; ok && i < e->n_weights; i++)
-        ok = pl_on_why(e->slots, e->weights[i], t, 0, why, sizeof why) != NULL;
+    for (int i = 0; ok && i < e->n_weights; i++) /* (streamed experts: read again on use) */
+        ok = e->weights[i]->xs || pl_on_why(e->slots, e->weights[i], t, 0, why, sizeof why);
     ecache *d = &e->caches[0]; /* the default cache; the others reopen when asked for */
     if (ok && make_cache(e, d, t, 0, err, err_len) != 0) ok = -1;
     if (ok != 1) {
@@ -2186,6 +2659,7 @@ int engine_swap_backend(engine *e, const char *name, char *err, size_t err_len) 
     for (int i = 1; i < ENGINE_MAX_CACHES; i++)
         if (e->caches[i].api) cache_close(&e->caches[i]);
     d->api->destroy(d->c[0]);
+    xs_drop_stacks(e->xs, e->slots); /* made again on the new backend when used */
     for (int i = 0; i < e->n_weights; i++) {
         htensor *w = e->weights[i];
         pl_drop(e->slots, w, 0);

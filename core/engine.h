@@ -18,6 +18,13 @@ typedef struct engine_opts {
                             on the CPU backend; 0: the CPU backend alone */
     int max_seq_len;     /* 0: the model's max_position_embeddings or unbounded */
     int precision;       /* lmh_precision: 0 each backend's default, 1 exact, 2 fast */
+    /* Mixtures of experts: with stream_experts the experts stay on disk and each backend
+     * keeps expert_cache_bytes of them resident (0: half the memory available at start, at
+     * most all of them); moe_top_k > 0 routes every row to that many of the model's
+     * top_k (engine_seq_moe_top_k sets it per sequence). */
+    int stream_experts;
+    int64_t expert_cache_bytes;
+    int moe_top_k;
 } engine_opts;
 
 typedef struct engine engine;
@@ -42,6 +49,20 @@ typedef struct engine_cache_stats {
     uint64_t bytes, read_bytes;
 } engine_cache_stats;
 
+/* Experts streamed from disk (engine_opts.stream_experts), summed over backends. */
+typedef struct engine_expert_stats {
+    int streamed;            /* whether experts are streamed */
+    uint64_t budget_bytes;   /* per backend */
+    uint64_t expert_bytes;   /* the streamed experts' bytes in the checkpoint */
+    uint64_t resident_bytes; /* experts held now */
+    uint64_t stack_bytes;    /* memory set aside for them */
+    uint64_t hits, misses, prefetched;
+    uint64_t ahead, ahead_used; /* read for a predicted routing, and of those needed */
+    uint64_t reads, read_bytes;
+    double read_busy_s, depth_mean;
+    uint32_t depth_max, depth_now;
+} engine_expert_stats;
+
 typedef struct engine_stats {
     uint64_t weight_bytes;      /* all weights of the checkpoint as loaded */
     uint64_t weight_read_bytes; /* weight bytes read by ops so far (all backends) */
@@ -58,6 +79,7 @@ typedef struct engine_stats {
     } backend[ENGINE_MAX_BACKENDS];
     int n_caches;
     engine_cache_stats cache[ENGINE_MAX_CACHES]; /* the open caches, by index */
+    engine_expert_stats experts;
 } engine_stats;
 
 engine *engine_open(const registry *reg, const engine_opts *o, char *err, size_t err_len);
@@ -101,6 +123,13 @@ int engine_seq_add(engine *e, uint64_t seq);
 /* The cache index seq lives in; -1 for an unknown sequence. */
 int engine_seq_cache(const engine *e, uint64_t seq);
 void engine_seq_remove(engine *e, uint64_t seq);
+/* A mixture of experts' top_k as its architecture plugin declared it, and its experts
+ * (0, 0 for models without, or whose plugin does not take moe_top_k). */
+int32_t engine_moe_top_k(const engine *e, int32_t *n_experts);
+/* Routes seq's rows to k of the model's top_k experts (0: engine_opts.moe_top_k's, else the
+ * model's). LMH_EUNSUPPORTED where engine_moe_top_k is 0; LMH_EINVAL for k out of 0..top_k
+ * or an unknown sequence. */
+int engine_seq_moe_top_k(engine *e, uint64_t seq, int32_t k);
 int32_t engine_seq_len(engine *e, uint64_t seq);
 /* The next n rows of seq are one prompt, which the caller may feed over several steps
  * (chunked prefill): until the sequence reaches the prompt's end, its rows' seq_ends

@@ -41,6 +41,19 @@ uint64_t md_weight_bytes(const model_dir *md) {
     return md->weight_bytes;
 }
 
+int md_locate(const model_dir *md, const st_tensor *t, const char **path, uint64_t *offset) {
+    for (int32_t i = 0; md && t && t->data && i < md->n_files; i++) {
+        const st_file *f = md->files[i];
+        const uint8_t *m = f->map, *d = t->data;
+        if (m && d >= m && d + (t->end - t->begin) <= m + f->map_size) {
+            *path = f->path;
+            *offset = (uint64_t)(d - m);
+            return 0;
+        }
+    }
+    return -1;
+}
+
 const st_tensor *md_at(const model_dir *md, int32_t i) {
     return i >= 0 && i < md->n ? md->tensors[i] : NULL;
 }

@@ -22,6 +22,9 @@ json_object *md_config(const model_dir *md);
 const st_tensor *md_find(const model_dir *md, const char *name);
 int32_t md_count(const model_dir *md);
 const st_tensor *md_at(const model_dir *md, int32_t i);
+/* The file holding t's bytes and where they start in it (for reading them without the
+ * mapping, as streamed experts are). -1 for a tensor not in md's files. */
+int md_locate(const model_dir *md, const st_tensor *t, const char **path, uint64_t *offset);
 /* Total bytes of all tensors. */
 uint64_t md_weight_bytes(const model_dir *md);
 

@@ -33,6 +33,7 @@ typedef struct htensor {
     unsigned valid;                 /* bases: slots whose copy is current */
     int weight;                     /* read-only: copies stay current for good */
     pl_qsrc q;                      /* quantized weights: where a copy on another slot comes from */
+    struct xs_tensor *xs; /* experts streamed from disk (expert_stream.h): no copy anywhere */
 } htensor;
 
 static inline htensor *HT(lmh_tensor *t) {

@@ -322,3 +322,15 @@ int util_json_find_dup_key(const char *text, size_t len, char *key, size_t key_l
     if (s.found > 0 && path && path_len) snprintf(path, path_len, "%s", s.path);
     return s.found;
 }
+
+uint64_t util_mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    if (kb) return (uint64_t)kb << 10;
+    long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : 0;
+}

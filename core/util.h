@@ -12,6 +12,8 @@ int util_err(char *err, size_t err_len, const char *fmt, ...) __attribute__((for
 
 /* "a/b" (no doubled slash), malloc'd; NULL when out of memory. */
 char *util_path_join(const char *a, const char *b);
+/* Memory the system could give this process now (MemAvailable), in bytes. */
+uint64_t util_mem_available(void);
 
 /* Reads a whole regular file of at most max_len bytes into a malloc'd, NUL-terminated
  * buffer. NULL with err set ("PATH: why") on failure. */

@@ -16,7 +16,7 @@ extern "C" {
 
 #define LMH_ABI_MAJOR 1
 #define LMH_ABI_MINOR                                                                              \
-    10 /* 1: lmh_backend_api.read_bandwidth; 2: LMH_OP_ARGMAX;                                      \
+    11 /* 1: lmh_backend_api.read_bandwidth; 2: LMH_OP_ARGMAX;                                      \
        * 3: lmh_backend_api.download_start, download_wait; 4: lmh_backend_api.compute_peak;        \
        * 5: lmh_cache_api.bytes_read; 6: lmh_backend_api.kernel_add, kernel_run;                   \
        * 7: recurrent state (lmh_recurrent_state, lmh_host_api.declare_recurrent and               \
@@ -28,7 +28,9 @@ extern "C" {
        *    (LMH_OP_MATMUL p.i[0]);                                                                \
        * 10: attention sinks (lmh_attn_params.sinks, LMH_ATTN_SINKS), LMH_OP_SWIGLU_OAI,        \
        *    LMH_OP_ROPE_SWITCH, lmh_batch.seq_ends, lmh_host_api.weight_transposed, LMH_MXFP4     \
-       *    weights (tensor_quant); a plugin of a newer minor than the host's is refused */
+       *    weights (tensor_quant); a plugin of a newer minor than the host's is refused;     \
+       * 11: lmh_host_api.declare_moe, lmh_batch.moe_top_k, LMH_OP_MOE_ROUTE's src2 (experts   \
+       *    a row uses), lmh_backend_api.tensor_quant_write and tensor_quant without parts */
 
 /* Every plugin exports this symbol (C linkage, default visibility). */
 #define LMH_PLUGIN_ENTRY_NAME "lmhost_plugin_entry"
@@ -346,6 +348,15 @@ struct lmh_host_api {
      * shape. Any other dtype, MLX-quantized included, is an error (fail()). */
     lmh_tensor *(*weight_transposed)(lmh_load_ctx *ld, int32_t layer, const char *name,
                                      int32_t ndim, const int64_t *ne);
+
+    /* (ABI 1.11) check abi_minor >= 11 (or size) before calling. Declares a mixture of
+     * experts: n_experts stacked experts per MoE layer, top_k of them a token. Called before
+     * the experts' weights are asked for, it lets the host stream them from disk
+     * (`--stream-experts`: 3-D weights [n_experts, out, in] then stay on disk, and only the
+     * experts the router picks are read, which the host does inside LMH_OP_MOE_MATMUL; such a
+     * weight may only be that op's src1). It also says that forward() honours
+     * lmh_batch.moe_top_k (arch.h); a plugin that cannot must not call it. */
+    int (*declare_moe)(lmh_load_ctx *ld, int32_t n_experts, int32_t top_k);
 };
 
 /* Pseudo layer indices for placement of tensors outside the layer stack. */

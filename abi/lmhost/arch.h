@@ -69,6 +69,11 @@ typedef struct lmh_batch {
      * over the whole prompt would. Equal for the rows of a sequence, and independent of the
      * other sequences in the batch. LMH_OP_ROPE_SWITCH takes it. */
     lmh_tensor *seq_ends;
+    /* (ABI 1.11; read only where host->abi_minor >= 11) i32 [n_rows], placed as positions,
+     * or NULL: per row, how many of the top_k experts it uses (1..top_k, the request's
+     * "moe_top_k"). A plugin that declared its experts (host->declare_moe) hands it to its
+     * routing as LMH_OP_MOE_ROUTE's src2, or applies its own family's rule with that k. */
+    lmh_tensor *moe_top_k;
 } lmh_batch;
 
 typedef struct lmh_model lmh_model; /* the plugin's own */

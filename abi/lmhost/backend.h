@@ -148,7 +148,9 @@ typedef struct lmh_backend_api {
      * (ABI 1.10) qtype LMH_MXFP4 (group 32, hosts check the backend's abi_minor >= 10):
      * packed holds rows of in / 2 bytes (the blocks, 16 bytes each, not necessarily
      * 4-byte aligned), sb_dtype is LMH_U8, scales holds the in / 32 e8m0 bytes of each row
-     * and biases is NULL. */
+     * and biases is NULL.
+     * (ABI 1.11) packed, scales and biases all NULL: the tensor's memory is the backend's own,
+     * uninitialised, its rows written by tensor_quant_write (sb_dtype still says their type). */
     lmh_tensor *(*tensor_quant)(lmh_backend *b, lmh_dtype qtype, int32_t group, int32_t ndim,
                                 const int64_t *ne, const uint32_t *packed, lmh_dtype sb_dtype,
                                 const void *scales, const void *biases);
@@ -193,6 +195,17 @@ typedef struct lmh_backend_api {
     /* (ABI 1.9) The precision mode this backend runs in (LMH_PRECISION_EXACT or _FAST),
      * its default resolved. NULL (or absent by size): EXACT. */
     int32_t (*precision)(lmh_backend *b);
+
+    /* (ABI 1.11) Writes rows [row0, row0 + n) of a weight tensor_quant made without parts
+     * (its logical [.., out, in] seen as rows: expert e of a stack [E, out, in] is rows
+     * e * out .. e * out + out - 1) from checkpoint parts laid out as tensor_quant's, for those
+     * n rows alone, in the dtypes the tensor was made with (biases NULL for LMH_MXFP4).
+     * Ordered with enqueued ops like upload: ops enqueued before it read the old rows. The
+     * host streams experts from disk into a resident stack this way. LMH_EINVAL for a
+     * tensor with lent parts or rows out of range. May be NULL (or absent by size): the host
+     * then streams only float experts to this backend. */
+    int (*tensor_quant_write)(lmh_backend *b, lmh_tensor *t, int64_t row0, int64_t n,
+                              const uint32_t *packed, const void *scales, const void *biases);
 } lmh_backend_api;
 
 #ifdef __cplusplus

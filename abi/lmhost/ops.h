@@ -73,7 +73,11 @@ typedef enum lmh_op_code {
     /* Mixture-of-experts routing. src0 f32 [n, E] router logits; dst f32 [n, k] weights
      * and src1 i32 [n, k] (written) the chosen experts, best first. p.i[0] = k.
      * Probabilities are softmax(src0) over all experts; p.i[1] = 1 renormalises the
-     * chosen k to sum to 1 (Mixtral, Qwen3-MoE), 0 keeps them (Qwen2-MoE). */
+     * chosen k to sum to 1 (Mixtral, Qwen3-MoE), 0 keeps them (Qwen2-MoE).
+     * (ABI 1.11) src2, when set: i32 [n], row r uses only its best m = src2[r] experts
+     * (1 <= m <= k; values outside are clamped): columns j >= m of src1 repeat column 0's
+     * expert with weight 0 in dst (an expert product grouped by expert then reads no more
+     * weights than m experts' worth), and p.i[1] = 1 renormalises the m to sum to 1. */
     LMH_OP_MOE_ROUTE = 13,
     /* Expert matmul: dst f32 [n, k, out], row (r, j) = x(r, j) W[src2[r, j]]^T where
      * src0 x is f32 [n, in] (the same input for every slot) or [n, k, in], src1 W is

@@ -24,6 +24,7 @@ typedef struct cpu_tensor {
     int owned;   /* data was allocated here (not a view, not wrapped host memory) */
     int weight;  /* counted as weights; reads are counted in weight_bytes_read */
     int wrapped; /* data is host memory lent by the caller (mmap'd weights) */
+    int qwrite;  /* (ABI 1.11) quantized, made without parts: rows come by tensor_quant_write */
     /* Quantized weights (tensor_quant): the packed codes, scales and biases, used in place
      * where the lent memory is aligned (zero copy: the mmap'd file stays the only copy),
      * else in `data`, which then holds all three. qm describes the whole [rows, in] stack. */
@@ -60,6 +61,7 @@ struct lmh_backend {
 
 typedef struct f32vec {
     const uint8_t *data; /* the weight's first byte (its views share it) */
+    size_t bytes;        /* of the weight it was made from, from data on */
     lmh_dtype dtype;
     int64_t n;
     int neg_exp;
@@ -199,7 +201,10 @@ static lmh_tensor *cpu_tensor_view(lmh_backend *b, lmh_tensor *base, size_t offs
 static lmh_tensor *cpu_tensor_mx(lmh_backend *b, int32_t group, int32_t ndim, const int64_t *ne,
                                  const uint32_t *packed, lmh_dtype sbt, const void *scales,
                                  const void *biases) {
-    if (group != 32 || (ndim != 2 && ndim != 3) || !packed || !scales || biases || sbt != LMH_U8)
+    /* (ABI 1.11) no parts at all: memory of our own, rows written later */
+    const int own = !packed && !scales;
+    if (group != 32 || (ndim != 2 && ndim != 3) || (!own && (!packed || !scales)) || biases ||
+        sbt != LMH_U8)
         return NULL;
     for (int i = 0; i < ndim; i++)
         if (ne[i] <= 0 || ne[i] > ((int64_t)1 << 31)) return NULL;
@@ -223,7 +228,7 @@ static lmh_tensor *cpu_tensor_mx(lmh_backend *b, int32_t group, int32_t ndim, co
     size_t qb = (size_t)(rows * in / 2), sb = (size_t)(rows * m->gpr);
     t->bytes = qb + sb;
     t->weight = 1;
-    if ((uintptr_t)packed % 4 == 0) {
+    if (!own && (uintptr_t)packed % 4 == 0) {
         m->q = packed;
         m->scales = scales;
         t->wrapped = 1;
@@ -235,11 +240,14 @@ static lmh_tensor *cpu_tensor_mx(lmh_backend *b, int32_t group, int32_t ndim, co
         free(t);
         return NULL;
     }
-    memcpy(t->data, packed, qb);
-    memcpy(t->data + qb, scales, sb);
+    if (!own) {
+        memcpy(t->data, packed, qb);
+        memcpy(t->data + qb, scales, sb);
+    }
     m->q = (const uint32_t *)t->data;
     m->scales = t->data + qb;
     t->owned = 1;
+    t->qwrite = own;
     atomic_fetch_add(&b->weight_bytes, t->bytes);
     return &t->t;
 }
@@ -250,8 +258,11 @@ static lmh_tensor *cpu_tensor_quant(lmh_backend *b, lmh_dtype qt, int32_t group,
     if (lmh_dtype_is_mxfp4(qt))
         return cpu_tensor_mx(b, group, ndim, ne, packed, sbt, scales, biases);
     int bits = lmh_quant_bits(qt);
+    /* (ABI 1.11) no parts at all: memory of our own, rows written later */
+    const int own = !packed && !scales && !biases;
     if (!bits || (group != 32 && group != 64 && group != 128) || (ndim != 2 && ndim != 3) ||
-        !packed || !scales || !biases || (sbt != LMH_F32 && sbt != LMH_F16 && sbt != LMH_BF16))
+        (!own && (!packed || !scales || !biases)) ||
+        (sbt != LMH_F32 && sbt != LMH_F16 && sbt != LMH_BF16))
         return NULL;
     for (int i = 0; i < ndim; i++)
         if (ne[i] <= 0 || ne[i] > ((int64_t)1 << 31)) return NULL;
@@ -278,7 +289,8 @@ static lmh_tensor *cpu_tensor_quant(lmh_backend *b, lmh_dtype qt, int32_t group,
     t->bytes = qb + 2 * sb;
     t->weight = 1;
     size_t al = lmh_dtype_size(sbt);
-    if ((uintptr_t)packed % 4 == 0 && (uintptr_t)scales % al == 0 && (uintptr_t)biases % al == 0) {
+    if (!own && (uintptr_t)packed % 4 == 0 && (uintptr_t)scales % al == 0 &&
+        (uintptr_t)biases % al == 0) {
         m->q = packed;
         m->scales = scales;
         m->biases = biases;
@@ -292,22 +304,45 @@ static lmh_tensor *cpu_tensor_quant(lmh_backend *b, lmh_dtype qt, int32_t group,
         free(t);
         return NULL;
     }
-    memcpy(t->data, packed, qb);
-    memcpy(t->data + qb, scales, sb);
-    memcpy(t->data + qb + sb, biases, sb);
+    if (!own) {
+        memcpy(t->data, packed, qb);
+        memcpy(t->data + qb, scales, sb);
+        memcpy(t->data + qb + sb, biases, sb);
+    }
     m->q = (const uint32_t *)t->data;
     m->scales = t->data + qb;
     m->biases = t->data + qb + sb;
     t->owned = 1;
+    t->qwrite = own;
     atomic_fetch_add(&b->weight_bytes, t->bytes);
     return &t->t;
 }
 
-/* Drops the kept vectors made from bytes [p, p + n) (all of them with p NULL): their
- * weight is going. */
+/* (ABI 1.11) Rows [row0, row0 + n) of a quantized tensor made without parts, from parts
+ * for those rows alone. Ops run at enqueue here, so a plain copy is in order with them. */
+static int cpu_tensor_quant_write(lmh_backend *b, lmh_tensor *x, int64_t row0, int64_t n,
+                                  const uint32_t *packed, const void *scales, const void *biases) {
+    (void)b;
+    if (!x || !lmh_dtype_is_packed(x->dtype) || !CT(x)->qwrite) return LMH_EINVAL;
+    const cpu_qmat *m = &CT(x)->qm;
+    const int mx = m->sb == CPU_Q_MX;
+    if (row0 < 0 || n < 0 || row0 > m->rows || n > m->rows - row0) return LMH_EINVAL;
+    if (!n) return LMH_OK;
+    if (!packed || !scales || (mx ? biases != NULL : !biases)) return LMH_EINVAL;
+    const size_t ss = mx ? 1 : m->sb == 0 ? 4 : 2;
+    const size_t qr = (size_t)m->wpr * 4, sr = (size_t)m->gpr * ss;
+    /* the parts live in our own `data` (cpu_tensor_quant, cpu_tensor_mx) */
+    memcpy((uint8_t *)(uintptr_t)m->q + (size_t)row0 * qr, packed, (size_t)n * qr);
+    memcpy((uint8_t *)(uintptr_t)m->scales + (size_t)row0 * sr, scales, (size_t)n * sr);
+    if (!mx) memcpy((uint8_t *)(uintptr_t)m->biases + (size_t)row0 * sr, biases, (size_t)n * sr);
+    return LMH_OK;
+}
+
+/* Drops the kept vectors made from bytes overlapping [p, p + n) (all of them with p NULL):
+ * their weight is going, or being written (a weight may be uploaded to again and again). */
 static void drop_vecs(lmh_backend *b, const uint8_t *p, size_t n) {
     for (f32vec **e = &b->vecs; *e;) {
-        if (!p || ((*e)->data >= p && (*e)->data < p + n)) {
+        if (!p || ((*e)->data < p + n && p < (*e)->data + (*e)->bytes)) {
             f32vec *d = *e;
             *e = d->next;
             free(d->v);
@@ -332,9 +367,9 @@ static void cpu_tensor_free(lmh_backend *b, lmh_tensor *x) {
 }
 
 static int cpu_upload(lmh_backend *b, lmh_tensor *x, size_t off, const void *src, size_t n) {
-    (void)b;
     if (!x || lmh_dtype_is_packed(x->dtype) || off > CT(x)->bytes || n > CT(x)->bytes - off)
         return LMH_EINVAL;
+    if (b->vecs && n) drop_vecs(b, DATA(x) + off, n);
     memcpy(DATA(x) + off, src, n);
     return LMH_OK;
 }
@@ -975,7 +1010,10 @@ static void do_moe_route(void *arg, int64_t r0, int64_t r1, int w) {
     const float *lg = (const float *)DATA(op->src[0]);
     float *wt = (float *)DATA(op->dst);
     int32_t *ids = (int32_t *)DATA(op->src[1]);
+    /* (ABI 1.11) the experts each row uses, its best m of the k */
+    const int32_t *used = op->src[2] ? (const int32_t *)DATA(op->src[2]) : NULL;
     for (int64_t r = r0; r < r1; r++) {
+        const int64_t m = used ? (used[r] < 1 ? 1 : used[r] > k ? k : used[r]) : k;
         const float *x = lg + r * E;
         float mx = -INFINITY;
         for (int64_t e = 0; e < E; e++) mx = x[e] > mx ? x[e] : mx;
@@ -983,7 +1021,7 @@ static void do_moe_route(void *arg, int64_t r0, int64_t r1, int w) {
         for (int64_t e = 0; e < E; e++) sum += exp((double)(x[e] - mx));
         /* top k by repeated selection: k is small; ties go to the lower id like torch.topk */
         float chosen_sum = 0;
-        for (int64_t s = 0; s < k; s++) {
+        for (int64_t s = 0; s < m; s++) {
             int64_t best = -1;
             for (int64_t e = 0; e < E; e++) {
                 int taken = 0;
@@ -995,7 +1033,13 @@ static void do_moe_route(void *arg, int64_t r0, int64_t r1, int w) {
             chosen_sum += wt[r * k + s];
         }
         if (op->p.i[1] && chosen_sum > 0)
-            for (int64_t s = 0; s < k; s++) wt[r * k + s] /= chosen_sum;
+            for (int64_t s = 0; s < m; s++) wt[r * k + s] /= chosen_sum;
+        /* the columns past m: column 0's expert at weight 0 (grouped by expert, they read no
+         * other expert's weights) */
+        for (int64_t s = m; s < k; s++) {
+            ids[r * k + s] = ids[r * k];
+            wt[r * k + s] = 0;
+        }
     }
 }
 
@@ -1262,7 +1306,8 @@ static float *vec_f32(lmh_backend *b, rjob *r, const lmh_tensor *t, int neg_exp,
     }
     for (int64_t i = 0; i < n; i++) v[i] = neg_exp ? -expf(getf(t, i)) : getf(t, i);
     if (keep) {
-        *e = (f32vec){DATA(t), t->dtype, n, neg_exp, v, b->vecs};
+        *e = (f32vec){DATA(t), (size_t)n * lmh_dtype_size(t->dtype), t->dtype, n, neg_exp, v,
+                      b->vecs};
         b->vecs = e;
     } else {
         r->tmp[r->n_tmp++] = v;
@@ -1471,6 +1516,9 @@ static int check_op(const lmh_op *op) {
         if (a->ndim != 2 || d->ndim != 2 || b->ndim != 2 || d->ne[0] != a->ne[0] ||
             d->ne[1] != op->p.i[0] || b->ne[0] != a->ne[0] || b->ne[1] != op->p.i[0])
             return LMH_ESHAPE;
+        /* (ABI 1.11) src2: i32 [n], the experts each row uses */
+        if (c && c->dtype != LMH_I32) break;
+        if (c && lmh_nelem(c) != a->ne[0]) return LMH_ESHAPE;
         return op->p.i[0] >= 1 && op->p.i[0] <= a->ne[1] ? LMH_OK : LMH_EINVAL;
     case LMH_OP_MOE_MATMUL:
         if (!b || !c || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !is_weight(b->dtype) ||
@@ -1521,6 +1569,8 @@ static int cpu_supports(lmh_backend *b, const lmh_op *op) {
 static int cpu_enqueue(lmh_backend *b, const lmh_op *op) {
     int rc = check_op(op);
     if (rc != LMH_OK) return rc;
+    /* an op writing into a weight: the vectors kept from it are stale */
+    if (b->vecs && CT(op->dst)->weight) drop_vecs(b, DATA(op->dst), CT(op->dst)->bytes);
     job j = {.b = b, .op = op};
     int th = cpu_pool_threads(b->pool);
     const lmh_tensor *a = op->src[0];
@@ -1782,6 +1832,8 @@ static int cpu_kernel_run(lmh_backend *b, lmh_kernel *k, const lmh_kernel_call *
     for (uint32_t i = 0; i < call->n_tensors; i++) {
         if (!call->t[i]) return LMH_EINVAL;
         j.args.data[i] = CT(call->t[i])->data;
+        if (b->vecs && (call->writes >> i & 1) && CT(call->t[i])->weight)
+            drop_vecs(b, CT(call->t[i])->data, CT(call->t[i])->bytes);
     }
     if (call->groups) cpu_pool_run(b->pool, call->groups, 1, do_kernel_range, &j);
     return LMH_OK;
@@ -1790,11 +1842,11 @@ static int cpu_kernel_run(lmh_backend *b, lmh_kernel *k, const lmh_kernel_call *
 static const char *const weight_dtypes[] = {"f32", "f16", "bf16", "q2",    "q3", "q4",
                                             "q5",  "q6",  "q8",   "mxfp4", NULL};
 static const char *const ops[] = {
-    "get_rows",    "matmul",     "rms_norm",    "add",          "mul",       "scale",
-    "swiglu",      "geglu",      "rope",        "copy",         "attention", "softcap",
-    "moe_route",   "moe_matmul", "moe_combine", "sigmoid_gate", "transpose", "argmax",
-    "cols",        "unary",      "conv1d",      "ssm_scan",     "ssd_scan",  "delta_rule",
-    "swiglu_oai",  "rope_switch", NULL};
+    "get_rows",   "matmul",      "rms_norm",    "add",          "mul",       "scale",
+    "swiglu",     "geglu",       "rope",        "copy",         "attention", "softcap",
+    "moe_route",  "moe_matmul",  "moe_combine", "sigmoid_gate", "transpose", "argmax",
+    "cols",       "unary",       "conv1d",      "ssm_scan",     "ssd_scan",  "delta_rule",
+    "swiglu_oai", "rope_switch", NULL};
 
 static const lmh_backend_api api = {
     .size = sizeof(lmh_backend_api),
@@ -1818,6 +1870,7 @@ static const lmh_backend_api api = {
     .kernel_add = cpu_kernel_add,
     .kernel_run = cpu_kernel_run,
     .precision = cpu_precision,
+    .tensor_quant_write = cpu_tensor_quant_write,
 };
 
 static const lmh_plugin_info info = {

@@ -1386,12 +1386,15 @@ static lmh_tensor *vk_tensor_quant(lmh_backend *b, lmh_dtype qt, int32_t group, 
     /* (ABI 1.10) microscaled 4-bit: blocks as 4-bit codes, e8m0 byte scales, no biases
      * (quant.glsl's DT_E8M0) */
     const int mx = lmh_dtype_is_mxfp4(qt);
+    /* (ABI 1.11) no parts at all: the allocation stays uninitialised, its rows written by
+     * tensor_quant_write */
+    const int own = !packed && !scales && !biases;
     int bits = mx ? 4 : lmh_quant_bits(qt);
     if (mx ? group != 32 || sdt != LMH_U8 || biases
-           : (group != 32 && group != 64 && group != 128) || !biases ||
+           : (group != 32 && group != 64 && group != 128) || (!own && !biases) ||
                  (sdt != LMH_F32 && sdt != LMH_F16 && sdt != LMH_BF16))
         return NULL;
-    if (!bits || (ndim != 2 && ndim != 3) || !packed || !scales) return NULL;
+    if (!bits || (ndim != 2 && ndim != 3) || (!own && (!packed || !scales))) return NULL;
     for (int i = 0; i < ndim; i++)
         if (ne[i] <= 0 || ne[i] > ((int64_t)1 << 31)) return NULL;
     int64_t in = ne[ndim - 1], rows = ne[0] * (ndim == 3 ? ne[1] : 1);
@@ -1421,15 +1424,17 @@ static lmh_tensor *vk_tensor_quant(lmh_backend *b, lmh_dtype qt, int32_t group, 
         t->q_sdt = mx ? 3u : sdt == LMH_F16 ? 1u : sdt == LMH_BF16 ? 2u : 0u;
         t->q_scales = (uint32_t)(at_s / 4);
         t->q_biases = (uint32_t)(mx ? at_s / 4 : at_b / 4); /* (none: never read) */
+        t->q_write = own;
         t->a = mem_alloc(b, total, 1);
     }
     if (t && t->a) {
         t->off = t->a->off;
         t->owned = 1;
         b->weight_bytes += total;
-        rc = upload_locked(b, t, 0, (const uint8_t *)packed, (size_t)qb);
-        if (rc == LMH_OK) rc = upload_locked(b, t, (size_t)at_s, scales, (size_t)sb);
-        if (rc == LMH_OK && !mx) rc = upload_locked(b, t, (size_t)at_b, biases, (size_t)sb);
+        rc = LMH_OK;
+        if (!own) rc = upload_locked(b, t, 0, (const uint8_t *)packed, (size_t)qb);
+        if (rc == LMH_OK && !own) rc = upload_locked(b, t, (size_t)at_s, scales, (size_t)sb);
+        if (rc == LMH_OK && !own && !mx) rc = upload_locked(b, t, (size_t)at_b, biases, (size_t)sb);
         if (rc == LMH_OK && total > b->max_range)
             vk_log(b, LMH_LOG_WARN,
                    "a quantized tensor of %.1f MiB exceeds this device's maxStorageBufferRange "
@@ -1445,6 +1450,37 @@ static lmh_tensor *vk_tensor_quant(lmh_backend *b, lmh_dtype qt, int32_t group, 
     }
     pthread_mutex_unlock(&b->mu);
     return t ? &t->t : NULL;
+}
+
+/* (ABI 1.11) Rows [row0, row0 + n) of a quantized tensor made without parts, from parts for
+ * those rows alone: staged copies into each part's rows, in the command stream like upload's
+ * (ops enqueued before read the old rows, those after the new), after what the fusion layer
+ * holds that reads or writes the tensor. */
+static int vk_tensor_quant_write(lmh_backend *b, lmh_tensor *x, int64_t row0, int64_t n,
+                                 const uint32_t *packed, const void *scales, const void *biases) {
+    if (!x || !lmh_dtype_is_packed(x->dtype)) return LMH_EINVAL;
+    const vk_tensor *t = VT(x);
+    const int mx = lmh_dtype_is_mxfp4(x->dtype);
+    const int64_t rows = x->ne[0] * (x->ndim == 3 ? x->ne[1] : 1);
+    if (!t->owned || !t->q_write || row0 < 0 || n < 0 || row0 > rows || n > rows - row0)
+        return LMH_EINVAL;
+    if (!n) return LMH_OK;
+    if (!packed || !scales || (mx ? biases != NULL : !biases)) return LMH_EINVAL;
+    const size_t ss = t->q_sdt == 3 ? 1 : t->q_sdt ? 2 : 4;
+    const size_t qr = (size_t)t->q_wpr * 4, sr = (size_t)t->q_gpr * ss;
+    pthread_mutex_lock(&b->mu);
+    vk_fuse_access(b, t, 1);
+    int rc = b->err ? b->err : vk_fuse_take_err(b);
+    vk_tensor *w = VT(x);
+    if (!rc) rc = upload_locked(b, w, (size_t)row0 * qr, (const uint8_t *)packed, (size_t)n * qr);
+    if (!rc)
+        rc = upload_locked(b, w, (size_t)t->q_scales * 4 + (size_t)row0 * sr, scales,
+                           (size_t)n * sr);
+    if (!rc && !mx)
+        rc = upload_locked(b, w, (size_t)t->q_biases * 4 + (size_t)row0 * sr, biases,
+                           (size_t)n * sr);
+    pthread_mutex_unlock(&b->mu);
+    return rc;
 }
 
 /* ---- the table -------------------------------------------------------------------- */
@@ -2389,11 +2425,11 @@ static int vk_init(const lmh_host_api *host, char *err, size_t err_len) {
 static const char *const weight_dtypes[] = {"f32", "f16", "bf16", "q2",    "q3", "q4",
                                             "q5",  "q6",  "q8",   "mxfp4", NULL};
 static const char *const ops[] = {
-    "get_rows",    "matmul",     "rms_norm",    "add",          "mul",       "scale",
-    "swiglu",      "geglu",      "rope",        "copy",         "attention", "softcap",
-    "moe_route",   "moe_matmul", "moe_combine", "sigmoid_gate", "transpose", "argmax",
-    "cols",        "unary",      "conv1d",      "ssm_scan",     "ssd_scan",  "delta_rule",
-    "swiglu_oai",  "rope_switch", NULL};
+    "get_rows",   "matmul",      "rms_norm",    "add",          "mul",       "scale",
+    "swiglu",     "geglu",       "rope",        "copy",         "attention", "softcap",
+    "moe_route",  "moe_matmul",  "moe_combine", "sigmoid_gate", "transpose", "argmax",
+    "cols",       "unary",       "conv1d",      "ssm_scan",     "ssd_scan",  "delta_rule",
+    "swiglu_oai", "rope_switch", NULL};
 
 static const lmh_backend_api api = {
     .size = sizeof(lmh_backend_api),
@@ -2420,6 +2456,7 @@ static const lmh_backend_api api = {
     .kernel_add = vk_kernel_add,
     .kernel_run = vk_kernel_run,
     .precision = vk_precision,
+    .tensor_quant_write = vk_tensor_quant_write,
 };
 
 static const lmh_plugin_info info = {

@@ -47,6 +47,7 @@ typedef struct vk_tensor {
      * part starting on 16 bytes; q_scales/q_biases are their word offsets from off. */
     uint32_t q_bits, q_wpr, q_gpr, q_sdt;
     uint32_t q_scales, q_biases;
+    int q_write; /* (ABI 1.11) made without parts: rows come by tensor_quant_write */
 } vk_tensor;
 
 #define VT(x) ((vk_tensor *)(x))
@@ -317,7 +318,7 @@ struct lmh_backend {
     int validation_errors;
     /* VK_KHR_push_descriptor: bindings go into the command buffer, no sets to allocate */
     PFN_vkCmdPushDescriptorSetKHR push_set;
-    int profile; /* LMHOST_VK_PROFILE=1: GPU time per shader, logged at destroy (2, 3: below) */
+    int profile;    /* LMHOST_VK_PROFILE=1: GPU time per shader, logged at destroy (2, 3: below) */
     int pipe_stats; /* profiling, and the driver reports each pipeline's registers and the like */
     double prof_us[VK_SH_COUNT];
     uint64_t prof_n[VK_SH_COUNT];

@@ -192,6 +192,9 @@ static int check_semantics(const lmh_op *op) {
         if (a->ndim != 2 || d->ndim != 2 || b->ndim != 2 || d->ne[0] != a->ne[0] ||
             d->ne[1] != op->p.i[0] || b->ne[0] != a->ne[0] || b->ne[1] != op->p.i[0])
             return LMH_ESHAPE;
+        /* (ABI 1.11) src2: i32 [n], the experts each row uses */
+        if (c && c->dtype != LMH_I32) break;
+        if (c && lmh_nelem(c) != a->ne[0]) return LMH_ESHAPE;
         return op->p.i[0] >= 1 && op->p.i[0] <= a->ne[1] ? LMH_OK : LMH_EINVAL;
     case LMH_OP_MOE_MATMUL:
         if (!b || !c || a->dtype != LMH_F32 || d->dtype != LMH_F32 || !is_weight(b->dtype) ||
@@ -1187,10 +1190,12 @@ static int op_moe_route(lmh_backend *b, const lmh_op *op) {
     x.bind[0] = VT(op->dst);
     x.bind[1] = VT(a);
     x.bind[2] = VT(op->src[1]);
+    x.bind[3] = op->src[2] ? VT(op->src[2]) : NULL; /* (ABI 1.11) experts a row uses */
     x.pc[5] = (uint32_t)a->ne[0];
     x.pc[6] = (uint32_t)a->ne[1];
     x.pc[7] = (uint32_t)op->p.i[0];
     x.pc[8] = op->p.i[1] != 0;
+    x.pc[9] = op->src[2] != NULL;
     grid(&x, (uint64_t)a->ne[0]); /* a workgroup a row */
     return vk_record(b, &x);
 }

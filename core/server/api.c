@@ -671,6 +671,9 @@ job *job_from_request(job_kind kind, json_object *b, const server_opts *o, const
         goto bad;
     }
     if (get_logit_bias(j, b, ERRARGS) != 0) goto bad;
+    /* a mixture of experts' experts per token (the server checks it against the model) */
+    if ((r = get_int(b, "moe_top_k", 1, 1 << 16, &x, ERRARGS)) < 0) goto bad;
+    if (r) j->sr.moe_top_k = (int32_t)x;
     if (get_outputs(j, b, ERRARGS) != 0) goto bad;
     if (json_object_object_get_ex(b, "stop", &v) && v) {
         size_t n = json_object_is_type(v, json_type_string)  ? 1
@@ -782,7 +785,8 @@ void api_choices_init(job *j, textio *tio, const gram_vocab *gv) {
         atomic_init(&c->sr.cancel, 0);
         c->sr.sp.seed = j->sr.sp.seed + (uint64_t)k; /* n choices: n draws */
         c->sr.top_logprobs = j->top_logprobs;
-        c->sr.no_prefix_cache = j->no_prefix_cache;
+        /* a prefix cached with another number of experts would hold other keys and values */
+        c->sr.no_prefix_cache = j->no_prefix_cache || j->sr.moe_top_k;
         c->sr.no_spec = j->no_spec;
         c->sr.bias_id = j->bias_id;
         c->sr.bias = j->bias;

@@ -163,6 +163,37 @@ void metrics_render(const metrics *m, struct evbuffer *b, int running, int waiti
             (unsigned long long)sp->accepted,
             sp->drafted ? (double)sp->accepted / (double)sp->drafted : 0.0,
             sp->steps ? (double)(sp->steps + sp->accepted) / (double)sp->steps : 0.0);
+    const engine_expert_stats *x = &es->experts;
+    if (x->streamed)
+        evbuffer_add_printf(
+            b,
+            "# HELP lmhost_expert_cache_hits_total Experts a product found resident "
+            "(--stream-experts; one expert of one weight each).\n"
+            "# TYPE lmhost_expert_cache_hits_total counter\nlmhost_expert_cache_hits_total %llu\n"
+            "# HELP lmhost_expert_cache_misses_total Experts a product had to read from disk.\n"
+            "# TYPE lmhost_expert_cache_misses_total counter\n"
+            "lmhost_expert_cache_misses_total %llu\n"
+            "# HELP lmhost_expert_read_bytes_total Expert bytes read from disk.\n"
+            "# TYPE lmhost_expert_read_bytes_total counter\nlmhost_expert_read_bytes_total %llu\n"
+            "# HELP lmhost_expert_reads_total Reads of expert parts issued.\n"
+            "# TYPE lmhost_expert_reads_total counter\nlmhost_expert_reads_total %llu\n"
+            "# HELP lmhost_expert_read_busy_seconds_total Time with at least one read in flight "
+            "(read bytes over it: the read throughput).\n"
+            "# TYPE lmhost_expert_read_busy_seconds_total counter\n"
+            "lmhost_expert_read_busy_seconds_total %.6f\n"
+            "# HELP lmhost_expert_reads_in_flight Reads queued or running now.\n"
+            "# TYPE lmhost_expert_reads_in_flight gauge\nlmhost_expert_reads_in_flight %u\n"
+            "# HELP lmhost_expert_reads_in_flight_max The most at once so far.\n"
+            "# TYPE lmhost_expert_reads_in_flight_max gauge\n"
+            "lmhost_expert_reads_in_flight_max %u\n"
+            "# HELP lmhost_expert_resident_bytes Experts held in memory now (all backends).\n"
+            "# TYPE lmhost_expert_resident_bytes gauge\nlmhost_expert_resident_bytes %llu\n"
+            "# HELP lmhost_expert_budget_bytes The most each backend holds (--expert-cache-mb).\n"
+            "# TYPE lmhost_expert_budget_bytes gauge\nlmhost_expert_budget_bytes %llu\n",
+            (unsigned long long)x->hits, (unsigned long long)x->misses,
+            (unsigned long long)x->read_bytes, (unsigned long long)x->reads, x->read_busy_s,
+            x->depth_now, x->depth_max, (unsigned long long)x->resident_bytes,
+            (unsigned long long)x->budget_bytes);
     evbuffer_add_printf(
         b,
         "# HELP lmhost_constrained_tokens_total Tokens picked under a grammar (response_format, "

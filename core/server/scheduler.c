@@ -247,6 +247,13 @@ static int admit(sched *s, sched_req *r) {
     memcpy(r->hist, r->prompt, (size_t)r->n_prompt * sizeof *r->hist);
     if (s->pc && !r->no_prefix_cache && r->n_prompt > PC_MIN_TOKENS && reuse_prefix(s, r, ci))
         return refuse(r);
+    if (r->moe_top_k && engine_seq_moe_top_k(s->e, r->seq, r->moe_top_k) != 0) {
+        snprintf(r->fail_msg, sizeof r->fail_msg, "moe_top_k %d is not served", r->moe_top_k);
+        r->fail_code = 400;
+        engine_seq_remove(s->e, r->seq);
+        r->emit(r, NULL, FINISH_ERROR, r->user);
+        return -1;
+    }
     /* the prompt goes in over several steps (the chunk budget): one prompt to the model */
     engine_seq_prompt(s->e, r->seq, r->n_prompt - r->n_done);
     r->emit(r, NULL, FINISH_NONE, r->user); /* it has joined */

@@ -59,6 +59,8 @@ struct sched_req {
     const int32_t *bias_id;
     const float *bias;
     int32_t n_bias;
+    /* "moe_top_k": experts a token routes to (engine_seq_moe_top_k); 0: the server's */
+    int32_t moe_top_k;
     /* the cache to run in (engine_cache_open's spec, opened at admission on the engine
      * thread); "": the engine's default */
     char cache[200];

@@ -63,6 +63,9 @@ int cli_serve(int argc, char **argv) {
                       {"--gpu-layers", &o.gpu_layers, NULL, 0},
                       {"--device", &o.device, NULL, 0},
                       {"--precision", &o.precision, NULL, 0},
+                      {"--stream-experts", NULL, &o.stream_experts, 0},
+                      {"--expert-cache-mb", &o.expert_cache_mb, NULL, 0},
+                      {"--moe-top-k", &o.moe_top_k, NULL, 0},
                       {"--admin-key", &o.admin_key, NULL, 0},
                       {"--cache", &o.cache, NULL, 0},
                       {"--threads", &o.threads, NULL, 0},
@@ -81,7 +84,8 @@ int cli_serve(int argc, char **argv) {
                "[--parallel 4] [--queue 64] [--chunk 256] [--prefix-cache-mb N] [--timeout 60] "
                "[--shutdown-grace 30] "
                "[--max-body BYTES] [--backend NAME] [--gpu-layers N] [--device N] "
-               "[--precision exact|fast] [--admin-key K] [--cache NAME] [--threads N] [--top-k 0] "
+               "[--precision exact|fast] [--stream-experts [--expert-cache-mb N]] "
+               "[--moe-top-k K] [--admin-key K] [--cache NAME] [--threads N] [--top-k 0] "
                "[--top-p 1.0] [--min-p 0] [--temperature 1.0] [--model-name NAME] "
                "[--plugin-dir DIR] " SPEC_ARG_HELP "\n");
         return 0;

@@ -1075,6 +1075,19 @@ static void handle_generate(server *s, struct evhttp_request *req, job_kind kind
         job_free(j);
         return;
     }
+    int32_t moe_k = engine_moe_top_k(s->e, NULL);
+    if (j->sr.moe_top_k && (!moe_k || j->sr.moe_top_k > moe_k)) {
+        if (moe_k)
+            send_error(s, req, 400, "invalid_request_error", "moe_top_k",
+                       "'moe_top_k' must be 1 to %d: the model routes each token to %d experts",
+                       moe_k, moe_k);
+        else
+            send_error(s, req, 400, "invalid_request_error", "moe_top_k",
+                       "'moe_top_k': this model has no experts whose number a token uses could "
+                       "change");
+        job_free(j);
+        return;
+    }
     j->srv = s;
     j->req = req;
     j->t_start = now_s();
@@ -1151,6 +1164,27 @@ static void handle_health(server *s, struct evhttp_request *req) {
         json_object_array_add(mem, b);
     }
     json_object_object_add(o, "memory", mem);
+    int32_t n_exp = 0, top_k = engine_moe_top_k(s->e, &n_exp);
+    const engine_expert_stats *x = &st.engine.experts;
+    if (top_k || x->streamed) { /* a mixture of experts: routing, and what is resident */
+        json_object *xo = json_object_new_object();
+        json_object_object_add(xo, "experts", json_object_new_int(n_exp));
+        json_object_object_add(xo, "top_k", json_object_new_int(top_k));
+        json_object_object_add(xo, "moe_top_k",
+                               json_object_new_int(s->o.moe_top_k ? atoi(s->o.moe_top_k) : top_k));
+        json_object_object_add(xo, "streamed", json_object_new_boolean(x->streamed));
+        if (x->streamed) {
+            json_object_object_add(xo, "budget_bytes",
+                                   json_object_new_int64((int64_t)x->budget_bytes));
+            json_object_object_add(xo, "resident_bytes",
+                                   json_object_new_int64((int64_t)x->resident_bytes));
+            json_object_object_add(xo, "stack_bytes",
+                                   json_object_new_int64((int64_t)x->stack_bytes));
+            json_object_object_add(xo, "expert_bytes",
+                                   json_object_new_int64((int64_t)x->expert_bytes));
+        }
+        json_object_object_add(o, "experts", xo);
+    }
     json_object_object_add(o, "running", json_object_new_int(st.running));
     json_object_object_add(o, "waiting", json_object_new_int(st.waiting));
     json_object_object_add(o, "cache_bytes", json_object_new_int64((int64_t)st.cache_bytes));
@@ -1385,7 +1419,10 @@ int server_run(const server_opts *o) {
                     .plugin_dir = o->plugin_dir,
                     .gpu_layers = o->gpu_layers,
                     .device = o->device,
-                    .precision = o->precision};
+                    .precision = o->precision,
+                    .stream_experts = o->stream_experts,
+                    .expert_cache_mb = o->expert_cache_mb,
+                    .moe_top_k = o->moe_top_k};
     s->e = cli_open_engine(&a, &s->reg);
     if (!s->e) goto out;
     s->tio = textio_open(o->model_dir, err, sizeof err);

@@ -314,6 +314,9 @@ static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
                            m->n_experts);
     }
     if (h->declare_model(ld, m->n_layers, m->vocab)) return LMH_EINVAL;
+    /* (ABI 1.11) experts the host may stream from disk; the router takes lmh_batch.moe_top_k */
+    if (m->n_experts > 1 && h->abi_minor >= 11 && h->declare_moe(ld, m->n_experts, m->top_k))
+        return LMH_EINVAL;
 
     m->layers = calloc((size_t)m->n_layers, sizeof *m->layers);
     if (!m->layers) return h->fail(ld, "out of memory");
@@ -532,7 +535,8 @@ static int forward(lmh_model *m, const lmh_host_api *h, lmh_fwd *f, const lmh_ba
             lmh_b_matmul_exact(&b, rl, hn, L->r_proj, NULL);
             lmh_op route = {.code = LMH_OP_MOE_ROUTE, .dst = rw, .src = {rl, ri}};
             route.p.i[0] = m->top_k;
-            route.p.i[1] = 1; /* renormalised top-k */
+            route.p.i[1] = 1;                                     /* renormalised top-k */
+            if (h->abi_minor >= 11) route.src[2] = bt->moe_top_k; /* fewer experts a row */
             if (!rl || !rw || !ri || h->fwd_op(f, l, &route) != LMH_OK) return LMH_EINVAL;
             /* then each weight times its expert's scale */
             lmh_tensor *es = v2(&b, L->r_expert_scale, m->n_experts, 1);

@@ -233,6 +233,9 @@ static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
         return h->fail(ld, "config.json: mamba_d_conv %d is not supported (2 to 64)", c->conv);
 
     if (h->declare_model(ld, m->n_layers, m->vocab)) return LMH_EINVAL;
+    /* (ABI 1.11) experts the host may stream from disk; the router takes lmh_batch.moe_top_k */
+    if (m->n_experts > 1 && h->abi_minor >= 11 && h->declare_moe(ld, m->n_experts, m->top_k))
+        return LMH_EINVAL;
     m->layers = calloc((size_t)m->n_layers, sizeof *m->layers);
     if (!m->layers) return h->fail(ld, "out of memory");
     if (layer_kinds(h, ld, m)) return LMH_EINVAL;
@@ -351,6 +354,7 @@ static int forward(lmh_model *m, const lmh_host_api *h, lmh_fwd *f, const lmh_ba
             lmh_op route = {.code = LMH_OP_MOE_ROUTE, .dst = rw, .src = {rl, ri}};
             route.p.i[0] = m->top_k;
             route.p.i[1] = 0; /* Jamba keeps the top k's softmax probabilities */
+            if (h->abi_minor >= 11) route.src[2] = bt->moe_top_k; /* fewer experts a row */
             if (!rl || !rw || !ri || h->fwd_op(f, l, &route) != LMH_OK) return LMH_EINVAL;
             if (L->egu) {
                 lmh_b_op(&b, LMH_OP_MOE_MATMUL, egu, hn, L->egu, ri);

@@ -223,6 +223,9 @@ static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
             return LMH_EINVAL;
     }
     if (h->declare_model(ld, m->n_layers, m->vocab)) return LMH_EINVAL;
+    /* (ABI 1.11) experts the host may stream from disk; the router takes lmh_batch.moe_top_k */
+    if (m->n_experts > 1 && h->abi_minor >= 11 && h->declare_moe(ld, m->n_experts, m->top_k))
+        return LMH_EINVAL;
 
     const int qwen2 = strcmp(type, "qwen2") == 0 || qwen2_moe,
               qwen3 = strcmp(type, "qwen3") == 0 || qwen3_moe;
@@ -390,6 +393,7 @@ static int forward(lmh_model *m, const lmh_host_api *h, lmh_fwd *f, const lmh_ba
             lmh_op route = {.code = LMH_OP_MOE_ROUTE, .dst = rw, .src = {rl, ri}};
             route.p.i[0] = m->top_k;
             route.p.i[1] = m->renorm;
+            if (h->abi_minor >= 11) route.src[2] = bt->moe_top_k; /* fewer experts a row */
             if (!rl || !rw || !ri || h->fwd_op(f, l, &route) != LMH_OK) return LMH_EINVAL;
             lmh_b_op(&b, LMH_OP_MOE_MATMUL, eg, hn, L->eg, ri);
             lmh_b_op(&b, LMH_OP_MOE_MATMUL, eu, hn, L->eu, ri);

@@ -392,6 +392,9 @@ static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
     }
     if (rotary_dims(&c, m)) return LMH_EINVAL;
     if (h->declare_model(ld, m->n_layers, m->vocab)) return LMH_EINVAL;
+    /* (ABI 1.11) experts the host may stream from disk; the router takes lmh_batch.moe_top_k */
+    if (m->n_experts > 1 && h->abi_minor >= 11 && h->declare_moe(ld, m->n_experts, m->top_k))
+        return LMH_EINVAL;
     m->layers = calloc((size_t)m->n_layers, sizeof *m->layers);
     if (!m->layers) return h->fail(ld, "out of memory");
 
@@ -449,6 +452,7 @@ typedef struct scratch {
     lmh_tensor *g, *u;                       /* dense MLP */
     lmh_tensor *rl, *rw, *ri, *eg, *eu, *egu, *ey;
     lmh_tensor *sg, *su, *sd, *sgl;
+    lmh_tensor *moe_k; /* (ABI 1.11) lmh_batch.moe_top_k */
     gdn_scratch gdn;
 } scratch;
 
@@ -535,6 +539,7 @@ static lmh_tensor *mlp(lmh_build *b, const lmh_model *m, const layer *L, const s
     lmh_op route = {.code = LMH_OP_MOE_ROUTE, .dst = s->rw, .src = {s->rl, s->ri}};
     route.p.i[0] = m->top_k;
     route.p.i[1] = m->renorm;
+    route.src[2] = s->moe_k;
     if (!s->rl || !s->rw || !s->ri || b->h->fwd_op(b->f, b->layer, &route) != LMH_OK) return NULL;
     if (L->egu) {
         lmh_b_op(b, LMH_OP_MOE_MATMUL, s->egu, s->hn, L->egu, s->ri);
@@ -562,6 +567,7 @@ static int forward(lmh_model *m, const lmh_host_api *h, lmh_fwd *f, const lmh_ba
     lmh_build b = {.h = h, .f = f, .layer = LMH_LAYER_INPUT};
     lmh_tensor *x = lmh_b_get_rows(&b, NULL, m->embed, bt->tokens);
     scratch s = scratch_new(&b, m, bt->n_rows);
+    if (h->abi_minor >= 11) s.moe_k = bt->moe_top_k;
     for (int32_t l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
         b.layer = l;

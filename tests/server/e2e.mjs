@@ -1272,10 +1272,83 @@ async function scenarioOptions() {
     } finally {
       eq(await stop(b), 0, `${form}: server B exits 0`);
     }
+    // the mixture-of-experts options, on a model with experts
+    const setC = [['--model', modelDir(path.join(root, 'tests/data/models-mlx/qwen3_moe-mlx4'))], ['--port', '0'],
+      ['--expert-cache-mb', '0.07'], ['--moe-top-k', '1']];
+    const c = await spawnServer([...argv(setC, eqForm), '--stream-experts']);
+    try {
+      const x = get(c.url + '/health').experts ?? {};
+      eq(JSON.stringify([x.streamed, x.budget_bytes, x.moe_top_k]), JSON.stringify([true, 73400, 1]), `${form}: --stream-experts, --expert-cache-mb, --moe-top-k`);
+    } finally {
+      eq(await stop(c), 0, `${form}: server C exits 0`);
+    }
   }
 }
 
-const scenarios = { structured: scenarioStructured, embeddings: () => scenarioEmbeddings(), 'embeddings-vulkan': () => scenarioEmbeddings(['--backend', 'vulkan']), options: scenarioOptions, swap: scenarioSwap, 'swap-quant': scenarioSwapQuant, 'swap-kvquant': scenarioSwapKvQuant, 'serve-vulkan': scenarioServeVulkan, 'vulkan-oom': scenarioVulkanOom, 'https-client': scenarioHttpsClient, http: scenarioHttp, https: scenarioHttps, auth: scenarioAuth, errors: scenarioErrors, concurrency: () => scenarioConcurrency(), 'concurrency-hybrid': () => scenarioConcurrency(hybridDir()), shutdown: scenarioShutdown, 'kv-cache': scenarioKvCache, 'kv-cache-errors': scenarioKvCacheErrors, precision: scenarioPrecision, bind: scenarioBind, 'prefix-cache': () => scenarioPrefixCache(), 'prefix-cache-vulkan': () => scenarioPrefixCache(['--backend', 'vulkan'], { quick: true, on: ['--prefix-cache-mb', '256'], parks: true }), speculative: () => scenarioSpeculative(), 'speculative-vulkan': () => scenarioSpeculative(['--backend', 'vulkan'], { quick: true, draftBe: ['--draft-backend', 'cpu'], invariant: false }) };
+// Mixtures of experts: a server streaming its experts from disk (the smallest budget: nearly
+// every token reads) answers as one with them loaded; "moe_top_k" per request equals the
+// server's --moe-top-k; bad values are 400s; /health and /metrics say what is resident and read.
+async function scenarioExperts() {
+  const weights = path.join(root, 'tests/data/models-mlx/qwen3_moe-mlx4');
+  const model = modelDir(weights);
+  const ids = [105, 139, 382, 23, 18, 75, 208, 190, 157, 279];
+  const body = (extra = {}) => ({ model: 'e2e', prompt: ids, max_tokens: 16, temperature: 0, ...extra });
+  const texts = async (p, extra) => {
+    const cl = client(p.url);
+    const out = [];
+    for (let i = 0; i < 3; i++) out.push((await cl.completions.create(body({ prompt: ids.slice(i), ...extra }))).choices[0].text);
+    return out;
+  };
+  let loaded, k1;
+  {
+    const p = await startServer([], { model });
+    try {
+      loaded = await texts(p);
+      const h = await (await fetch(p.url + '/health')).json();
+      eq(JSON.stringify(h.experts), JSON.stringify({ experts: 8, top_k: 2, moe_top_k: 2, streamed: false }), '/health: the experts, loaded');
+    } finally { await stop(p); }
+  }
+  {
+    const p = await startServer(['--moe-top-k', '1'], { model });
+    try { k1 = await texts(p); } finally { await stop(p); }
+  }
+  check(JSON.stringify(k1) !== JSON.stringify(loaded), 'one expert a token answers otherwise than two');
+  const p = await startServer(['--stream-experts', '--expert-cache-mb=0.07', '--parallel', '4'], { model });
+  const cl = client(p.url);
+  try {
+    eq(JSON.stringify(await texts(p)), JSON.stringify(loaded), 'streamed: the loaded answers');
+    eq(JSON.stringify(await texts(p, { moe_top_k: 1 })), JSON.stringify(k1), '"moe_top_k": 1 answers as --moe-top-k 1');
+    eq(JSON.stringify(await texts(p, { moe_top_k: 2 })), JSON.stringify(loaded), '"moe_top_k": 2 (the model\'s) changes nothing');
+    // several at once, each its own number of experts, batched together
+    const mixed = await Promise.all([0, 1, 2].flatMap((i) => [1, 2].map((k) => cl.completions.create(body({ prompt: ids.slice(i), moe_top_k: k })))));
+    eq(JSON.stringify(mixed.map((r) => r.choices[0].text)), JSON.stringify([0, 1, 2].flatMap((i) => [k1[i], loaded[i]])), 'concurrent requests of 1 and 2 experts: each its own answer');
+    for (const [v, what] of [[3, 'more than the model routes'], [0, 'zero'], ['two', 'a string']]) {
+      const r = await fetch(p.url + '/v1/completions', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body({ moe_top_k: v })) });
+      const e = await r.json();
+      check(r.status === 400 && e.error?.param === 'moe_top_k', `"moe_top_k": ${what} is a 400 naming it`, `${r.status} ${JSON.stringify(e)}`);
+    }
+    const h = await (await fetch(p.url + '/health')).json();
+    const x = h.experts ?? {};
+    check(x.streamed === true && x.budget_bytes === Math.floor(0.07 * 1048576) && x.resident_bytes > 0 && x.resident_bytes <= x.stack_bytes && x.stack_bytes <= x.budget_bytes && x.expert_bytes >= 4 * x.stack_bytes,
+          '/health: resident experts within the budget', JSON.stringify(x));
+    const m = await (await fetch(p.url + '/metrics')).text();
+    const num = (name) => Number((new RegExp(`^${name} (\\S+)$`, 'm').exec(m) ?? [])[1]);
+    check(num('lmhost_expert_cache_misses_total') > 0 && num('lmhost_expert_cache_hits_total') > 0 && num('lmhost_expert_read_bytes_total') > 0 && num('lmhost_expert_reads_total') > 0,
+          '/metrics: expert hits, misses and reads', m.split('\n').filter((l) => l.startsWith('lmhost_expert')).join('; '));
+    eq(num('lmhost_expert_resident_bytes'), x.resident_bytes, '/metrics: resident bytes as /health says');
+  } finally { await stop(p); }
+  // a model without experts refuses the field, and the options
+  const d = await startServer([]);
+  try {
+    const r = await fetch(d.url + '/v1/completions', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body({ moe_top_k: 1 })) });
+    check(r.status === 400, '"moe_top_k" on a model without experts: 400', r.status);
+  } finally { await stop(d); }
+  let err = '';
+  try { await stop(await startServer(['--moe-top-k', '3'], { model })); } catch (e) { err = String(e.message); }
+  check(/--moe-top-k 3: the model routes each token to 2 experts at most/.test(err), '--moe-top-k past the model\'s top_k: refused at start', err.slice(-200));
+}
+
+const scenarios = { experts: scenarioExperts, structured: scenarioStructured, embeddings: () => scenarioEmbeddings(), 'embeddings-vulkan': () => scenarioEmbeddings(['--backend', 'vulkan']), options: scenarioOptions, swap: scenarioSwap, 'swap-quant': scenarioSwapQuant, 'swap-kvquant': scenarioSwapKvQuant, 'serve-vulkan': scenarioServeVulkan, 'vulkan-oom': scenarioVulkanOom, 'https-client': scenarioHttpsClient, http: scenarioHttp, https: scenarioHttps, auth: scenarioAuth, errors: scenarioErrors, concurrency: () => scenarioConcurrency(), 'concurrency-hybrid': () => scenarioConcurrency(hybridDir()), shutdown: scenarioShutdown, 'kv-cache': scenarioKvCache, 'kv-cache-errors': scenarioKvCacheErrors, precision: scenarioPrecision, bind: scenarioBind, 'prefix-cache': () => scenarioPrefixCache(), 'prefix-cache-vulkan': () => scenarioPrefixCache(['--backend', 'vulkan'], { quick: true, on: ['--prefix-cache-mb', '256'], parks: true }), speculative: () => scenarioSpeculative(), 'speculative-vulkan': () => scenarioSpeculative(['--backend', 'vulkan'], { quick: true, draftBe: ['--draft-backend', 'cpu'], invariant: false }) };
 if (!scenarios[scenario]) { console.error('unknown scenario ' + scenario); process.exit(2); }
 try {
   await scenarios[scenario]();

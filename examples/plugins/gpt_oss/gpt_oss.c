@@ -197,6 +197,8 @@ static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
         return h->fail(ld, "config.json: sliding_window must be a non-negative integer");
 
     if (h->declare_model(ld, m->n_layers, m->vocab)) return LMH_EINVAL;
+    /* (ABI 1.11) experts the host may stream from disk; the router takes lmh_batch.moe_top_k */
+    if (h->abi_minor >= 11 && h->declare_moe(ld, m->n_experts, m->top_k)) return LMH_EINVAL;
     m->layers = calloc((size_t)m->n_layers, sizeof *m->layers);
     if (!m->layers) return h->fail(ld, "out of memory");
     for (int32_t l = 0; l < m->n_layers; l++) {
@@ -302,6 +304,7 @@ static int forward(lmh_model *m, const lmh_host_api *h, lmh_fwd *f, const lmh_ba
         lmh_op route = {.code = LMH_OP_MOE_ROUTE, .dst = rw, .src = {rl, ri}};
         route.p.i[0] = (int32_t)K;
         route.p.i[1] = 1;
+        if (h->abi_minor >= 11) route.src[2] = bt->moe_top_k; /* fewer experts a row */
         if (!rl || !rw || h->fwd_op(f, l, &route) != LMH_OK) return LMH_EINVAL;
         lmh_b_op(&b, LMH_OP_MOE_MATMUL, gu3, hn, L->gate_up, ri);
         lmh_b_get_rows(&b, gub, L->gate_up_b, ri1);
