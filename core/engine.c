@@ -65,7 +65,7 @@ struct lmh_fwd {
      * (predict_next), and the last matrix product enqueued (a router's, when a route reads it) */
     htensor *pred_ids;
     int32_t pred_layer, last_mm_layer;
-    int predicting;
+    int predicting, predict_pass; /* predict_pass: this pass predicts (xs_predict_ok) */
     lmh_op last_mm;
 };
 
@@ -148,7 +148,9 @@ typedef struct xs_router {
 
 /* Passes of at most this many rows predict the next layer's routing (decode steps): a long
  * prefill needs most experts anyway. */
+#ifndef XS_PREDICT_ROWS
 #define XS_PREDICT_ROWS 8
+#endif
 
 static int slot_of(const engine *e, int32_t layer) {
     if (layer == LMH_LAYER_INPUT) return e->input_slot;
@@ -1241,7 +1243,7 @@ static void predict_next(lmh_fwd *f, int32_t layer, const lmh_op *route) {
     int32_t next = -1;
     for (int32_t l = layer + 1; l < e->n_layers && next < 0; l++)
         if (xs_layer_streams(e->xs, l)) next = l;
-    if (f->n_rows > XS_PREDICT_ROWS || next < 0 || !e->routers[next].set ||
+    if (!f->predict_pass || next < 0 || !e->routers[next].set ||
         slot_of(e, next) != slot_of(e, layer) || f->pred_ids)
         return;
     const xs_router *r = &e->routers[next];
@@ -2403,6 +2405,7 @@ static int run_step(engine *e, const engine_row *rows, int32_t n_rows, const int
         return errf(err, err_len, "a chained step of %d rows after a step of %d picks", n_rows,
                     chain->n);
     lmh_fwd f = {.e = e, .n_rows = n_rows, .last_layer = LMH_LAYER_INPUT, .n_out = n_out};
+    f.predict_pass = e->xs && n_rows <= XS_PREDICT_ROWS && xs_predict_ok(e->xs);
     if (e->trace && !(f.traced = calloc((size_t)e->n_layers, sizeof *f.traced))) {
         errf(err, err_len, "out of memory");
         return -1;

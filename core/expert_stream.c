@@ -60,6 +60,7 @@ struct xs_tensor {
     uint32_t epoch;
     xs_tensor *sib;   /* the next weight of the same layer on the same backend (a ring) */
     int32_t resident; /* slots holding an expert whose read has landed */
+    int32_t n_pend;   /* reads in flight or landed in staging, not yet in the stack */
 };
 
 struct xs_store {
@@ -78,6 +79,10 @@ struct xs_store {
     int n_th, stop;
     double last_change;
     xs_stats s; /* reads, depth: under mu */
+    /* the predictor's recent record (xs_predict_ok): guesses read and used in this window,
+     * whether it is on, and passes since it last tried while off */
+    uint64_t win_ahead, win_used;
+    int predict_off, since_probe;
     /* staging buffers kept for reuse */
     uint8_t *free_buf[XS_FREE_BUFS];
     size_t free_cap[XS_FREE_BUFS];
@@ -251,6 +256,7 @@ void xs_drop_stacks(xs_store *st, pl_slot *slots) {
             t->used[s] = 0;
         }
         t->resident = 0;
+        t->n_pend = 0;
     }
 }
 
@@ -476,6 +482,7 @@ static int submit(xs_tensor *t, int32_t e, int32_t s) {
     pthread_cond_broadcast(&st->work);
     pthread_mutex_unlock(&st->mu);
     t->pend[e] = p;
+    t->n_pend++;
     return 0;
 }
 
@@ -515,6 +522,7 @@ static int land(xs_tensor *t, pl_slot *slots, int32_t e, char *err, size_t err_l
     xs_pend *p = t->pend[e];
     wait_pend(st, p);
     t->pend[e] = NULL;
+    t->n_pend--;
     int rc = 0;
     if (p->err) {
         rc = snprintf(err, err_len, "reading expert %d of layer %d's experts failed: %s", e,
@@ -573,6 +581,22 @@ static int64_t mark_needed(xs_tensor *t, const int32_t *ids, int64_t n) {
     return distinct;
 }
 
+/* Lands t's finished reads of experts the product at hand does not need (read ahead for a
+ * guess, or for a sibling's routing): their staging is released and their slots can be
+ * evicted like any resident expert's. The needed ones are counted first (xs_resident). */
+static int land_finished(xs_tensor *t, pl_slot *slots, char *err, size_t err_len) {
+    xs_store *st = t->st;
+    for (int64_t e = 0; t->n_pend && e < t->d.n_experts; e++) {
+        xs_pend *p = t->pend[e];
+        if (!p || t->mark[e] == t->epoch) continue;
+        pthread_mutex_lock(&st->mu);
+        int done = p->left == 0;
+        pthread_mutex_unlock(&st->mu);
+        if (done && land(t, slots, (int32_t)e, err, err_len)) return -1;
+    }
+    return 0;
+}
+
 /* Lands every read in flight for t (their slots become victims again). */
 static int land_all(xs_tensor *t, pl_slot *slots, char *err, size_t err_len) {
     for (int64_t e = 0; e < t->d.n_experts; e++)
@@ -594,6 +618,7 @@ lmh_tensor *xs_resident(xs_store *st, xs_tensor *t, pl_slot *slots, const int32_
         return NULL;
     }
     if (!t->stack && make_stack(t, slots, err, err_len)) return NULL;
+    if (t->n_pend && land_finished(t, slots, err, err_len)) return NULL;
     /* hits, then reads for the misses, each expert once */
     int64_t first_miss = -1;
     for (int64_t i = 0; i < n; i++) {
@@ -609,6 +634,7 @@ lmh_tensor *xs_resident(xs_store *st, xs_tensor *t, pl_slot *slots, const int32_
         if (t->pend[e]) {
             st->s.prefetched++;
             st->s.ahead_used += t->pend[e]->ahead;
+            st->win_used += t->pend[e]->ahead;
             t->pend[e]->ahead = 0;
             t->used[s] = ++st->tick;
         } else if (first_miss < 0) {
@@ -671,8 +697,27 @@ void xs_prefetch(xs_store *st, int32_t layer, int slot, const int32_t *ids, int6
             }
             t->pend[e]->ahead = 1;
             st->s.ahead++;
+            st->win_ahead++;
         }
     }
+}
+
+/* Guesses are judged in windows of this many reads; below XS_PREDICT_MIN of them used, the
+ * predictor stops (its reads would only evict and queue before the ones needed) and tries
+ * again one pass in XS_PROBE_EVERY, to notice when the text routes more predictably. */
+#define XS_WINDOW      256
+#define XS_PREDICT_MIN 0.7
+#define XS_PROBE_EVERY 16
+
+int xs_predict_ok(xs_store *st) {
+    if (st->win_ahead >= XS_WINDOW) {
+        st->predict_off = (double)st->win_used < XS_PREDICT_MIN * (double)st->win_ahead;
+        st->win_ahead = st->win_used = 0;
+    }
+    if (!st->predict_off) return 1;
+    if (++st->since_probe < XS_PROBE_EVERY) return 0;
+    st->since_probe = 0;
+    return 1;
 }
 
 int xs_layer_streams(const xs_store *st, int32_t layer) {

@@ -76,6 +76,9 @@ lmh_tensor *xs_resident(xs_store *st, xs_tensor *t, pl_slot *slots, const int32_
  * not resident: a routing predicted before that layer runs (the least recently used slots make
  * room; a wrong guess costs reads, not results). */
 void xs_prefetch(xs_store *st, int32_t layer, int slot, const int32_t *ids, int64_t n);
+/* Whether a pass should predict: yes while at least 70% of recent guesses were used, else
+ * one pass in 16 (to keep judging). */
+int xs_predict_ok(xs_store *st);
 /* Whether any weight of `layer` is streamed. */
 int xs_layer_streams(const xs_store *st, int32_t layer);
 /* Frees every resident stack (a backend is going away); they are made again on use. */
