@@ -1313,7 +1313,7 @@ async function scenarioExperts() {
     try { k1 = await texts(p); } finally { await stop(p); }
   }
   check(JSON.stringify(k1) !== JSON.stringify(loaded), 'one expert a token answers otherwise than two');
-  const p = await startServer(['--stream-experts', '--expert-cache-mb=0.07', '--parallel', '4'], { model });
+  const p = await startServer(['--stream-experts', '--expert-cache-mb=0.07', '--parallel', '4', '--admin-key', 'adm'], { model });
   const cl = client(p.url);
   try {
     eq(JSON.stringify(await texts(p)), JSON.stringify(loaded), 'streamed: the loaded answers');
@@ -1331,6 +1331,10 @@ async function scenarioExperts() {
     const x = h.experts ?? {};
     check(x.streamed === true && x.budget_bytes === Math.floor(0.07 * 1048576) && x.resident_bytes > 0 && x.resident_bytes <= x.stack_bytes && x.stack_bytes <= x.budget_bytes && x.expert_bytes >= 4 * x.stack_bytes,
           '/health: resident experts within the budget', JSON.stringify(x));
+    // a move to another backend instance drops the resident experts; they are read again there
+    const mv = await fetch(p.url + '/admin/backend', { method: 'POST', headers: { 'content-type': 'application/json', authorization: 'Bearer adm' }, body: JSON.stringify({ backend: 'cpu' }) });
+    eq(mv.status, 200, 'streamed: a backend move');
+    eq(JSON.stringify(await texts(p)), JSON.stringify(loaded), 'streamed, after the move: the loaded answers');
     const m = await (await fetch(p.url + '/metrics')).text();
     const num = (name) => Number((new RegExp(`^${name} (\\S+)$`, 'm').exec(m) ?? [])[1]);
     check(num('lmhost_expert_cache_misses_total') > 0 && num('lmhost_expert_cache_hits_total') > 0 && num('lmhost_expert_read_bytes_total') > 0 && num('lmhost_expert_reads_total') > 0,
