@@ -1327,14 +1327,14 @@ async function scenarioExperts() {
       const e = await r.json();
       check(r.status === 400 && e.error?.param === 'moe_top_k', `"moe_top_k": ${what} is a 400 naming it`, `${r.status} ${JSON.stringify(e)}`);
     }
-    const h = await (await fetch(p.url + '/health')).json();
-    const x = h.experts ?? {};
-    check(x.streamed === true && x.budget_bytes === Math.floor(0.07 * 1048576) && x.resident_bytes > 0 && x.resident_bytes <= x.stack_bytes && x.stack_bytes <= x.budget_bytes && x.expert_bytes >= 4 * x.stack_bytes,
-          '/health: resident experts within the budget', JSON.stringify(x));
     // a move to another backend instance drops the resident experts; they are read again there
     const mv = await fetch(p.url + '/admin/backend', { method: 'POST', headers: { 'content-type': 'application/json', authorization: 'Bearer adm' }, body: JSON.stringify({ backend: 'cpu' }) });
     eq(mv.status, 200, 'streamed: a backend move');
     eq(JSON.stringify(await texts(p)), JSON.stringify(loaded), 'streamed, after the move: the loaded answers');
+    const h = await (await fetch(p.url + '/health')).json();
+    const x = h.experts ?? {};
+    check(x.streamed === true && x.budget_bytes === Math.floor(0.07 * 1048576) && x.resident_bytes > 0 && x.resident_bytes <= x.stack_bytes && x.stack_bytes <= x.budget_bytes && x.expert_bytes >= 4 * x.stack_bytes,
+          '/health: resident experts within the budget', JSON.stringify(x));
     const m = await (await fetch(p.url + '/metrics')).text();
     const num = (name) => Number((new RegExp(`^${name} (\\S+)$`, 'm').exec(m) ?? [])[1]);
     check(num('lmhost_expert_cache_misses_total') > 0 && num('lmhost_expert_cache_hits_total') > 0 && num('lmhost_expert_read_bytes_total') > 0 && num('lmhost_expert_reads_total') > 0,
