@@ -412,10 +412,6 @@ int64_t xs_n_experts(const xs_tensor *t) {
     return t->d.n_experts;
 }
 
-void xs_move(xs_store *st, int to) {
-    for (int i = 0; i < st->n_w; i++) st->w[i]->d.slot = to;
-}
-
 /* A slot of t for expert e (not resident, not being read): a free one, else the least
  * recently used whose expert the product at hand does not need and is not being read.
  * -1 when every slot is taken by those. */

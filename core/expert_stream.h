@@ -66,8 +66,8 @@ int xs_plan(xs_store *st, int32_t min_slots, char *err, size_t err_len);
 /* The experts a resident stack of t holds. */
 int32_t xs_slots(const xs_tensor *t);
 int64_t xs_n_experts(const xs_tensor *t);
-/* Makes the experts of ids[0..n) (n <= ... distinct ones at most xs_slots) resident in t's
- * stack on its backend, reading what is missing, and writes each id's slot into slot_ids[n].
+/* Makes the experts ids[0..n) name (at most xs_slots distinct ones) resident in t's stack
+ * on its backend, reading what is missing, and writes each id's slot into slot_ids[0..n).
  * The other weights of t's layer start reading the same experts (their products follow with
  * the same routing). Returns the stack (the backend's tensor) or NULL with err set. */
 lmh_tensor *xs_resident(xs_store *st, xs_tensor *t, pl_slot *slots, const int32_t *ids, int64_t n,
@@ -83,8 +83,6 @@ int xs_predict_ok(xs_store *st);
 int xs_layer_streams(const xs_store *st, int32_t layer);
 /* Frees every resident stack (a backend is going away); they are made again on use. */
 void xs_drop_stacks(xs_store *st, pl_slot *slots);
-/* Moves every weight to backend slot `to` (a model moving backends; stacks dropped first). */
-void xs_move(xs_store *st, int to);
 void xs_get_stats(xs_store *st, xs_stats *s);
 
 #endif
