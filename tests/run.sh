@@ -3,7 +3,7 @@
 # conformance on each SIMD path), the same suite under ASan+UBSan, the plugin development
 # kit from an install (tests/pdk), the fuzz targets for a bounded time, and the NEON
 # kernels under qemu. Ends with "N passed, N failed".
-# Environment: FUZZ_SECONDS (default 30), LMHOST_TOKENIZERS (tokenizer cache; fetched
+# Environment: FUZZ_SECONDS (default 20), LMHOST_TOKENIZERS (tokenizer cache; fetched
 # with npm when missing), SKIP_ASAN=1 / SKIP_PDK=1 / SKIP_FUZZ=1 / SKIP_NEON=1 to leave a part out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -86,8 +86,8 @@ if [ "${SKIP_PDK:-0}" != 1 ]; then
     one pdk tests/pdk/run.sh build/tests/conformance/check_model
 fi
 if [ "${SKIP_FUZZ:-0}" != 1 ]; then
-    echo "=== fuzz (${FUZZ_SECONDS:-30} s per target) ==="
-    tests/fuzz/run_fuzzers.sh "${FUZZ_SECONDS:-30}" 2>&1 | tee /tmp/lmhost-fuzz.log | grep -E "^fuzz-"
+    echo "=== fuzz (${FUZZ_SECONDS:-20} s per target) ==="
+    tests/fuzz/run_fuzzers.sh "${FUZZ_SECONDS:-20}" 2>&1 | tee /tmp/lmhost-fuzz.log | grep -E "^fuzz-"
     passed=$((passed + $(grep -cE "^fuzz-[a-z_]+: ok" /tmp/lmhost-fuzz.log)))
     failed=$((failed + $(grep -cE "^fuzz-[a-z_]+: FAILED" /tmp/lmhost-fuzz.log)))
 fi
