@@ -1,7 +1,7 @@
 #include "api.h"
 #include "json_fix.h"
-#include "../grammar/grammar.h"
-#include "../log.h"
+#include "grammar.h"
+#include "log.h"
 #include "toolcall.h"
 
 #include <limits.h>

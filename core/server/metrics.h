@@ -3,9 +3,9 @@
 #define LMHOST_METRICS_H
 
 #include <stdint.h>
-#include "../engine.h"
+#include "engine.h"
 #include "prefix_cache.h"
-#include "../spec.h"
+#include "spec.h"
 
 struct evbuffer;
 

@@ -22,7 +22,7 @@
 #define LMHOST_PREFIX_CACHE_H
 #include <stdint.h>
 
-#include "../engine.h"
+#include "engine.h"
 
 /* Tokens a reuse must save at least (shorter prefixes are cheaper to prefill again). */
 #define PC_MIN_TOKENS 16

@@ -1,6 +1,6 @@
 #include "scheduler.h"
-#include "../grammar/grammar.h"
-#include "../log.h"
+#include "grammar.h"
+#include "log.h"
 
 #include <math.h>
 #include <pthread.h>

@@ -8,9 +8,9 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
-#include "../engine.h"
-#include "../sampler.h"
-#include "../spec.h"
+#include "engine.h"
+#include "sampler.h"
+#include "spec.h"
 #include "prefix_cache.h"
 
 typedef enum finish_reason {

@@ -6,16 +6,16 @@
  * wakes the loop (event_active). All job state changes happen on the loop thread, so the
  * only locks are around the queues. */
 #include "server.h"
-#include "../cache_spec.h"
-#include "../cli.h"
-#include "../engine.h"
-#include "../log.h"
+#include "cache_spec.h"
+#include "engine.h"
+#include "plugin_loader.h"
+#include "log.h"
 #include "api.h"
 #include "metrics.h"
 #include "scheduler.h"
 #include "textio.h"
 #include "toolcall.h"
-#include "../grammar/grammar.h"
+#include "grammar.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -1140,8 +1140,9 @@ static void handle_health(server *s, struct evhttp_request *req) {
     json_object_object_add(lim, "shutdown_grace", json_object_new_int(s->o.shutdown_grace));
     json_object_object_add(lim, "max_body", json_object_new_int64((int64_t)s->o.max_body));
     json_object_object_add(lim, "threads",
-                           json_object_new_int(s->o.threads ? atoi(s->o.threads)
-                                                            : (int)sysconf(_SC_NPROCESSORS_ONLN)));
+                           json_object_new_int(s->o.engine.threads
+                                                   ? s->o.engine.threads
+                                                   : (int)sysconf(_SC_NPROCESSORS_ONLN)));
     json_object_object_add(o, "limits", lim);
     json_object *sd = json_object_new_object();
     json_object_object_add(sd, "temperature", float_json(s->o.defaults.temperature, 7));
@@ -1170,8 +1171,9 @@ static void handle_health(server *s, struct evhttp_request *req) {
         json_object *xo = json_object_new_object();
         json_object_object_add(xo, "experts", json_object_new_int(n_exp));
         json_object_object_add(xo, "top_k", json_object_new_int(top_k));
-        json_object_object_add(xo, "moe_top_k",
-                               json_object_new_int(s->o.moe_top_k ? atoi(s->o.moe_top_k) : top_k));
+        json_object_object_add(
+            xo, "moe_top_k",
+            json_object_new_int(s->o.engine.moe_top_k ? s->o.engine.moe_top_k : top_k));
         json_object_object_add(xo, "streamed", json_object_new_boolean(x->streamed));
         if (x->streamed) {
             json_object_object_add(xo, "budget_bytes",
@@ -1400,32 +1402,25 @@ int server_run(const server_opts *o) {
     pthread_mutex_init(&s->pmu, NULL);
     pthread_cond_init(&s->pcv, NULL);
     metrics_init(&s->m);
-    const char *slash = strrchr(o->model_dir, '/');
-    while (slash && slash[1] == 0 && slash > o->model_dir) { /* "dir/" */
+    const char *slash = strrchr(o->engine.model_dir, '/');
+    while (slash && slash[1] == 0 && slash > o->engine.model_dir) { /* "dir/" */
         const char *p = slash - 1;
-        while (p > o->model_dir && *p != '/') p--;
+        while (p > o->engine.model_dir && *p != '/') p--;
         slash = *p == '/' ? p : NULL;
     }
     snprintf(s->model_name, sizeof s->model_name, "%s",
              o->model_name ? o->model_name
              : slash       ? slash + 1
-                           : o->model_dir);
+                           : o->engine.model_dir);
     s->model_name[strcspn(s->model_name, "/")] = 0;
 
-    model_args a = {.model = o->model_dir,
-                    .backend = o->backend,
-                    .cache = o->cache,
-                    .threads = o->threads,
-                    .plugin_dir = o->plugin_dir,
-                    .gpu_layers = o->gpu_layers,
-                    .device = o->device,
-                    .precision = o->precision,
-                    .stream_experts = o->stream_experts,
-                    .expert_cache_mb = o->expert_cache_mb,
-                    .moe_top_k = o->moe_top_k};
-    s->e = cli_open_engine(&a, &s->reg);
-    if (!s->e) goto out;
-    s->tio = textio_open(o->model_dir, err, sizeof err);
+    if (registry_load_with(&s->reg, NULL, o->plugin_dir)) goto out;
+    s->e = engine_open(&s->reg, &o->engine, err, sizeof err);
+    if (!s->e) {
+        fprintf(stderr, "lmhost: %s\n", err);
+        goto out;
+    }
+    s->tio = textio_open(o->engine.model_dir, err, sizeof err);
     if (!s->tio) {
         fprintf(stderr, "lmhost: %s\n", err);
         goto out;
@@ -1441,7 +1436,7 @@ int server_run(const server_opts *o) {
         else
             log_msg(LMH_LOG_DEBUG, "constrained decoding: vocabulary ready in %.0f ms",
                     (now_s() - t0) * 1e3);
-        char *tpl = textio_template_source(o->model_dir);
+        char *tpl = textio_template_source(o->engine.model_dir);
         json_object *mt = json_object_object_get(engine_config(s->e), "model_type");
         s->tc_format = tc_detect(tpl, mt ? json_object_get_string(mt) : NULL);
         free(tpl);
@@ -1470,9 +1465,9 @@ int server_run(const server_opts *o) {
         : in_host
             ? (uint64_t)sysconf(_SC_AVPHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE) / 8
             : (uint64_t)o->parallel * ((uint64_t)s->o.ctx_size * per_tok + es0.state_seq_bytes);
-    int src = cli_open_spec(&o->spec, &a, &s->reg, s->e, o->chunk, &s->sp, &s->draft);
-    if (src) {
-        rc = src;
+    if (spec_open(&o->spec, &o->engine, &s->reg, s->e, o->chunk, &s->sp, &s->draft, err,
+                  sizeof err)) {
+        fprintf(stderr, "lmhost: %s\n", err);
         goto out;
     }
     if (s->draft) snprintf(s->draft_chain, sizeof s->draft_chain, "%s", engine_chain(s->draft));

@@ -3,16 +3,14 @@
 #define LMHOST_SERVER_H
 
 #include <stddef.h>
-#include "../cli.h"
-#include "../sampler.h"
+#include "engine.h"
+#include "sampler.h"
+#include "spec.h"
 
 typedef struct server_opts {
-    const char *model_dir, *model_name, *host, *tls_cert, *tls_key, *api_key;
-    const char *backend, *cache, *threads, *plugin_dir, *gpu_layers, *device;
-    const char *precision; /* exact|fast; NULL: each backend's default */
-    /* mixtures of experts: --stream-experts, --expert-cache-mb, --moe-top-k (engine_opts) */
-    int stream_experts;
-    const char *expert_cache_mb, *moe_top_k;
+    engine_opts engine;     /* the model and where it runs (engine.model_dir: its directory) */
+    const char *plugin_dir; /* searched for plugins besides the usual places */
+    const char *model_name, *host, *tls_cert, *tls_key, *api_key;
     const char *admin_key; /* POST /admin/backend needs it; unset: admin routes off */
     int port;
     int max_tokens;          /* default max_tokens of a request */
@@ -25,10 +23,9 @@ typedef struct server_opts {
     int shutdown_grace;      /* seconds in-flight requests get after SIGINT/SIGTERM */
     size_t max_body;
     sampler_params defaults; /* sampling when a request does not say */
-    spec_args spec;          /* speculative decoding (spec.h) */
+    spec_opts spec;          /* speculative decoding */
 } server_opts;
 
 int server_run(const server_opts *o);
-int cli_serve(int argc, char **argv);
 
 #endif

@@ -1,5 +1,5 @@
 #include "textio.h"
-#include "../log.h"
+#include "log.h"
 #include "lmhost/abi.h"
 #include "chat_template.h"
 #include "tokenizer.h"

@@ -20,7 +20,7 @@
 
 #include <json-c/json.h>
 #include <stddef.h>
-#include "../grammar/grammar.h"
+#include "grammar.h"
 
 typedef enum {
     TC_NONE = 0,    /* the template knows no tool calls (e.g. Gemma 3, Llama 2) */

@@ -3,7 +3,7 @@
  * (stop strings across chunk boundaries, think sections), and the grammars that
  * response_format and forced tool calls compile to.
  * build: see tests/fuzz/run_fuzzers.sh (the "request" row). */
-#include "server/api.h"
+#include "api.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -11,7 +11,7 @@
 //    ~/.cache/lmhost/tokenizers, chosen by the second byte; a small built-in one when none is
 //    there), with round-trip checks where they must hold.
 // Any crash, sanitizer report or failed invariant (abort) is a finding.
-#include "../../core/tokenizer/tokenizer.h"
+#include "../../core/text/tokenizer/tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

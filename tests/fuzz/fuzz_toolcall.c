@@ -3,7 +3,7 @@
  * fed whole, a byte at a time and in pieces. Traps when the results differ, when a call's
  * arguments are not a JSON object, or when text without calls does not come out unchanged.
  * build: see tests/fuzz/run_fuzzers.sh (the "toolcall" row). */
-#include "server/toolcall.h"
+#include "toolcall.h"
 
 #include <json-c/json.h>
 #include <stdint.h>

@@ -12,15 +12,15 @@ set -uo pipefail
 # put in $LMHOST_TOKENIZERS (default ~/.cache/lmhost/tokenizers), when they are there: copied
 # into a temporary directory for the run, never into the repository.
 TARGETS=(
-    "safetensors|tests/fuzz/fuzz_safetensors.c core/safetensors.c core/util.c core/jsonfix/json_fix.c|json-c|-Icore/jsonfix"
-    "config|tests/fuzz/fuzz_config.c core/model_dir.c core/safetensors.c core/util.c core/jsonfix/json_fix.c|json-c|-Icore/jsonfix"
-    "request|tests/fuzz/fuzz_request.c core/server/api.c core/server/toolcall.c core/grammar/gram_build.c core/grammar/gram_compile.c core/grammar/gram_vocab.c core/grammar/gram_match.c core/tokenizer/tok_util.c core/tokenizer/tok_unidata.c core/tokenizer/tok_load.c core/tokenizer/tok_encode.c core/tokenizer/tok_decode.c core/sampler.c core/log.c core/jsonfix/json_fix.c|json-c libpcre2-8 libutf8proc|-Icore/server -Icore/jsonfix -Icore/tokenizer -Icore/grammar"
-    "tokenizer|tests/fuzz/fuzz_tokenizer.c core/tokenizer/tok_util.c core/tokenizer/tok_unidata.c core/tokenizer/tok_load.c core/tokenizer/tok_encode.c core/tokenizer/tok_decode.c core/jsonfix/json_fix.c|json-c libpcre2-8 libutf8proc|-Icore/tokenizer -Icore/jsonfix"
+    "safetensors|tests/fuzz/fuzz_safetensors.c core/host/safetensors.c core/util/util.c core/text/jsonfix/json_fix.c|json-c|-Icore/text/jsonfix"
+    "config|tests/fuzz/fuzz_config.c core/host/model_dir.c core/host/safetensors.c core/util/util.c core/text/jsonfix/json_fix.c|json-c|-Icore/text/jsonfix"
+    "request|tests/fuzz/fuzz_request.c core/server/api.c core/server/toolcall.c core/text/grammar/gram_build.c core/text/grammar/gram_compile.c core/text/grammar/gram_vocab.c core/text/grammar/gram_match.c core/text/tokenizer/tok_util.c core/text/tokenizer/tok_unidata.c core/text/tokenizer/tok_load.c core/text/tokenizer/tok_encode.c core/text/tokenizer/tok_decode.c core/host/sampler.c core/util/log.c core/text/jsonfix/json_fix.c|json-c libpcre2-8 libutf8proc|-Icore/server -Icore/text/jsonfix -Icore/text/tokenizer -Icore/text/grammar"
+    "tokenizer|tests/fuzz/fuzz_tokenizer.c core/text/tokenizer/tok_util.c core/text/tokenizer/tok_unidata.c core/text/tokenizer/tok_load.c core/text/tokenizer/tok_encode.c core/text/tokenizer/tok_decode.c core/text/jsonfix/json_fix.c|json-c libpcre2-8 libutf8proc|-Icore/text/tokenizer -Icore/text/jsonfix"
     "spirv|tests/fuzz/fuzz_spirv.c backends/vulkan/vk_spirv.c||-Ibackends/vulkan"
-    "npy|tests/fuzz/fuzz_npy.c core/npy.c core/log.c||"
-    "cachespec|tests/fuzz/fuzz_cache_spec.c core/cache_spec.c||-Iplugins/cache-common -Iplugins/cache-turboquant -lm"
-    "template|tests/fuzz/fuzz_template.c core/template/chat_template.c core/template/tpl_builtins.c core/template/tpl_eval.c core/template/tpl_format.c core/template/tpl_json.c core/template/tpl_parse.c core/template/tpl_unicode.c core/template/tpl_value.c|json-c libutf8proc|-Icore/template -lm"
-    "grammar|tests/fuzz/fuzz_grammar.c core/grammar/gram_build.c core/grammar/gram_compile.c core/grammar/gram_vocab.c core/grammar/gram_match.c core/tokenizer/tok_util.c core/tokenizer/tok_unidata.c core/tokenizer/tok_load.c core/tokenizer/tok_encode.c core/tokenizer/tok_decode.c core/jsonfix/json_fix.c|json-c libpcre2-8 libutf8proc|-Icore/grammar -Icore/tokenizer -Icore/jsonfix"
+    "npy|tests/fuzz/fuzz_npy.c core/util/npy.c core/util/log.c||"
+    "cachespec|tests/fuzz/fuzz_cache_spec.c core/host/cache_spec.c||-Iplugins/cache-common -Iplugins/cache-turboquant -lm"
+    "template|tests/fuzz/fuzz_template.c core/text/template/chat_template.c core/text/template/tpl_builtins.c core/text/template/tpl_eval.c core/text/template/tpl_format.c core/text/template/tpl_json.c core/text/template/tpl_parse.c core/text/template/tpl_unicode.c core/text/template/tpl_value.c|json-c libutf8proc|-Icore/text/template -lm"
+    "grammar|tests/fuzz/fuzz_grammar.c core/text/grammar/gram_build.c core/text/grammar/gram_compile.c core/text/grammar/gram_vocab.c core/text/grammar/gram_match.c core/text/tokenizer/tok_util.c core/text/tokenizer/tok_unidata.c core/text/tokenizer/tok_load.c core/text/tokenizer/tok_encode.c core/text/tokenizer/tok_decode.c core/text/jsonfix/json_fix.c|json-c libpcre2-8 libutf8proc|-Icore/text/grammar -Icore/text/tokenizer -Icore/text/jsonfix"
     "toolcall|tests/fuzz/fuzz_toolcall.c core/server/toolcall.c|json-c|"
 )
 
@@ -31,7 +31,7 @@ out=build-fuzz
 CC=${FUZZ_CC:-clang}
 # shellcheck disable=SC2054 # the commas belong to -fsanitize=
 CFLAGS_FUZZ=(-g -O1 -std=c11 -D_GNU_SOURCE -Wall -Wextra -fsanitize=fuzzer,address,undefined
-    -fno-sanitize-recover=all -fno-omit-frame-pointer -Icore -Iabi)
+    -fno-sanitize-recover=all -fno-omit-frame-pointer -Icore/util -Icore/host -Icore/cli -Icore/server -Iabi)
 mkdir -p "$out"
 
 SELECT=("$@") # target names given after SECONDS; none means all

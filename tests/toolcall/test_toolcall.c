@@ -5,7 +5,7 @@
  * on sample templates and the real chat templates of the fetched tokenizers.
  * usage: test_toolcall CASES.json [TOKENIZERS_DIR]   (default $LMHOST_TOKENIZERS or
  * ~/.cache/lmhost/tokenizers; a missing template fails, as the template tests do) */
-#include "server/toolcall.h"
+#include "toolcall.h"
 #include "../test_io.h"
 
 #include <json-c/json.h>

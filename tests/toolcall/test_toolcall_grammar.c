@@ -5,7 +5,7 @@
  * format turns into calls of the asked-for tools with the required arguments.
  * usage: test_toolcall_grammar [TOKENIZERS_DIR]   (default $LMHOST_TOKENIZERS or
  * ~/.cache/lmhost/tokenizers; a missing tokenizer fails, as the template tests do) */
-#include "server/toolcall.h"
+#include "toolcall.h"
 
 #include <json-c/json.h>
 #include <stdint.h>

@@ -1,5 +1,6 @@
 #include "spec.h"
 #include "log.h"
+#include "plugin_loader.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -422,4 +423,41 @@ int spec_decode(spec *sp, engine *e, uint64_t seq, sampler *s, float *lg, int32_
     free(draft);
     free(rows);
     return rc;
+}
+
+int spec_open(const spec_opts *so, const engine_opts *to, registry *reg, engine *target,
+              int32_t chunk, spec **sp, engine **draft, char *err, size_t errlen) {
+    *sp = NULL;
+    *draft = NULL;
+    if (so->kind == SPEC_OFF) return 0;
+    if (so->kind == SPEC_DRAFT) {
+        engine_opts d = *to;
+        d.model_dir = so->draft_model;
+        if (so->draft_backend) d.backend = so->draft_backend;
+        d.gpu_layers = -1;
+        d.stream_experts = 0; /* a draft is small: its experts load as any weight */
+        d.expert_cache_bytes = 0;
+        d.moe_top_k = 0;
+        char why[1536];
+        if (!(*draft = engine_open(reg, &d, why, sizeof why))) {
+            snprintf(err, errlen, "draft model: %s", why);
+            return 1;
+        }
+        int32_t vt = engine_vocab(target), vd = engine_vocab(*draft);
+        if (vt != vd)
+            log_msg(LMH_LOG_WARN,
+                    "the draft model's vocabulary has %d entries, the target's %d: proposals "
+                    "only count where both models share a tokenizer",
+                    vd, vt);
+        log_msg(LMH_LOG_INFO, "speculative decoding: draft model %s (%s), up to %d tokens a step",
+                so->draft_model, engine_chain(*draft), (int)so->draft_max);
+    }
+    *sp = spec_new(so->kind, so->draft_max, *draft, chunk, engine_vocab(target));
+    if (!*sp) {
+        snprintf(err, errlen, "out of memory");
+        engine_close(*draft);
+        *draft = NULL;
+        return 1;
+    }
+    return 0;
 }

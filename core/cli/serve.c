@@ -1,6 +1,6 @@
 /* lmhost serve: option parsing. */
-#include "../cli.h"
-#include "../log.h"
+#include "cli.h"
+#include "log.h"
 #include "server.h"
 
 #include <stdio.h>
@@ -42,7 +42,9 @@ int cli_serve(int argc, char **argv) {
                *chunk = NULL, *timeout = NULL, *grace = NULL, *max_body = NULL, *key_file = NULL,
                *top_k = NULL, *top_p = NULL, *min_p = NULL, *temp = NULL, *prefix_mb = NULL;
     int help = 0;
-    cli_opt opts[] = {{"--model", &o.model_dir, NULL, 0},
+    model_args ma = {0};
+    spec_args sa = {0};
+    cli_opt opts[] = {{"--model", &ma.model, NULL, 0},
                       {"--model-name", &o.model_name, NULL, 0},
                       {"--host", &o.host, NULL, 0},
                       {"--port", &port, NULL, 0},
@@ -59,22 +61,13 @@ int cli_serve(int argc, char **argv) {
                       {"--timeout", &timeout, NULL, 0},
                       {"--shutdown-grace", &grace, NULL, 0},
                       {"--max-body", &max_body, NULL, 0},
-                      {"--backend", &o.backend, NULL, 0},
-                      {"--gpu-layers", &o.gpu_layers, NULL, 0},
-                      {"--device", &o.device, NULL, 0},
-                      {"--precision", &o.precision, NULL, 0},
-                      {"--stream-experts", NULL, &o.stream_experts, 0},
-                      {"--expert-cache-mb", &o.expert_cache_mb, NULL, 0},
-                      {"--moe-top-k", &o.moe_top_k, NULL, 0},
                       {"--admin-key", &o.admin_key, NULL, 0},
-                      {"--cache", &o.cache, NULL, 0},
-                      {"--threads", &o.threads, NULL, 0},
-                      {"--plugin-dir", &o.plugin_dir, NULL, 0},
+                      MODEL_ARG_OPTS(ma),
                       {"--top-k", &top_k, NULL, 0},
                       {"--top-p", &top_p, NULL, 0},
                       {"--min-p", &min_p, NULL, 0},
                       {"--temperature", &temp, NULL, 0},
-                      SPEC_ARG_OPTS(o.spec),
+                      SPEC_ARG_OPTS(sa),
                       {"--help", NULL, &help, 0},
                       {0}};
     if (cli_parse(argc, argv, opts)) return 2;
@@ -90,10 +83,12 @@ int cli_serve(int argc, char **argv) {
                "[--plugin-dir DIR] " SPEC_ARG_HELP "\n");
         return 0;
     }
-    if (!o.model_dir) {
+    if (!ma.model) {
         fprintf(stderr, "lmhost serve: --model DIR is required\n");
         return 2;
     }
+    if (cli_engine_opts(&ma, &o.engine) || cli_spec_opts(&sa, &o.spec)) return 2;
+    o.plugin_dir = ma.plugin_dir;
     int64_t v;
     double d;
 #define INTOPT(s, name, lo, hi, dst)                                                               \

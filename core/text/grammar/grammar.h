@@ -20,7 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "../tokenizer/tokenizer.h"
+#include "tokenizer.h"
 
 typedef struct gram gram;
 typedef struct gram_vocab gram_vocab;

@@ -3,6 +3,8 @@
 #define LMHOST_CLI_H
 
 #include <stdint.h>
+#include "engine.h"
+#include "spec.h"
 
 /* One option: "--name" taking a value (stored in *str) or a flag (*flag = 1). */
 typedef struct cli_opt {
@@ -67,6 +69,10 @@ typedef struct spec_args {
 struct engine;
 struct registry;
 struct spec;
+/* The engine options a describes, checked (errors printed; returns 0 or 2, the usage code). */
+int cli_engine_opts(const model_args *a, engine_opts *o);
+/* The drafter sa describes, checked (errors printed; returns 0 or 2). */
+int cli_spec_opts(const spec_args *sa, spec_opts *so);
 /* Loads plugins into *reg (always free it) and opens the model; NULL after printing why. */
 struct engine *cli_open_engine(const model_args *a, struct registry *reg);
 /* Prefills sequence `seq` with ids in chunks; last[vocab] gets the last position's logits,
@@ -90,5 +96,6 @@ int cli_dequantize(int argc, char **argv);
 int cli_cache_eval(int argc, char **argv);
 int cli_check_plugin(int argc, char **argv);
 int cli_embed(int argc, char **argv);
+int cli_serve(int argc, char **argv);
 
 #endif

@@ -3,7 +3,6 @@
 #include "cli.h"
 #include "lmhost/abi.h"
 #include "log.h"
-#include "server/server.h"
 #include "template_cli.h"
 #include "tokenizer_cli.h"
 

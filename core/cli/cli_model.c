@@ -175,101 +175,91 @@ int cli_plugins(int argc, char **argv) {
 
 /* ---- shared by logits / generate ------------------------------------------------------ */
 
-/* The engine a's options describe, from plugins already in reg (load: load them first). */
-static engine *open_engine(const model_args *a, registry *reg, int load) {
+int cli_engine_opts(const model_args *a, engine_opts *o) {
     if (!a->model) {
         fprintf(stderr, "lmhost: --model DIR is required\n");
-        return NULL;
+        return 2;
     }
     int64_t th = 0, gl = -1, dev = 0;
-    if (a->threads && cli_int("--threads", a->threads, 1, 1024, &th)) return NULL;
-    if (a->gpu_layers && cli_int("--gpu-layers", a->gpu_layers, 0, 1 << 20, &gl)) return NULL;
-    if (a->device && cli_int("--device", a->device, 0, 255, &dev)) return NULL;
+    if (a->threads && cli_int("--threads", a->threads, 1, 1024, &th)) return 2;
+    if (a->gpu_layers && cli_int("--gpu-layers", a->gpu_layers, 0, 1 << 20, &gl)) return 2;
+    if (a->device && cli_int("--device", a->device, 0, 255, &dev)) return 2;
     int prec = 0;
-    if (cli_precision(a->precision, &prec)) return NULL;
+    if (cli_precision(a->precision, &prec)) return 2;
     int64_t mk = 0;
     double xmb = 0; /* fractions too: the test fixtures' experts are a few hundred KB */
     if (a->expert_cache_mb &&
         cli_float("--expert-cache-mb", a->expert_cache_mb, 0.01, (double)(1 << 30), &xmb))
-        return NULL;
+        return 2;
     if (a->expert_cache_mb && !a->stream_experts) {
         fprintf(stderr, "lmhost: --expert-cache-mb goes with --stream-experts\n");
-        return NULL;
+        return 2;
     }
-    if (a->moe_top_k && cli_int("--moe-top-k", a->moe_top_k, 1, 1 << 16, &mk)) return NULL;
-    if (load && registry_load_with(reg, a->plugin_file, a->plugin_dir)) return NULL;
-    engine_opts o = {.model_dir = a->model,
-                     .backend = a->backend,
-                     .cache = a->cache,
-                     .threads = (int)th,
-                     .gpu_layers = (int)gl,
-                     .device = (int)dev,
-                     .precision = prec,
-                     .stream_experts = a->stream_experts,
-                     .expert_cache_bytes = (int64_t)(xmb * (1 << 20)),
-                     .moe_top_k = (int)mk};
-    char err[2048];
-    engine *e = engine_open(reg, &o, err, sizeof err);
-    if (!e) fprintf(stderr, "lmhost: %s%s\n", load ? "" : "draft model: ", err);
-    return e;
+    if (a->moe_top_k && cli_int("--moe-top-k", a->moe_top_k, 1, 1 << 16, &mk)) return 2;
+    *o = (engine_opts){.model_dir = a->model,
+                       .backend = a->backend,
+                       .cache = a->cache,
+                       .threads = (int)th,
+                       .gpu_layers = (int)gl,
+                       .device = (int)dev,
+                       .precision = prec,
+                       .stream_experts = a->stream_experts,
+                       .expert_cache_bytes = (int64_t)(xmb * (1 << 20)),
+                       .moe_top_k = (int)mk};
+    return 0;
 }
 
 engine *cli_open_engine(const model_args *a, registry *reg) {
-    return open_engine(a, reg, 1);
+    engine_opts o;
+    if (cli_engine_opts(a, &o)) return NULL;
+    if (registry_load_with(reg, a->plugin_file, a->plugin_dir)) return NULL;
+    char err[2048];
+    engine *e = engine_open(reg, &o, err, sizeof err);
+    if (!e) fprintf(stderr, "lmhost: %s\n", err);
+    return e;
 }
 
-int cli_open_spec(const spec_args *sa, const model_args *a, registry *reg, engine *target,
-                  int32_t chunk, spec **sp, engine **draft) {
-    *sp = NULL;
-    *draft = NULL;
-    spec_kind kind = sa->draft_model ? SPEC_DRAFT : SPEC_OFF;
+int cli_spec_opts(const spec_args *sa, spec_opts *so) {
+    *so = (spec_opts){.kind = sa->draft_model ? SPEC_DRAFT : SPEC_OFF,
+                      .draft_max = 8,
+                      .draft_model = sa->draft_model,
+                      .draft_backend = sa->draft_backend};
     if (sa->spec && strcmp(sa->spec, "ngram") == 0)
-        kind = SPEC_NGRAM;
+        so->kind = SPEC_NGRAM;
     else if (sa->spec && strcmp(sa->spec, "draft") == 0)
-        kind = SPEC_DRAFT;
+        so->kind = SPEC_DRAFT;
     else if (sa->spec && strcmp(sa->spec, "off") == 0)
-        kind = SPEC_OFF;
+        so->kind = SPEC_OFF;
     else if (sa->spec) {
         fprintf(stderr, "lmhost: --spec must be ngram, draft or off (got '%s')\n", sa->spec);
         return 2;
     }
-    if (kind == SPEC_DRAFT && !sa->draft_model) {
+    if (so->kind == SPEC_DRAFT && !sa->draft_model) {
         fprintf(stderr, "lmhost: --spec draft needs --draft-model DIR\n");
         return 2;
     }
-    if (kind != SPEC_DRAFT && (sa->draft_model || sa->draft_backend)) {
+    if (so->kind != SPEC_DRAFT && (sa->draft_model || sa->draft_backend)) {
         fprintf(stderr, "lmhost: --draft-model and --draft-backend go with --spec draft\n");
         return 2;
     }
     int64_t k = 8;
     if (sa->draft_max && cli_int("--draft-max", sa->draft_max, 1, SPEC_MAX_DRAFT, &k)) return 2;
-    if (kind == SPEC_OFF) {
-        if (sa->draft_max) fprintf(stderr, "lmhost: --draft-max ignored: speculation is off\n");
-        return 0;
-    }
-    if (kind == SPEC_DRAFT) {
-        /* the draft runs whole on its backend: the target's --gpu-layers split is its own */
-        model_args da = *a;
-        da.model = sa->draft_model;
-        if (sa->draft_backend) da.backend = sa->draft_backend;
-        da.gpu_layers = NULL;
-        da.stream_experts = 0; /* a draft is small: its experts load as any weight */
-        da.expert_cache_mb = da.moe_top_k = NULL;
-        if (!(*draft = open_engine(&da, reg, 0))) return 1;
-        int32_t vt = engine_vocab(target), vd = engine_vocab(*draft);
-        if (vt != vd)
-            log_msg(LMH_LOG_WARN,
-                    "the draft model's vocabulary has %d entries, the target's %d: proposals "
-                    "only count where both models share a tokenizer",
-                    vd, vt);
-        log_msg(LMH_LOG_INFO, "speculative decoding: draft model %s (%s), up to %d tokens a step",
-                sa->draft_model, engine_chain(*draft), (int)k);
-    }
-    *sp = spec_new(kind, (int32_t)k, *draft, chunk, engine_vocab(target));
-    if (!*sp) {
-        fprintf(stderr, "lmhost: out of memory\n");
-        engine_close(*draft);
-        *draft = NULL;
+    so->draft_max = (int32_t)k;
+    if (so->kind == SPEC_OFF && sa->draft_max)
+        fprintf(stderr, "lmhost: --draft-max ignored: speculation is off\n");
+    return 0;
+}
+
+int cli_open_spec(const spec_args *sa, const model_args *a, registry *reg, engine *target,
+                  int32_t chunk, spec **sp, engine **draft) {
+    spec_opts so;
+    engine_opts o;
+    int rc = cli_spec_opts(sa, &so);
+    if (rc == 0) rc = cli_engine_opts(a, &o);
+    if (rc) return rc;
+    char err[2048];
+    if (spec_open(&so, &o, reg, target, chunk, sp, draft, err, sizeof err)) {
+        fprintf(stderr, "lmhost: %s\n", err);
         return 1;
     }
     return 0;

@@ -37,6 +37,22 @@ spec *spec_new(spec_kind kind, int32_t draft_max, engine *draft, int32_t chunk,
                int32_t target_vocab);
 void spec_free(spec *sp);
 spec_kind spec_get_kind(const spec *sp);
+
+/* A drafter as asked for (the CLI's --spec, --draft-model, --draft-max, --draft-backend). */
+typedef struct spec_opts {
+    spec_kind kind;
+    int32_t draft_max;         /* 1..SPEC_MAX_DRAFT */
+    const char *draft_model;   /* SPEC_DRAFT: the draft model's directory */
+    const char *draft_backend; /* NULL: the target's */
+} spec_opts;
+
+struct registry;
+/* Opens what `so` asks for, for `target` (opened with `to`): a draft model opens with to's
+ * options but its own directory and backend, whole on that backend (the target's
+ * --gpu-layers split is its own), its plugins from reg. *sp stays NULL when speculation is
+ * off; *draft is the draft engine, to close after spec_free. Returns 0, or 1 with err. */
+int spec_open(const spec_opts *so, const engine_opts *to, struct registry *reg, engine *target,
+              int32_t chunk, spec **sp, engine **draft, char *err, size_t errlen);
 int32_t spec_draft_max(const spec *sp);
 
 /* One sequence to propose for: its tokens hist[0..n) (prompt and output so far, the last one
