@@ -6,7 +6,7 @@ SUDO=
 [ "$(id -u)" = 0 ] || SUDO=sudo
 PKGS="build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
       libltdl-dev libjson-c-dev libpcre2-dev libutf8proc-dev
-      libevent-dev libssl-dev openssl curl
+      libevent-dev libssl-dev openssl curl python3 wamerican
       libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers glslang-tools
       gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user ca-certificates"
 missing=

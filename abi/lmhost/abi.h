@@ -16,7 +16,7 @@ extern "C" {
 
 #define LMH_ABI_MAJOR 1
 #define LMH_ABI_MINOR                                                                              \
-    11 /* 1: lmh_backend_api.read_bandwidth; 2: LMH_OP_ARGMAX;                                      \
+    12 /* 1: lmh_backend_api.read_bandwidth; 2: LMH_OP_ARGMAX;                                      \
        * 3: lmh_backend_api.download_start, download_wait; 4: lmh_backend_api.compute_peak;        \
        * 5: lmh_cache_api.bytes_read; 6: lmh_backend_api.kernel_add, kernel_run;                   \
        * 7: recurrent state (lmh_recurrent_state, lmh_host_api.declare_recurrent and               \
@@ -30,7 +30,9 @@ extern "C" {
        *    LMH_OP_ROPE_SWITCH, lmh_batch.seq_ends, lmh_host_api.weight_transposed, LMH_MXFP4     \
        *    weights (tensor_quant); a plugin of a newer minor than the host's is refused;     \
        * 11: lmh_host_api.declare_moe, lmh_batch.moe_top_k, LMH_OP_MOE_ROUTE's src2 (experts   \
-       *    a row uses), lmh_backend_api.tensor_quant_write and tensor_quant without parts */
+       *    a row uses), lmh_backend_api.tensor_quant_write and tensor_quant without parts;   \
+       * 12: lmh_backend_opts.params (a backend's options), debug.h (LMHOST_DEBUG and    \
+       *    lmh_kv_next) */
 
 /* Every plugin exports this symbol (C linkage, default visibility). */
 #define LMH_PLUGIN_ENTRY_NAME "lmhost_plugin_entry"

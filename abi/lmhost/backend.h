@@ -7,6 +7,7 @@
 #define LMHOST_BACKEND_H
 
 #include "abi.h"
+#include "debug.h"
 #include "ops.h"
 
 #ifdef __cplusplus
@@ -32,12 +33,24 @@ typedef struct lmh_backend_opts {
     int32_t threads;   /* CPU worker threads; 0: all cores */
     int32_t device;    /* device index for backends with several; 0 by default */
     int32_t precision; /* (ABI 1.9) lmh_precision; read only where size covers it */
+    /* (ABI 1.12) The backend's own options as the user gave them after its name
+     * (`--backend vulkan:max-memory=4G,spin=0`: "max-memory=4G,spin=0"), a list that
+     * lmh_kv_next (debug.h) reads; NULL or "" for none. A backend refuses a key it does not
+     * know, or a value it cannot use, from create, with a message naming the keys it knows.
+     * The host never passes options to a backend built for an older minor. */
+    const char *params;
 } lmh_backend_opts;
 
 /* opts->precision where the host's struct has it, else DEFAULT (for backends). */
 static inline int32_t lmh_opts_precision(const lmh_backend_opts *o) {
     return o && o->size >= sizeof(uint32_t) + 3 * sizeof(int32_t) ? o->precision
                                                                   : LMH_PRECISION_DEFAULT;
+}
+
+/* opts->params where the host's struct has it, else NULL (for backends). */
+static inline const char *lmh_opts_params(const lmh_backend_opts *o) {
+    return o && o->size >= offsetof(lmh_backend_opts, params) + sizeof(const char *) ? o->params
+                                                                                     : NULL;
 }
 
 typedef struct lmh_backend_mem {

@@ -2,6 +2,7 @@
 #ifndef LMHOST_PDK_H
 #define LMHOST_PDK_H
 #include "abi.h"
+#include "debug.h"
 #include "ops.h"
 #include "backend.h"
 #include "arch.h"

@@ -1,6 +1,7 @@
 /* The CPU backend plugin: tensors in host memory, ops run at enqueue time on a thread
  * pool (so sync() has nothing left to wait for), inner loops from the SIMD table chosen
- * at start (kernels.h; LMHOST_SIMD=portable|avx2|avx512|neon forces one). */
+ * at start (kernels.h; LMHOST_DEBUG simd=portable|avx2|avx512|neon forces one, for tests of
+ * each path). It takes no options (lmh_backend_opts.params): --threads and --precision. */
 #include "lmhost/lmhost.h"
 #include "kernels.h"
 #include "qkernels.h"
@@ -1697,11 +1698,21 @@ static int32_t cpu_precision(lmh_backend *b) {
 static int cpu_create(const lmh_host_api *host, const lmh_backend_opts *o, lmh_backend **out,
                       char *err, size_t err_len) {
     (void)host;
-    const char *force = getenv("LMHOST_SIMD");
-    if (force && !*force) force = NULL;
-    const cpu_kernels *k = cpu_kernels_select(force);
+    char key[32], val[32];
+    const char *params = lmh_opts_params(o);
+    if (lmh_kv_next(&params, key, sizeof key, val, sizeof val)) {
+        snprintf(err, err_len,
+                 "unknown option '%s' (the cpu backend takes none: --threads and --precision "
+                 "set its threads and arithmetic)",
+                 key);
+        return LMH_EINVAL;
+    }
+    char force[32] = "";
+    lmh_debug_get("simd", force, sizeof force);
+    const cpu_kernels *k = cpu_kernels_select(force[0] ? force : NULL);
     if (!k) {
-        snprintf(err, err_len, "LMHOST_SIMD=%s: this CPU or build cannot run that path", force);
+        snprintf(err, err_len, "LMHOST_DEBUG simd=%s: this CPU or build cannot run that path",
+                 force);
         return LMH_EUNSUPPORTED;
     }
     lmh_backend *b = calloc(1, sizeof *b);

@@ -77,7 +77,7 @@ void cpu_q_matmul(const struct cpu_kernels *k, const cpu_qkernels *qk, const flo
                   const cpu_qmat *w, int64_t o0, int64_t o1, float *y, int64_t ldy, float *buf);
 
 /* The table that goes with kernel path `name` ("portable", "avx2", "avx512", "neon"), so
- * the quantized kernels follow the LMHOST_SIMD choice cpu_kernels_select made; the
+ * the quantized kernels follow the choice (LMHOST_DEBUG simd) cpu_kernels_select made; the
  * portable table when this build has no such path. */
 const cpu_qkernels *cpu_qkernels_for(const char *name);
 

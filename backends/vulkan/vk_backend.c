@@ -6,46 +6,23 @@
  * wait for a fence. Memory of a freed tensor is reused only once the batches that used
  * it have completed.
  *
- * LMHOST_VK_NO_SUBGROUP=1 makes it use the shared-memory reductions even where the
- * device has subgroup arithmetic (for tests of that path). LMHOST_VK_VALIDATE=1 runs under
- * the Khronos validation layer with synchronization validation: every message it reports
- * is logged as an error and makes the next sync point fail, so tests cannot miss one.
- * LMHOST_VK_PROFILE=1 times every dispatch on the GPU and logs the time per shader, and the
- * host's time recording and waiting, when the backend is destroyed (=2: per shader and
- * workgroup count too, which tells a model's products apart). LMHOST_VK_NO_FUSE=1
- * records every op as a dispatch of its own (nothing fused or put off: vk_fuse.c), for
- * tests and measurement, and LMHOST_VK_FUSE_PRODUCTS=0|1 says whether decode's norms and
- * SwiGLU are computed inside the products (default: on GPUs, not on CPU devices), so that
- * tests on lavapipe run a GPU's path; LMHOST_VK_SUBMIT_MIN=N sets the batch size
- * (dispatches) handed to an idle device (default 16) and LMHOST_VK_MATVEC=WGxNR the
- * matrix-vector workgroup of the f32/f16/bf16 products (threads x output columns, default
- * 64x2, 128x2 for one row, 64x4 for the 8-row variant) and LMHOST_VK_MATVEC_ROWS=N the rows
- * up to which products are matrix-vector ones (GPU default 16, CPU devices 4; tests run more
- * on lavapipe).
- * LMHOST_VK_ATTN_UNROLL=KUxVU sets how many K chunks and V rows attention loads together (GPU
- * default 16x16, CPU devices 1x1; tests run a GPU's on lavapipe with it), LMHOST_VK_ATTN_WGS=N the
- * workgroups attention's key splits aim for (GPU default 512, CPU devices 8; tests run a GPU's on
- * lavapipe), and for attn_decode.comp LMHOST_VK_ATTN_DEC_WGS=N (default half of that),
- * LMHOST_VK_ATTN_DECODE=0 leaves decoding to the tiled attention kernel (=KU[xTPK]: keys a key
- * group of attn_decode.comp loads together, GPU default 2, CPU devices 1, and its lanes, default 16
- * within the smallest subgroup), LMHOST_VK_ATTN_SEQS=N runs the decode attention of N or more
- * sequences (batched decode), and N or more consecutive copies (their cache appends), as
- * one dispatch instead of one each, where the device has buffer device addresses (default
- * 16 on GPUs, 2 on CPU devices; 0: never), and LMHOST_VK_ATTN_SEQ_WGS=N sets the workgroups
- * such an attention aims for (default twice LMHOST_VK_ATTN_DEC_WGS's; past it a workgroup
- * takes several key splits in turn), LMHOST_VK_FULL_BARRIERS=1 makes every barrier take all
- * stages and accesses (the form before compute-only barriers, for measurement).
- * LMHOST_VK_SPIN=N: a wait polls its fence for up to N us before it sleeps (default 10000 on
- * GPUs, 0 on CPU devices). LMHOST_VK_NO_PUSH_DESCRIPTOR=1 uses descriptor pools even where
- * VK_KHR_push_descriptor is available (for tests of that path). LMHOST_VK_MAX_MEMORY=N[K|M|G]
- * caps the device memory it allocates (for tests of running out: an allocation past the cap
- * fails as VK_ERROR_OUT_OF_DEVICE_MEMORY would). LMHOST_VK_MATMUL_BIG=0|1|4|8: prefill products
- * never in matmul_big.comp's tiles, or for every product of more than 4 rows (4, 8: tiles of
- * 64 or 128 rows whatever the shape; default: from 65 rows on GPUs, never on CPU devices).
- * LMHOST_VK_SCAN_CHUNK=N[:C] runs SSD_SCAN and DELTA_RULE in their chunked (matrix) form from
- * N rows on (default 96; 0: always row by row), for tests of either form at any length, C
- * chunks of 64 rows at most a pass (default: as many as 64 MiB of scratch holds; tests of
- * a long op cut into passes). */
+ * Its options (lmh_backend_opts.params: `--backend vulkan:KEY=VALUE,...`, docs/tuning.md):
+ * device=N picks the device (as --device does); max-memory=N[K|M|G] caps the device memory
+ * it allocates (an allocation past the cap fails as VK_ERROR_OUT_OF_DEVICE_MEMORY would:
+ * room left for other programs, or a smaller device tried on a larger one); profile=1 times
+ * every dispatch on the GPU and logs the time per shader, and the host's time recording and
+ * waiting, when the backend is destroyed (=2: per shader and workgroup count too, which
+ * tells a model's products apart; =3: the time between barriers, per kind of step); spin=US
+ * lets a wait poll its fence for up to US microseconds before it sleeps (default 10000 on
+ * GPUs, 0 on CPU devices, whose threads a polling one would slow).
+ *
+ * Everything else it derives from the device: its type, subgroup sizes and operations,
+ * shared memory and extensions. The switches that tests and measurements use to take other
+ * paths, or a GPU's on lavapipe, are LMHOST_DEBUG keys (lmhost/debug.h), each described
+ * where setup_device reads it: vk-validate, vk-no-subgroup, vk-no-push-descriptor,
+ * vk-no-fuse, vk-fuse-products, vk-full-barriers, vk-submit-min, vk-matvec, vk-matvec-rows,
+ * vk-matmul-big, vk-scan-chunk, vk-kernel-shared, vk-attn-unroll, vk-attn-wgs,
+ * vk-attn-dec-wgs, vk-attn-decode, vk-attn-seqs and vk-attn-seq-wgs. */
 #include "vk_backend.h"
 #include "vk_spirv.h"
 
@@ -64,14 +41,14 @@
 #define STAGING_SIZE (16 * MIB)   /* host-visible upload memory per batch */
 #define MAX_DISPATCH 256          /* dispatches per batch before it is submitted */
 #define SUBMIT_MIN   16           /* dispatches per batch before an idle device gets it */
-#define SPIN_US      10000        /* how long a wait polls its fence (LMHOST_VK_SPIN) */
+#define SPIN_US      10000        /* how long a wait polls its fence (option spin) */
 #define POOL_SETS    256          /* descriptor sets per pool */
 #define MATVEC_ROWS  16           /* matrix-vector products up to this many rows on GPUs */
-#define BIG_MIN_ROWS 17           /* matmul_big.comp from this many rows (LMHOST_VK_MATMUL_BIG) */
+#define BIG_MIN_ROWS 17           /* matmul_big.comp from this many rows (vk-matmul-big) */
 #define MATVEC8_NR   4            /* output columns a workgroup of the 8-row matrix-vector kernel */
 #define STAT_SLOTS   1024         /* MoE statistics per batch */
 #define ARGS_BYTES   (256 * 1024) /* tables for dispatches per batch (vk_args) */
-#define SCAN_CHUNK   96           /* chunked scans from this many rows (LMHOST_VK_SCAN_CHUNK) */
+#define SCAN_CHUNK   96           /* chunked scans from this many rows (vk-scan-chunk) */
 
 struct vk_block {
     VkDeviceMemory mem;
@@ -293,11 +270,9 @@ static const char *human(char buf[32], VkDeviceSize n) {
     return buf;
 }
 
-/* LMHOST_VK_MAX_MEMORY=N[K|M|G]: the most device memory this backend takes (0 when unset),
- * for tests of running out of it; -1 when the value is malformed. */
-static long long mem_cap(void) {
-    const char *v = getenv("LMHOST_VK_MAX_MEMORY");
-    if (!v || !*v) return 0;
+/* Option max-memory=N[K|M|G]: the most device memory this backend takes; -1 when the
+ * value is malformed. */
+static long long mem_cap(const char *v) {
     char *end;
     unsigned long long n = strtoull(v, &end, 10);
     int shift = *end == 'k' || *end == 'K'   ? 10
@@ -341,8 +316,8 @@ static vk_alloc *mem_alloc(lmh_backend *b, VkDeviceSize bytes, int weight) {
         free(a);
         return NULL;
     }
-    /* under LMHOST_VK_MAX_MEMORY, what would pass the cap fails as the driver's would */
-    long long cap = mem_cap();
+    /* under max-memory, what would pass the cap fails as the driver's would */
+    long long cap = (long long)b->max_memory;
     VkDeviceSize held = held_bytes(b), room = (VkDeviceSize)-1;
     if (cap > 0)
         room =
@@ -368,7 +343,7 @@ static vk_alloc *mem_alloc(lmh_backend *b, VkDeviceSize bytes, int weight) {
         vk_log(b, LMH_LOG_ERROR,
                "out of device memory: cannot allocate %s for a %s tensor (%s held on %s%s%s)",
                human(need, bytes), weight ? "weight" : "scratch/cache", human(have, held),
-               b->props.deviceName, cap > 0 ? ", LMHOST_VK_MAX_MEMORY=" : "",
+               b->props.deviceName, cap > 0 ? ", max-memory=" : "",
                cap > 0 ? human(lim, (VkDeviceSize)cap) : "");
         free(a);
         return NULL;
@@ -513,7 +488,7 @@ static void barrier(vk_batch *bt, int heavy) {
                     VK_ACCESS_INDIRECT_COMMAND_READ_BIT);
 }
 
-/* LMHOST_VK_PROFILE=3: a timestamp once what was recorded before it has run, ending the step
+/* profile=3: a timestamp once what was recorded before it has run, ending the step
  * recorded since the previous one (the first of a batch ends none: the time between
  * batches is not a step's) */
 static void step_mark(lmh_backend *b, vk_batch *bt, int first) {
@@ -715,7 +690,7 @@ static int wait_for(lmh_backend *b, uint64_t serial) {
     int rc2 = wait_upto(b, serial);
     if (!rc && !rc2 && b->validation_errors) {
         b->validation_errors = 0;
-        return LMH_EINTERNAL; /* LMHOST_VK_VALIDATE: the layer found an error */
+        return LMH_EINTERNAL; /* vk-validate: the layer found an error */
     }
     return rc ? rc : rc2 ? rc2 : b->err;
 }
@@ -1760,11 +1735,39 @@ on_validation(VkDebugUtilsMessageSeverityFlagBitsEXT sev, VkDebugUtilsMessageTyp
     return VK_FALSE;
 }
 
-/* $name as a number in 1..most, else dflt */
-static uint32_t env_uint(const char *name, int most, uint32_t dflt) {
-    const char *v = getenv(name);
-    int n = v ? atoi(v) : 0;
-    return n > 0 && n <= most ? (uint32_t)n : dflt;
+/* LMHOST_DEBUG's `key` as a number in lo..most, else dflt (with a warning where it is
+ * given but not such a number). */
+static uint32_t dbg_uint(lmh_backend *b, const char *key, uint32_t lo, uint32_t most,
+                         uint32_t dflt) {
+    char v[32], *end = NULL;
+    if (!lmh_debug_get(key, v, sizeof v)) return dflt;
+    unsigned long n = v[0] >= '0' && v[0] <= '9' ? strtoul(v, &end, 10) : 0;
+    if (!end || *end || n < lo || n > most) {
+        vk_log(b, LMH_LOG_WARN, "LMHOST_DEBUG %s=%s: not a number from %u to %u; %u it is", key, v,
+               lo, most, dflt);
+        return dflt;
+    }
+    return (uint32_t)n;
+}
+
+/* LMHOST_DEBUG's `key` as AxB, or A alone where b_opt (*bv then unchanged): 1 with both
+ * in 1..most, 0 where absent, -1 (warned) where malformed. */
+static int dbg_pair(lmh_backend *b, const char *key, int b_opt, unsigned most, unsigned *av,
+                    unsigned *bv, const char *form) {
+    char v[32], x;
+    if (!lmh_debug_get(key, v, sizeof v)) return 0;
+    unsigned a = 0, c = *bv;
+    int n = sscanf(v, "%u%c%u%c", &a, &x, &c, &x);
+    if ((n == 3 && x == 'x') || (n == 1 && b_opt)) {
+        if (a >= 1 && a <= most && c >= 1 && c <= most) {
+            *av = a;
+            *bv = c;
+            return 1;
+        }
+    }
+    vk_log(b, LMH_LOG_WARN, "LMHOST_DEBUG %s=%s: want %s, each 1 to %u; the default stays", key, v,
+           form, most);
+    return -1;
 }
 
 static int has_device_ext(VkPhysicalDevice pd, const char *name) {
@@ -1817,13 +1820,12 @@ static int coopmat_usable(lmh_backend *b) {
 
 /* Decode attention of several sequences in one dispatch (attn_decode.comp with SEQS), and
  * several copies (copy_seqs.comp): they reach each tensor by device address. From how many
- * (LMHOST_VK_ATTN_SEQS=N, 0: never): 16 on a GPU, where attention of up to 8 sequences ran
- * 0.6-1.3% slower so (README, H100), 2 on CPU devices. */
+ * (LMHOST_DEBUG vk-attn-seqs=N, 0: never): 16 on a GPU, where attention of up to 8
+ * sequences ran 0.6-1.3% slower so (README, H100), 2 on CPU devices. */
 static uint32_t seq_attn_usable(lmh_backend *b) {
-    uint32_t min = env_uint("LMHOST_VK_ATTN_SEQS", 1 << 20,
+    uint32_t min = dbg_uint(b, "vk-attn-seqs", 0, 1 << 20,
                             b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 2 : 16);
-    const char *on = getenv("LMHOST_VK_ATTN_SEQS");
-    if ((on && !strcmp(on, "0")) || !b->attn_dec_tpk) return 0;
+    if (!min || !b->attn_dec_tpk) return 0;
     VkPhysicalDeviceVulkan12Features f12 = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
     VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
@@ -1850,7 +1852,6 @@ static int create_instance(lmh_backend *b, char *err, size_t err_len) {
                              .apiVersion = VK_API_VERSION_1_2};
     VkInstanceCreateInfo ici = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
                                 .pApplicationInfo = &app};
-    const char *val = getenv("LMHOST_VK_VALIDATE");
     static const char *const layer = "VK_LAYER_KHRONOS_validation";
     static const char *const ext = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
     VkValidationFeatureEnableEXT sync = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT;
@@ -1867,9 +1868,12 @@ static int create_instance(lmh_backend *b, char *err, size_t err_len) {
                                   .pNext = &mi,
                                   .enabledValidationFeatureCount = 1,
                                   .pEnabledValidationFeatures = &sync};
-    int validate = val && *val && strcmp(val, "0");
+    /* LMHOST_DEBUG vk-validate: under the Khronos validation layer with synchronization
+     * validation; every message it reports is logged as an error and makes the next sync
+     * point fail, so tests cannot miss one */
+    int validate = lmh_debug_on("vk-validate");
     if (validate && !has_layer(layer)) {
-        vk_log(b, LMH_LOG_WARN, "LMHOST_VK_VALIDATE: %s is not installed", layer);
+        vk_log(b, LMH_LOG_WARN, "LMHOST_DEBUG vk-validate: %s is not installed", layer);
         validate = 0;
     }
     if (validate) {
@@ -1891,7 +1895,7 @@ static int create_instance(lmh_backend *b, char *err, size_t err_len) {
             (PFN_vkCreateDebugUtilsMessengerEXT)(uintptr_t)vkGetInstanceProcAddr(
                 b->inst, "vkCreateDebugUtilsMessengerEXT");
         if (!fn || fn(b->inst, &mi, NULL, &b->messenger) != VK_SUCCESS) {
-            snprintf(err, err_len, "LMHOST_VK_VALIDATE: cannot install the debug messenger");
+            snprintf(err, err_len, "vk-validate: cannot install the debug messenger");
             return LMH_EUNSUPPORTED;
         }
     }
@@ -1958,28 +1962,37 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
                                       .pNext = &sg};
     vkGetPhysicalDeviceProperties2(b->pd, &p2);
     b->max_alloc = m3.maxMemoryAllocationSize ? m3.maxMemoryAllocationSize : BLOCK_MAX;
-    const char *nosg = getenv("LMHOST_VK_NO_SUBGROUP");
-    /* subgroup operations in compute shaders, unless turned off for tests */
+    /* subgroup operations in compute shaders, unless LMHOST_DEBUG vk-no-subgroup turns them
+     * off (tests of the shared-memory reductions) */
     int sg_ok = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                 (sg.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT) &&
-                !(nosg && *nosg && strcmp(nosg, "0"));
+                !lmh_debug_on("vk-no-subgroup");
     b->subgroup_size = sg.subgroupSize;
     b->subgroup_arith = sg_ok && (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
-    const char *nofuse = getenv("LMHOST_VK_NO_FUSE");
-    b->no_fuse = nofuse && *nofuse && strcmp(nofuse, "0");
+    /* vk-no-fuse: every op a dispatch of its own, nothing fused or put off (vk_fuse.c), for
+     * tests and measurement */
+    b->no_fuse = lmh_debug_on("vk-no-fuse");
     /* Norm and SwiGLU inside the products: every workgroup redoes that work, which a GPU
      * hides behind its weight loads and a CPU device pays in full (2.2x slower decode on
-     * lavapipe). */
-    const char *fp = getenv("LMHOST_VK_FUSE_PRODUCTS");
-    b->fuse_products =
-        fp && *fp ? strcmp(fp, "0") != 0 : b->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
-    const char *mv = getenv("LMHOST_VK_MATVEC");
+     * lavapipe). vk-fuse-products[=0|1]: either way (the tests run a GPU's on lavapipe). */
+    char fp[8];
+    b->fuse_products = lmh_debug_get("vk-fuse-products", fp, sizeof fp)
+                           ? strcmp(fp, "0") != 0
+                           : b->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
+    /* vk-matvec=WGxNR: the matrix-vector workgroup of the f32/f16/bf16 products, threads
+     * (a power of two, 32 to 256) and output columns (1 to 8), for measurement (the
+     * 8-row variant's sums in shared memory must fit: 256x8 made a device lost) */
     unsigned mv_wg = 0, mv_nr = 0;
-    /* (the 8-row variant's sums in shared memory must fit: 256x8 made a device lost) */
-    if (!mv || sscanf(mv, "%ux%u", &mv_wg, &mv_nr) != 2 || mv_wg < 32 || mv_wg > 256 ||
-        (mv_wg & (mv_wg - 1)) || mv_nr < 1 || mv_nr > 8 ||
-        4 * mv_wg * mv_nr * 8 > b->props.limits.maxComputeSharedMemorySize)
-        mv_wg = 0, mv_nr = MATVEC_NR;
+    if (dbg_pair(b, "vk-matvec", 0, 256, &mv_wg, &mv_nr, "WGxNR") == 1 &&
+        (mv_wg < 32 || (mv_wg & (mv_wg - 1)) || mv_nr > 8 ||
+         4 * mv_wg * mv_nr * 8 > b->props.limits.maxComputeSharedMemorySize)) {
+        vk_log(b, LMH_LOG_WARN,
+               "LMHOST_DEBUG vk-matvec=%ux%u: threads a power of two from 32 to 256, up to 8 "
+               "columns, within the device's shared memory; the default stays",
+               mv_wg, mv_nr);
+        mv_wg = 0;
+    }
+    if (!mv_wg) mv_nr = MATVEC_NR;
     b->matvec_wg = mv_wg ? mv_wg : MATVEC_WG;
     b->matvec1_wg = mv_wg ? mv_wg : MATVEC1_WG;
     b->matvec_nr = mv_nr;
@@ -1988,50 +2001,63 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
      * workgroup (from 17 rows matmul_big.comp's tiles, split over k, were faster: H100,
      * README); a CPU device takes tiles past 4 rows (lavapipe's compiler takes long over
      * matvec8's unrolled rows: the op test's quantized products 44 instead of 4 s, mostly
-     * building pipelines). LMHOST_VK_MATVEC_ROWS=N (N >= 4) moves the limit, for tests and
+     * building pipelines). vk-matvec-rows=N (N >= 4) moves the limit, for tests and
      * measurement. */
-    const char *mvr = getenv("LMHOST_VK_MATVEC_ROWS");
-    b->matvec_rows = mvr && atoi(mvr) >= 4                                ? (uint32_t)atoi(mvr)
-                     : b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 4
-                                                                          : MATVEC_ROWS;
-    const char *fb = getenv("LMHOST_VK_FULL_BARRIERS");
-    b->full_barriers = fb && *fb && strcmp(fb, "0");
+    b->matvec_rows = dbg_uint(b, "vk-matvec-rows", 4, 1 << 20,
+                              b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 4 : MATVEC_ROWS);
+    /* vk-full-barriers: every barrier takes all stages and accesses (the form before
+     * compute-only barriers), for measurement */
+    b->full_barriers = lmh_debug_on("vk-full-barriers");
     /* Waits poll the fence before they sleep: woken by the driver, a decode step's wait for
      * its logits left the GPU idle for about 0.25 ms a token (README, H100). Not on a CPU
-     * device, whose threads the poll would take a core from. */
-    const char *spin = getenv("LMHOST_VK_SPIN");
-    b->spin_us = spin && *spin ? (uint32_t)strtoul(spin, NULL, 10)
+     * device, whose threads the poll would take a core from. Option spin=US. */
+    b->spin_us = b->opt_spin >= 0                                     ? (uint32_t)b->opt_spin
                  : b->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU ? SPIN_US
                                                                       : 0;
-    const char *smin = getenv("LMHOST_VK_SUBMIT_MIN");
-    b->submit_min = smin && atoi(smin) > 0 ? atoi(smin) : SUBMIT_MIN;
-    const char *prof = getenv("LMHOST_VK_PROFILE");
-    b->profile = prof && *prof && strcmp(prof, "0") && b->props.limits.timestampComputeAndGraphics
-                     ? (!strcmp(prof, "2")   ? 2
-                        : !strcmp(prof, "3") ? 3
-                                             : 1)
-                     : 0;
+    /* vk-submit-min=N: the dispatches a batch holds before an idle device gets it */
+    b->submit_min = (int)dbg_uint(b, "vk-submit-min", 1, MAX_DISPATCH, SUBMIT_MIN);
+    b->profile =
+        b->opt_profile > 0 && b->props.limits.timestampComputeAndGraphics ? b->opt_profile : 0;
+    if (b->opt_profile > 0 && !b->profile)
+        vk_log(b, LMH_LOG_WARN, "profile=%d: %s has no timestamps in compute queues",
+               b->opt_profile, b->props.deviceName);
     const VkPhysicalDeviceLimits *lim = &b->props.limits;
     /* matmul_big.comp past the matrix-vector kernels' rows (not on a CPU device, where its
-     * 64 sums a thread ran 4x slower than matmul.comp's 16); LMHOST_VK_MATMUL_BIG=0|1|4|8:
-     * never, or for every product past the matrix-vector kernels' rows (tests), 4 and 8
-     * with that many rows a thread whatever the shape */
-    const char *mb = getenv("LMHOST_VK_MATMUL_BIG");
-    if (mb && *mb) {
-        int v = atoi(mb);
-        b->matmul_big = v ? 1 : 0;
-        b->matmul_tm = v == 4 || v == 8 ? (uint32_t)v : 0;
+     * 64 sums a thread ran 4x slower than matmul.comp's 16); vk-matmul-big=0|1|4|8: never,
+     * or for every product past the matrix-vector kernels' rows (tests), 4 and 8 with that
+     * many rows a thread whatever the shape */
+    uint32_t mb = dbg_uint(b, "vk-matmul-big", 0, 8, UINT32_MAX);
+    if (mb != UINT32_MAX && mb != 0 && mb != 1 && mb != 4 && mb != 8) {
+        vk_log(b, LMH_LOG_WARN, "LMHOST_DEBUG vk-matmul-big=%u: want 0, 1, 4 or 8", mb);
+        mb = UINT32_MAX;
+    }
+    if (mb != UINT32_MAX) {
+        b->matmul_big = mb ? 1 : 0;
+        b->matmul_tm = mb == 4 || mb == 8 ? mb : 0;
     } else {
         b->matmul_big = b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 0 : BIG_MIN_ROWS;
     }
     /* SSD_SCAN and DELTA_RULE chunked from SCAN_CHUNK rows (H200: at 64 rows the delta
      * rule's chunked form took 10-25% longer than row by row, SSD's as long; at 128 they
      * took 20-30% and 12% less; at 4096, 44-49% and 35-43% of the time);
-     * LMHOST_VK_SCAN_CHUNK=N[:C] from N rows, 0 never, C chunks a pass at most (tests) */
-    const char *sc = getenv("LMHOST_VK_SCAN_CHUNK");
-    char *sc_end = NULL;
-    b->scan_chunk = sc && *sc ? (uint32_t)strtoul(sc, &sc_end, 10) : SCAN_CHUNK;
-    b->scan_seg = sc_end && *sc_end == ':' ? (uint32_t)strtoul(sc_end + 1, NULL, 10) : 0;
+     * vk-scan-chunk=N[:C] from N rows, 0 never, C chunks of 64 rows a pass at most (default:
+     * as many as 64 MiB of scratch holds), for tests of either form at any length */
+    b->scan_chunk = SCAN_CHUNK;
+    b->scan_seg = 0;
+    char sc[32];
+    if (lmh_debug_get("vk-scan-chunk", sc, sizeof sc)) {
+        char *e1 = NULL, *e2 = NULL;
+        unsigned long n = sc[0] >= '0' && sc[0] <= '9' ? strtoul(sc, &e1, 10) : 0;
+        unsigned long c =
+            e1 && *e1 == ':' && e1[1] >= '0' && e1[1] <= '9' ? strtoul(e1 + 1, &e2, 10) : 0;
+        if (e1 && (!*e1 || (e2 && !*e2)) && n <= 1u << 30 && c <= 1u << 20) {
+            b->scan_chunk = (uint32_t)n;
+            b->scan_seg = (uint32_t)c;
+        } else {
+            vk_log(b, LMH_LOG_WARN,
+                   "LMHOST_DEBUG vk-scan-chunk=%s: want N or N:C; the default stays", sc);
+        }
+    }
     b->argmax_wg = 1024;
     while (b->argmax_wg > 256 && (b->argmax_wg > lim->maxComputeWorkGroupInvocations ||
                                   b->argmax_wg > lim->maxComputeWorkGroupSize[0] ||
@@ -2041,18 +2067,16 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
         lim->minStorageBufferOffsetAlignment > 16 ? lim->minStorageBufferOffsetAlignment : 16;
     b->max_range = lim->maxStorageBufferRange;
     b->max_shared = lim->maxComputeSharedMemorySize;
-    /* LMHOST_VK_KERNEL_SHARED=N: plugin kernels get at most N bytes of it, as on a smaller
-     * device (tests of a plugin's way around a refused kernel) */
-    b->kernel_shared =
-        env_uint("LMHOST_VK_KERNEL_SHARED", b->max_shared > INT_MAX ? INT_MAX : (int)b->max_shared,
-                 b->max_shared);
-    /* LMHOST_VK_ATTN_WGS=N (1..512, the counters' room): a GPU's split counts on lavapipe */
-    b->attn_target_wgs = env_uint("LMHOST_VK_ATTN_WGS", 512,
+    /* vk-kernel-shared=N: plugin kernels get at most N bytes of it, as on a smaller device
+     * (tests of a plugin's way around a refused kernel) */
+    b->kernel_shared = dbg_uint(b, "vk-kernel-shared", 1, b->max_shared, b->max_shared);
+    /* vk-attn-wgs=N (1..512, the counters' room): a GPU's split counts on lavapipe */
+    b->attn_target_wgs = dbg_uint(b, "vk-attn-wgs", 1, 512,
                                   b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 8 : 512);
-    /* attention's loads issued together (attention.comp): a GPU's or one at a time */
-    const char *au = getenv("LMHOST_VK_ATTN_UNROLL");
+    /* attention's loads issued together (attention.comp): a GPU's or one at a time;
+     * vk-attn-unroll=KUxVU (1 to 64 each) sets them, for tests and measurement */
     unsigned ku = 0, vu = 0;
-    if (!au || sscanf(au, "%ux%u", &ku, &vu) != 2 || ku < 1 || ku > 64 || vu < 1 || vu > 64) {
+    if (dbg_pair(b, "vk-attn-unroll", 0, 64, &ku, &vu, "KUxVU") != 1) {
         int cpu = b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
         /* prefill at 4K on an H100: 16x16 4.69 ms a layer, 64x32 4.95, 8x8 4.97 */
         ku = cpu ? 1 : 16;
@@ -2062,21 +2086,29 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
     b->attn_vu = vu;
     /* the decode kernel: a key's lanes within one subgroup of the smallest size a shader
      * may get (8 where the device does not say), 16 at most (measured best on an H100
-     * beside 8 and 32); LMHOST_VK_ATTN_DECODE=0 leaves decode to attention.comp, =KU[xTPK]
-     * sets how many keys a key group loads together (and its lanes), for measurement */
-    const char *ad = getenv("LMHOST_VK_ATTN_DECODE");
+     * beside 8 and 32); vk-attn-decode=0 leaves decode to attention.comp, =KU[xTPK] sets
+     * how many keys a key group loads together (1 to 8) and its lanes (a power of two), for
+     * measurement */
+    char ad[32];
+    int ad_off = lmh_debug_get("vk-attn-decode", ad, sizeof ad) && !strcmp(ad, "0");
     int shuffle = sg_ok && (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
     unsigned dku = 0, dtpk = 16;
-    if (ad && sscanf(ad, "%ux%u", &dku, &dtpk) < 1) dku = 0;
-    if (dtpk < 1 || dtpk > 64 || (dtpk & (dtpk - 1))) dtpk = 16;
+    if (!ad_off && dbg_pair(b, "vk-attn-decode", 1, 64, &dku, &dtpk, "0 or KU[xTPK]") == 1 &&
+        (dku > 8 || (dtpk & (dtpk - 1)))) {
+        vk_log(b, LMH_LOG_WARN,
+               "LMHOST_DEBUG vk-attn-decode=%s: KU 1 to 8, TPK a power of two; the default stays",
+               ad);
+        dku = 0, dtpk = 16;
+    }
     uint32_t sg_min = sgc.minSubgroupSize ? sgc.minSubgroupSize : sg.subgroupSize;
     if (!sgc.minSubgroupSize && sg_min > 8) sg_min = 8;
-    b->attn_dec_tpk =
-        shuffle && !(ad && !strcmp(ad, "0")) && sg_min ? (sg_min < dtpk ? sg_min : dtpk) : 0;
-    b->attn_dec_wgs = env_uint("LMHOST_VK_ATTN_DEC_WGS", 4096, (b->attn_target_wgs + 1) / 2);
-    b->attn_seq_wgs = env_uint("LMHOST_VK_ATTN_SEQ_WGS", 1 << 20, 2 * b->attn_dec_wgs);
-    b->attn_dec_ku =
-        dku > 0 && dku <= 8 ? dku : (b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 1 : 2);
+    b->attn_dec_tpk = shuffle && !ad_off && sg_min ? (sg_min < dtpk ? sg_min : dtpk) : 0;
+    /* vk-attn-dec-wgs=N and vk-attn-seq-wgs=N: the workgroups the decode kernel's key splits
+     * aim for (half attention's) and those of several sequences' decode attention in one
+     * dispatch (twice that; past it a workgroup takes several key splits in turn) */
+    b->attn_dec_wgs = dbg_uint(b, "vk-attn-dec-wgs", 1, 4096, (b->attn_target_wgs + 1) / 2);
+    b->attn_seq_wgs = dbg_uint(b, "vk-attn-seq-wgs", 1, 1 << 20, 2 * b->attn_dec_wgs);
+    b->attn_dec_ku = dku ? dku : (b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 1 : 2);
     if ((b->align & (b->align - 1)) || lim->maxPushConstantsSize < VK_PC_WORDS * 4 ||
         lim->maxComputeWorkGroupInvocations < 256 || lim->maxComputeWorkGroupSize[0] < 256 ||
         b->max_shared < 16384) {
@@ -2096,9 +2128,10 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
                              .pQueueCreateInfos = &qi};
     const char *exts[3];
     uint32_t next = 0;
-    const char *np = getenv("LMHOST_VK_NO_PUSH_DESCRIPTOR");
+    /* VK_KHR_push_descriptor where the device has it, unless LMHOST_DEBUG
+     * vk-no-push-descriptor asks for descriptor pools (tests of that path) */
     int push = has_device_ext(b->pd, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME) &&
-               !(np && *np && strcmp(np, "0"));
+               !lmh_debug_on("vk-no-push-descriptor");
     if (push) exts[next++] = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
     /* Matrix cores for prefill: f16 products into f32 in subgroups of 32 (matmul_coop). */
     VkPhysicalDeviceCooperativeMatrixFeaturesNV cmf = {
@@ -2244,6 +2277,53 @@ static int setup_objects(lmh_backend *b, char *err, size_t err_len) {
     return LMH_OK;
 }
 
+/* The backend's options (lmh_backend_opts.params), each as "key=value". */
+static const char *const vk_params[][2] = {
+    {"device", "device=N"},
+    {"max-memory", "max-memory=N[K|M|G]"},
+    {"profile", "profile=0|1|2|3"},
+    {"spin", "spin=US"},
+};
+
+/* Reads the options into b (and *device); LMH_EINVAL with err naming what is wrong and
+ * the options there are. */
+static int parse_params(lmh_backend *b, const char *params, int32_t *device, char *err,
+                        size_t err_len) {
+    char key[32], val[64];
+    while (lmh_kv_next(&params, key, sizeof key, val, sizeof val)) {
+        char *end = NULL;
+        unsigned long n = val[0] >= '0' && val[0] <= '9' ? strtoul(val, &end, 10) : 0;
+        int num = end && !*end, ok = 1, known = -1;
+        for (int i = 0; i < (int)(sizeof vk_params / sizeof vk_params[0]); i++)
+            if (!strcmp(key, vk_params[i][0])) known = i;
+        if (known == 0 && (ok = num && n < 16))
+            *device = (int32_t)n;
+        else if (known == 1 && (ok = mem_cap(val) > 0))
+            b->max_memory = (VkDeviceSize)mem_cap(val);
+        else if (known == 2 && (ok = num && n <= 3))
+            b->opt_profile = (int)n;
+        else if (known == 3 && (ok = num && n <= 1000000)) /* a second at most */
+            b->opt_spin = (long)n;
+        if (known < 0) {
+            int o = snprintf(err, err_len, "unknown option '%s' (known:", key);
+            for (int i = 0; i < (int)(sizeof vk_params / sizeof vk_params[0]); i++)
+                if (o >= 0 && (size_t)o < err_len)
+                    o += snprintf(err + o, err_len - (size_t)o, "%s %s", i ? "," : "",
+                                  vk_params[i][1]);
+            if (o >= 0 && (size_t)o < err_len) snprintf(err + o, err_len - (size_t)o, ")");
+            return LMH_EINVAL;
+        }
+        if (!ok) {
+            snprintf(err, err_len, "option %s=%s: want %s%s", key, val, vk_params[known][1],
+                     known == 1   ? " (bytes, or a number with K, M or G)"
+                     : known == 3 ? " (microseconds, up to 1000000)"
+                                  : "");
+            return LMH_EINVAL;
+        }
+    }
+    return LMH_OK;
+}
+
 static int vk_create(const lmh_host_api *host, const lmh_backend_opts *o, lmh_backend **out,
                      char *err, size_t err_len) {
     lmh_backend *b = calloc(1, sizeof *b);
@@ -2251,15 +2331,15 @@ static int vk_create(const lmh_host_api *host, const lmh_backend_opts *o, lmh_ba
     b->host = host;
     b->cur = -1;
     b->last = VK_NBATCH - 1;
+    b->opt_profile = -1;
+    b->opt_spin = -1;
     pthread_mutex_init(&b->mu, NULL);
     int32_t want = 0;
     if (o && o->size >= offsetof(lmh_backend_opts, device) + sizeof o->device) want = o->device;
     b->precision = lmh_opts_precision(o) == LMH_PRECISION_FAST    ? LMH_PRECISION_FAST
                    : lmh_opts_precision(o) == LMH_PRECISION_EXACT ? LMH_PRECISION_EXACT
                                                                   : 0;
-    if (mem_cap() < 0) {
-        snprintf(err, err_len, "LMHOST_VK_MAX_MEMORY=%s: want bytes, or a number with K, M or G",
-                 getenv("LMHOST_VK_MAX_MEMORY"));
+    if (parse_params(b, lmh_opts_params(o), &want, err, err_len) != LMH_OK) {
         vk_destroy(b);
         return LMH_EINVAL;
     }
@@ -2278,7 +2358,7 @@ static int32_t vk_precision(lmh_backend *b) {
     return b->precision;
 }
 
-/* LMHOST_VK_PROFILE=3 at destroy: each kind of step, the largest total first */
+/* profile=3 at destroy: each kind of step, the largest total first */
 static void log_steps(lmh_backend *b) {
     for (int done = 0; done < b->nprof_step; done++) {
         int k = done;

@@ -1,7 +1,7 @@
 /* The Vulkan backend's internals, shared by vk_backend.c (device, memory, command
  * recording) and vk_ops.c (operand checks and one recording function per op). */
-#ifndef LMHOST_VK_BACKEND_H
-#define LMHOST_VK_BACKEND_H
+#ifndef LMHOST_VULKAN_BACKEND_H
+#define LMHOST_VULKAN_BACKEND_H
 
 #include "lmhost/lmhost.h"
 
@@ -18,7 +18,7 @@
 #define VK_ATTN_CNT_SLOTS 16 /* sets of attention's split counters (vk_backend.c) */
 #define VK_NBATCH         3
 #define VK_NREAD          4  /* downloads started and not yet waited for */
-#define MATVEC_WG         64 /* matrix-vector workgroup: threads (LMHOST_VK_MATVEC overrides) */
+#define MATVEC_WG         64 /* matrix-vector workgroup: threads (vk-matvec overrides) */
 #define MATVEC_NR         2  /* and output columns */
 #define QMATVEC_NR        4  /* quantized: output columns a workgroup (best of 4, 8, 16: H200) */
 /* one row (decode): with the fused norm or SwiGLU each workgroup's share of the row costs
@@ -118,7 +118,7 @@ struct lmh_kernel {
     VkShaderModule module;
     VkPipeline pipe;
     char name[64];  /* the desc's, copied: the plugin that owns it may go first */
-    double prof_us; /* LMHOST_VK_PROFILE=1|2: its dispatches' GPU time */
+    double prof_us; /* option profile=1|2: its dispatches' GPU time */
     uint64_t prof_n;
     struct lmh_kernel *next;
 };
@@ -151,7 +151,7 @@ typedef struct vk_moe_stat {
     uint64_t bytes_per_expert; /* 0 when the weights are not counted */
 } vk_moe_stat;
 
-/* LMHOST_VK_PROFILE=3: a step is what runs between two barriers (or a batch's ends); it is
+/* option profile=3: a step is what runs between two barriers (or a batch's ends); it is
  * known by its first dispatches, whether a full barrier began it, and its copies */
 #define STEP_NAMED 4
 typedef struct vk_step {
@@ -173,12 +173,12 @@ typedef struct vk_batch {
     int state; /* 0 idle, 1 recording, 2 submitted */
     uint64_t serial;
     uint32_t ndispatch;
-    VkQueryPool queries; /* LMHOST_VK_PROFILE: a timestamp pair per dispatch */
+    VkQueryPool queries; /* option profile: a timestamp pair per dispatch */
     uint32_t nqueries;
     uint8_t *query_shader;
-    uint32_t *query_groups;           /* the dispatch's workgroups (LMHOST_VK_PROFILE=2) */
+    uint32_t *query_groups;           /* the dispatch's workgroups (option profile=2) */
     struct lmh_kernel **query_kernel; /* a plugin kernel's dispatch: the kernel */
-    vk_step *steps;                   /* LMHOST_VK_PROFILE=3: the step each timestamp ends */
+    vk_step *steps;                   /* option profile=3: the step each timestamp ends */
     VkDescriptorPool *pools;
     int npools, pool_sets; /* sets taken from pools[npools - 1] */
     vk_hostbuf staging;
@@ -241,7 +241,7 @@ struct lmh_backend {
     VkDeviceSize max_range;    /* maxStorageBufferRange */
     VkDeviceSize max_alloc;    /* maxMemoryAllocationSize */
     uint32_t max_shared;       /* maxComputeSharedMemorySize */
-    uint32_t kernel_shared;    /* of which plugin kernels may use (LMHOST_VK_KERNEL_SHARED) */
+    uint32_t kernel_shared;    /* of which plugin kernels may use (vk-kernel-shared) */
     uint32_t attn_target_wgs;  /* workgroups to aim for when splitting attention keys */
     uint32_t attn_ku, attn_vu; /* attention.comp's KU (at most) and VU */
     /* attn_decode.comp: lanes per key at most (0: not used; it needs subgroup shuffles)
@@ -272,7 +272,7 @@ struct lmh_backend {
     int nrd, nwr, caprd, capwr;
     int xfer_since_barrier; /* a copy or an indirect dispatch among them */
     int compute_only_since; /* the last barrier was compute-only */
-    int full_barriers;      /* LMHOST_VK_FULL_BARRIERS: every barrier takes all stages */
+    int full_barriers;      /* LMHOST_DEBUG vk-full-barriers: every barrier takes all stages */
 
     /* owned allocations freed once the batch that last used them completes */
     vk_alloc **defer;
@@ -296,7 +296,7 @@ struct lmh_backend {
     vk_tensor *split_room[VK_SPLIT_SLOTS];
     uint32_t split_next;
     vk_tensor *scan_room; /* the chunked scans' scratch, grown to the most asked */
-    /* the chunked forms of SSD_SCAN and DELTA_RULE from this many rows (LMHOST_VK_SCAN_CHUNK;
+    /* the chunked forms of SSD_SCAN and DELTA_RULE from this many rows (LMHOST_DEBUG vk-scan-chunk;
      * 0: never) */
     uint32_t scan_chunk;
     uint32_t scan_seg; /* and their chunks a pass at most (0: as the scratch allows) */
@@ -314,17 +314,17 @@ struct lmh_backend {
 
     uint64_t weight_bytes, other_bytes, weight_read;
     int err;                            /* sticky: after a lost device every call fails */
-    VkDebugUtilsMessengerEXT messenger; /* LMHOST_VK_VALIDATE=1 */
+    VkDebugUtilsMessengerEXT messenger; /* LMHOST_DEBUG vk-validate */
     int validation_errors;
     /* VK_KHR_push_descriptor: bindings go into the command buffer, no sets to allocate */
     PFN_vkCmdPushDescriptorSetKHR push_set;
-    int profile;    /* LMHOST_VK_PROFILE=1: GPU time per shader, logged at destroy (2, 3: below) */
+    int profile;    /* option profile=1: GPU time per shader, logged at destroy (2, 3: below) */
     int pipe_stats; /* profiling, and the driver reports each pipeline's registers and the like */
     double prof_us[VK_SH_COUNT];
     uint64_t prof_n[VK_SH_COUNT];
     double prof_record_s, prof_wait_s; /* host time recording dispatches, waiting on fences */
     uint64_t prof_submits;
-    /* LMHOST_VK_PROFILE=2: GPU time per (shader, workgroup count), the first ones seen */
+    /* option profile=2: GPU time per (shader, workgroup count), the first ones seen */
 #define PROF_SHAPES 64
     struct {
         int shader;
@@ -333,7 +333,7 @@ struct lmh_backend {
         uint64_t n;
     } prof_shape[PROF_SHAPES];
     int nprof_shape;
-    /* LMHOST_VK_PROFILE=3: GPU time per kind of step (the first ones seen), and the step
+    /* option profile=3: GPU time per kind of step (the first ones seen), and the step
      * being recorded */
 #define PROF_STEPS 128
     vk_step_time prof_step[PROF_STEPS];
@@ -343,7 +343,13 @@ struct lmh_backend {
     double prof_gap_us;
     /* a batch of at least this many dispatches is submitted as soon as the device is idle */
     int submit_min;
-    uint32_t spin_us;    /* a wait polls its fence this long before it sleeps */
+    uint32_t spin_us; /* a wait polls its fence this long before it sleeps (option spin) */
+    /* the backend's options (lmh_backend_opts.params): the device memory it takes at most
+     * (max-memory; 0: as the driver allows), and profile and spin as given (-1: the
+     * device's default) */
+    VkDeviceSize max_memory;
+    int opt_profile;
+    long opt_spin;
     uint32_t argmax_wg;  /* argmax.comp's workgroup: as wide as the device allows, up to 1024 */
     uint32_t matmul_big; /* matmul_big.comp for products of at least this many rows (0: never) */
     uint32_t matmul_tm;  /* and its rows a thread (0: by the product's shape) */
@@ -357,20 +363,20 @@ struct lmh_backend {
     vk_virt virt[VK_NVIRT];
     int nvirt;
     int held_err; /* recording failed: the next call that returns a status says so */
-    int no_fuse;  /* LMHOST_VK_NO_FUSE=1 */
-    /* one-row norms and SwiGLU put off into the products reading them (LMHOST_VK_FUSE_PRODUCTS,
+    int no_fuse;  /* LMHOST_DEBUG vk-no-fuse */
+    /* one-row norms and SwiGLU put off into the products reading them (vk-fuse-products,
      * default on but for CPU devices) */
     int fuse_products;
     /* decode attentions (attn_decode.comp with SEQS) and copies (copy_seqs.comp) held to run
      * as one dispatch, where the device gives shaders buffer addresses, from seq_attn of
      * them (0: never) */
     uint32_t seq_attn;
-    uint32_t attn_seq_wgs; /* workgroups such a dispatch aims for (LMHOST_VK_ATTN_SEQ_WGS) */
+    uint32_t attn_seq_wgs; /* workgroups such a dispatch aims for (vk-attn-seq-wgs) */
     vk_held_seq *hseq;
     int nhseq, caphseq;
     vk_range *hrng[5]; /* their tensors by operand, merged (vk_fuse.c), caphseq each */
     int nhrng[5];
-    /* matrix-vector workgroup: threads and output columns (LMHOST_VK_MATVEC=WGxNR) */
+    /* matrix-vector workgroup: threads and output columns (LMHOST_DEBUG vk-matvec=WGxNR) */
     uint32_t matvec_wg, matvec_nr, matvec1_wg; /* matvec1_wg: one-row products */
     uint32_t matvec_rows; /* rows up to which products are matrix-vector ones */
     uint32_t matvec8_nr;  /* output columns a workgroup of the 8-row variant */

@@ -2,8 +2,8 @@
  * shared (Workgroup) variables, read from the module itself. A plugin's kernel that asks
  * for more than the device gives is refused with a message, instead of being handed to a
  * driver whose limits it breaks (undefined behaviour in Vulkan). */
-#ifndef LMHOST_VK_SPIRV_H
-#define LMHOST_VK_SPIRV_H
+#ifndef LMHOST_VULKAN_SPIRV_H
+#define LMHOST_VULKAN_SPIRV_H
 
 #include <stddef.h>
 #include <stdint.h>

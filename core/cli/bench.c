@@ -341,36 +341,26 @@ int cli_bench(int argc, char **argv) {
     model_args a = {0};
     spec_args sa = {0};
     const char *prompt_s = NULL, *gen_s = NULL, *chunk_s = NULL, *batch_s = NULL;
-    int help = 0, no_bw = 0, no_peak = 0, no_overlap = 0, varied = 0;
-    cli_opt opts[] = {{"--model", &a.model, NULL, 0},
-                      {"--prompt", &prompt_s, NULL, 0},
-                      {"--gen", &gen_s, NULL, 0},
-                      MODEL_ARG_OPTS(a),
-                      {"--chunk", &chunk_s, NULL, 0},
-                      {"--batch", &batch_s, NULL, 0},
-                      {"--no-bandwidth", NULL, &no_bw, 0},
-                      {"--no-peak", NULL, &no_peak, 0},
-                      {"--no-overlap", NULL, &no_overlap, 0},
-                      {"--varied", NULL, &varied, 0},
-                      SPEC_ARG_OPTS(sa),
-                      {"--help", NULL, &help, 0},
-                      {0}};
+    int no_bw = 0, no_peak = 0, no_overlap = 0, varied = 0;
+    cli_opt opts[] = {
+        {"--model", &a.model, NULL, 0, "DIR", "required", HELP_MODEL},
+        {"--prompt", &prompt_s, NULL, 0, "N", "128", "prompt tokens (pseudo-random ids)"},
+        {"--gen", &gen_s, NULL, 0, "N", "32", "tokens decoded (greedy)"},
+        MODEL_ARG_OPTS(a),
+        {"--chunk", &chunk_s, NULL, 0, "N", "512", "prompt tokens a prefill step at most"},
+        {"--batch", &batch_s, NULL, 0, "N", "off",
+         "then N sequences of the same prompt decoded together, a row each a step"},
+        {"--no-bandwidth", NULL, &no_bw, 0, NULL, "off", "skip the memory bandwidth probe"},
+        {"--no-peak", NULL, &no_peak, 0, NULL, "off", "skip the compute peak probe"},
+        {"--no-overlap", NULL, &no_overlap, 0, NULL, "off",
+         "each decode step waits for its pick before the next one is enqueued"},
+        {"--varied", NULL, &varied, 0, NULL, "off",
+         "decode reads pseudo-random tokens, not its picks (a random model's picks repeat, "
+         "so every step would route to the same experts)"},
+        SPEC_ARG_OPTS(sa),
+        {.help = "With --spec or --draft-model, the same prompt is then decoded with proposals "
+                 "(greedy),\nagainst the plain decode."}};
     if (cli_parse(argc, argv, opts)) return 2;
-    if (help) {
-        printf("usage: lmhost bench --model DIR [--prompt N] [--gen N] [--chunk N] [--batch N] "
-               "[--no-bandwidth] [--no-peak] [--no-overlap] [--varied] " MODEL_ARG_HELP
-               " " SPEC_ARG_HELP "\n"
-               "--no-bandwidth, --no-peak: skip the memory bandwidth or the compute peak probe\n"
-               "--no-overlap: each decode step waits for its pick before the next one is "
-               "enqueued\n"
-               "--varied: decode reads pseudo-random tokens, not its picks (a random model's "
-               "picks repeat,\n  so every step would route to the same experts)\n"
-               "--batch N: then N sequences with the same prompt decoded together, a row each a "
-               "step\n"
-               "--spec, --draft-model: then the same prompt decoded with proposals (greedy), "
-               "against the plain decode\n");
-        return 0;
-    }
     int64_t n_prompt = 128, n_gen = 32, chunk = 512, threads = 0, batch = 0;
     if (prompt_s && cli_int("--prompt", prompt_s, 1, 1 << 20, &n_prompt)) return 2;
     if (gen_s && cli_int("--gen", gen_s, 1, 1 << 20, &n_gen)) return 2;

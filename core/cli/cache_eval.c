@@ -95,31 +95,31 @@ static void json_str(FILE *f, const char *s) {
 /* Whether the plugin's table has member `m` (tables grow by minor versions) and it is set. */
 #define HAS(api, m) ((api)->size >= offsetof(lmh_cache_api, m) + sizeof(api)->m && (api)->m)
 
-static const char usage[] =
-    "usage: lmhost cache-eval --cache SPEC --dim D --vectors N --seed S [--backend NAME] "
-    "[--threads N] [--device N] [--plugin-dir DIR]\n"
-    "Stores N random unit vectors of dimension D as keys and values in the cache format SPEC\n"
-    "(as --cache takes it: PLUGIN, PLUGIN:FORMAT or FORMAT, then ,key=value settings), reads\n"
-    "them back and prints one JSON line: format, dim, k_bits_per_dim, v_bits_per_dim, v_mse,\n"
-    "k_ip_bias, k_ip_var.\n";
+#define ABOUT                                                                                      \
+    "Stores N random unit vectors of dimension D as keys and values in the cache format SPEC\n"    \
+    "(as --cache takes it: PLUGIN, PLUGIN:FORMAT or FORMAT, then ,key=value settings), reads\n"    \
+    "them back and prints one JSON line: format, dim, k_bits_per_dim, v_bits_per_dim, v_mse,\n"    \
+    "k_ip_bias, k_ip_var.\n"
 
 int cli_cache_eval(int argc, char **argv) {
     const char *spec = NULL, *dim_s = NULL, *n_s = NULL, *seed_s = NULL, *backend = NULL,
                *threads_s = NULL, *device_s = NULL, *plugin_dir = NULL;
-    int help = 0;
-    cli_opt opts[] = {{"--cache", &spec, NULL, 0},      {"--dim", &dim_s, NULL, 0},
-                      {"--vectors", &n_s, NULL, 0},     {"--seed", &seed_s, NULL, 0},
-                      {"--backend", &backend, NULL, 0}, {"--threads", &threads_s, NULL, 0},
-                      {"--device", &device_s, NULL, 0}, {"--plugin-dir", &plugin_dir, NULL, 0},
-                      {"--help", NULL, &help, 0},       {0}};
+    cli_opt opts[] = {
+        {"--cache", &spec, NULL, 0, "SPEC", "required", "the cache format and its settings"},
+        {"--dim", &dim_s, NULL, 0, "D", "required", "the vectors' dimension (a head's size)"},
+        {"--vectors", &n_s, NULL, 0, "N", "required", "how many vectors"},
+        {"--seed", &seed_s, NULL, 0, "S", "required", "the random vectors' seed"},
+        {"--backend", &backend, NULL, 0, "NAME[:OPTIONS]", "cpu",
+         "the backend plugin the cache runs on, and its options"},
+        {"--threads", &threads_s, NULL, 0, "N", "all cores", "CPU threads"},
+        {"--device", &device_s, NULL, 0, "N", "0", "the backend's device index"},
+        {"--plugin-dir", &plugin_dir, NULL, 0, "DIR", "none",
+         "a directory searched for plugins before the usual places"},
+        {.help = ABOUT}};
     if (cli_parse(argc, argv, opts)) return 2;
-    if (help) {
-        printf("%s", usage);
-        return 0;
-    }
     if (!spec || !dim_s || !n_s || !seed_s) {
-        fprintf(stderr, "lmhost cache-eval: --cache, --dim, --vectors and --seed are required\n%s",
-                usage);
+        fprintf(stderr, "lmhost cache-eval: --cache, --dim, --vectors and --seed are required\n");
+        cli_help(stderr, argv[0], opts);
         return 2;
     }
     int64_t D, N, seed, threads = 0, device = 0;
@@ -145,15 +145,6 @@ int cli_cache_eval(int argc, char **argv) {
     int rc = 1;
     char err[1024] = "";
     if (registry_load(&reg, plugin_dir)) goto out;
-    const char *bname = backend ? backend : "cpu";
-    const plugin *bp = registry_find(&reg, LMH_KIND_BACKEND, bname);
-    if (!bp) {
-        char *names = registry_names(&reg, LMH_KIND_BACKEND, 0);
-        fprintf(stderr, "lmhost cache-eval: unknown backend plugin '%s' (available: %s)\n", bname,
-                names && *names ? names : "none");
-        free(names);
-        goto out;
-    }
     cache_spec cs;
     if (cache_spec_parse(&reg, spec, &cs, err, sizeof err)) {
         fprintf(stderr, "lmhost cache-eval: %s\n", err);
@@ -167,15 +158,14 @@ int cli_cache_eval(int argc, char **argv) {
                 cs.p->info->name, cs.p->info->abi_major, cs.p->info->abi_minor);
         goto out;
     }
-    be = bp->info->api;
     lmh_backend_opts bo = {
         .size = sizeof bo, .threads = (int32_t)threads, .device = (int32_t)device};
-    if (be->create(&host_api, &bo, &b, err, sizeof err) != 0 || !b) {
-        fprintf(stderr, "lmhost cache-eval: backend %s failed to start: %s\n", bname,
-                err[0] ? err : "no reason");
-        b = NULL;
+    const plugin *bp = NULL;
+    if (registry_backend_start(&reg, backend ? backend : "cpu", &bo, &bp, &b, err, sizeof err)) {
+        fprintf(stderr, "lmhost cache-eval: %s\n", err);
         goto out;
     }
+    be = bp->info->api;
     lmh_layer_state st = {.kind = LMH_STATE_KV,
                           .n_kv_heads = 1,
                           .head_dim_k = (int32_t)D,

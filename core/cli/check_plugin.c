@@ -17,9 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define USAGE                                                                                      \
-    "usage: lmhost check-plugin --plugin FILE --fixture DIR [--tolerance X] " MODEL_ARG_HELP "\n"
-
 typedef struct fixture {
     int32_t *prompt, *greedy;
     double *margin;
@@ -193,21 +190,19 @@ static int check_layers(engine *e, const fixture *fx, double tol) {
 int cli_check_plugin(int argc, char **argv) {
     model_args a = {0};
     const char *plugin_file = NULL, *fixture_dir = NULL, *tol_s = NULL;
-    int help = 0;
-    cli_opt opts[] = {{"--plugin", &plugin_file, NULL, 0}, {"--fixture", &fixture_dir, NULL, 0},
-                      {"--tolerance", &tol_s, NULL, 0},    MODEL_ARG_OPTS(a),
-                      {"--help", NULL, &help, 0},          {0}};
+    cli_opt opts[] = {
+        {"--plugin", &plugin_file, NULL, 0, "FILE", "required",
+         "the architecture plugin (.so) to check"},
+        {"--fixture", &fixture_dir, NULL, 0, "DIR", "required",
+         "the model and its reference: reference.json, logits.npy, optional hidden_states.npy"},
+        {"--tolerance", &tol_s, NULL, 0, "X", "1e-3",
+         "max |logit difference| / max |reference logit|"},
+        MODEL_ARG_OPTS(a),
+        {.help = "Runs the fixture's prompt through the plugin and reports where it differs."}};
     if (cli_parse(argc, argv, opts)) return 2;
-    if (help) {
-        printf(USAGE "Runs a reference fixture (reference.json, logits.npy, optional "
-                     "hidden_states.npy beside the model)\nthrough the architecture plugin FILE "
-                     "and reports where it differs. --tolerance: max |logit\ndifference| / max "
-                     "|reference logit| (default 1e-3).\n");
-        return 0;
-    }
     if (!plugin_file || !fixture_dir) {
-        fprintf(stderr,
-                "lmhost check-plugin: --plugin FILE and --fixture DIR are required\n" USAGE);
+        fprintf(stderr, "lmhost check-plugin: --plugin FILE and --fixture DIR are required\n");
+        cli_help(stderr, argv[0], opts);
         return 2;
     }
     double tol = 1e-3;

@@ -3,21 +3,35 @@
 #define LMHOST_CLI_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include "engine.h"
 #include "spec.h"
 
-/* One option: "--name" taking a value (stored in *str) or a flag (*flag = 1). */
+/* One option: "--name" taking a value (stored in *str) or a flag (*flag = 1). arg, def and
+ * help are what `--help` prints of it: the value's name ("N", "DIR"; NULL for flags), its
+ * default (a literal, or "required", "off", "the model's", "all cores"...) and one line. The
+ * row that ends a table ({0}, or {.help = "..."}) may carry notes that --help prints after
+ * the options. */
 typedef struct cli_opt {
     const char *name;
     const char **str; /* NULL for flags */
     int *flag;
     int repeatable; /* given again, the last value counts; with both str and flag, every value
                        counts: str[(*flag)++], in order (room for argc values is enough) */
+    const char *arg, *def, *help;
 } cli_opt;
 
 /* Parses argv[1..argc) against opts (argv[0] is the subcommand). Unknown options, missing
- * values and repeats are errors printed to stderr; returns 0 or 2 (the usage exit code). */
+ * values and repeats are errors printed to stderr; returns 0 or 2 (the usage exit code).
+ * `--help` or `-h` anywhere an option may stand prints the command's help from the table
+ * (cli_help) and exits 0; so does the hidden `--list-options` with the options' names, one a
+ * line (for the tests). */
 int cli_parse(int argc, char **argv, const cli_opt *opts);
+/* The help of command cmd: a usage line (its required options, then [options]), cli_about,
+ * and every option of opts with its value, explanation and default, then -h/--help. */
+void cli_help(FILE *f, const char *cmd, const cli_opt *opts);
+/* The one-line description of the command running (main sets it), for cli_help. */
+extern const char *cli_about;
 /* Strict numeric values: the whole string must parse and lie in range. */
 int cli_int(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out);
 int cli_float(const char *opt, const char *s, double lo, double hi, double *out);
@@ -36,21 +50,67 @@ typedef struct model_args {
     int stream_experts;
 } model_args;
 
+/* --model's help line. */
+#define HELP_MODEL "the model: a directory, or a Hugging Face name in the cache (ORG/NAME[@REV])"
+
 /* The option-table rows of model_args (placed in each command's table). */
 #define MODEL_ARG_OPTS(a)                                                                          \
-    {"--backend", &(a).backend, NULL, 0}, {"--cache", &(a).cache, NULL, 0},                        \
-        {"--threads", &(a).threads, NULL, 0}, {"--plugin-dir", &(a).plugin_dir, NULL, 0},          \
-        {"--gpu-layers", &(a).gpu_layers, NULL, 0}, {"--device", &(a).device, NULL, 0},            \
-        {"--precision", &(a).precision, NULL, 0},                                                  \
-        {"--stream-experts", NULL, &(a).stream_experts, 0},                                        \
-        {"--expert-cache-mb", &(a).expert_cache_mb, NULL, 0}, {                                    \
-        "--moe-top-k", &(a).moe_top_k, NULL, 0                                                     \
+    {"--backend",                                                                                  \
+     &(a).backend,                                                                                 \
+     NULL,                                                                                         \
+     0,                                                                                            \
+     "NAME[:OPTIONS]",                                                                             \
+     "cpu",                                                                                        \
+     "the backend plugin that runs the model, and its options (vulkan:max-memory=4G)"},            \
+        {"--cache",                                                                                \
+         &(a).cache,                                                                               \
+         NULL,                                                                                     \
+         0,                                                                                        \
+         "NAME",                                                                                   \
+         "plain",                                                                                  \
+         "the cache format and its settings (plain, f16, q8, q4, tq3, tq4; tq3,hot=0)"},           \
+        {"--threads", &(a).threads, NULL, 0, "N", "all cores", "CPU threads"},                     \
+        {"--plugin-dir",                                                                           \
+         &(a).plugin_dir,                                                                          \
+         NULL,                                                                                     \
+         0,                                                                                        \
+         "DIR",                                                                                    \
+         "none",                                                                                   \
+         "a directory searched for plugins before the usual places"},                              \
+        {"--gpu-layers",                                                                           \
+         &(a).gpu_layers,                                                                          \
+         NULL,                                                                                     \
+         0,                                                                                        \
+         "N",                                                                                      \
+         "all layers",                                                                             \
+         "the first N layers on --backend, the rest on the CPU (0: the CPU alone)"},               \
+        {"--device", &(a).device, NULL, 0, "N", "0", "the backend's device index"},                \
+        {"--precision",                                                                            \
+         &(a).precision,                                                                           \
+         NULL,                                                                                     \
+         0,                                                                                        \
+         "exact|fast",                                                                             \
+         "exact on CPUs, fast on GPUs",                                                            \
+         "exact: f32 arithmetic, the same bits in any batch; fast: f16/int8 matrix cores"},        \
+        {"--stream-experts",                                                                       \
+         NULL,                                                                                     \
+         &(a).stream_experts,                                                                      \
+         0,                                                                                        \
+         NULL,                                                                                     \
+         "off",                                                                                    \
+         "mixtures of experts: read experts from disk into a resident budget"},                    \
+        {"--expert-cache-mb",                                                                      \
+         &(a).expert_cache_mb,                                                                     \
+         NULL,                                                                                     \
+         0,                                                                                        \
+         "N",                                                                                      \
+         "half the memory available",                                                              \
+         "with --stream-experts: the resident experts' budget"},                                   \
+    {                                                                                              \
+        "--moe-top-k", &(a).moe_top_k, NULL, 0, "K", "the model's",                                \
+            "route each token to K of the model's experts"                                         \
     }
 
-#define MODEL_ARG_HELP                                                                             \
-    "[--backend NAME] [--gpu-layers N] [--device N] [--cache NAME] [--threads N] "                 \
-    "[--precision exact|fast] [--plugin-dir DIR] [--stream-experts [--expert-cache-mb N]] "        \
-    "[--moe-top-k K]"
 
 /* Speculative decoding's options (spec.h), taken by generate and serve. */
 typedef struct spec_args {
@@ -58,13 +118,25 @@ typedef struct spec_args {
 } spec_args;
 
 #define SPEC_ARG_OPTS(s)                                                                           \
-    {"--spec", &(s).spec, NULL, 0}, {"--draft-model", &(s).draft_model, NULL, 0},                  \
-        {"--draft-max", &(s).draft_max, NULL, 0}, {                                                \
-        "--draft-backend", &(s).draft_backend, NULL, 0                                             \
+    {"--spec",                                                                                     \
+     &(s).spec,                                                                                    \
+     NULL,                                                                                         \
+     0,                                                                                            \
+     "ngram|draft|off",                                                                            \
+     "off (draft with --draft-model)",                                                             \
+     "speculative decoding: prompt lookup (ngram) or a draft model"},                              \
+        {"--draft-model",                                                                          \
+         &(s).draft_model,                                                                         \
+         NULL,                                                                                     \
+         0,                                                                                        \
+         "DIR",                                                                                    \
+         "none",                                                                                   \
+         "the draft model (same tokenizer): a directory or a Hugging Face name"},                  \
+        {"--draft-max", &(s).draft_max, NULL, 0, "N", "8", "tokens proposed a step at most"}, {    \
+        "--draft-backend", &(s).draft_backend, NULL, 0, "NAME", "--backend's",                     \
+            "the draft model's backend"                                                            \
     }
 
-#define SPEC_ARG_HELP                                                                              \
-    "[--spec ngram|draft|off] [--draft-model DIR] [--draft-max 8] [--draft-backend NAME]"
 
 struct engine;
 struct registry;
@@ -73,6 +145,9 @@ struct spec;
 int cli_engine_opts(const model_args *a, engine_opts *o);
 /* The drafter sa describes, checked (errors printed; returns 0 or 2). */
 int cli_spec_opts(const spec_args *sa, spec_opts *so);
+/* engine_opts.progress of the commands and the server (cli_engine_opts sets it, ctx the
+ * model's directory): a bar "loading MODEL" on a terminal once a load takes over a second. */
+void cli_load_progress(void *ctx, uint64_t done, uint64_t total);
 /* Loads plugins into *reg (always free it) and opens the model; NULL after printing why. */
 struct engine *cli_open_engine(const model_args *a, struct registry *reg);
 /* Prefills sequence `seq` with ids in chunks; last[vocab] gets the last position's logits,
@@ -97,5 +172,7 @@ int cli_cache_eval(int argc, char **argv);
 int cli_check_plugin(int argc, char **argv);
 int cli_embed(int argc, char **argv);
 int cli_serve(int argc, char **argv);
+int cli_chat(int argc, char **argv);
+int cli_list(int argc, char **argv);
 
 #endif

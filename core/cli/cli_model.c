@@ -4,6 +4,7 @@
 #include "engine.h"
 #include "log.h"
 #include "npy.h"
+#include "progress.h"
 #include "sampler.h"
 #include "spec.h"
 
@@ -13,7 +14,97 @@
 #include <stdlib.h>
 #include <string.h>
 
+const char *cli_about;
+
+static int opts_have(const cli_opt *opts, const char *name) {
+    for (const cli_opt *o = opts; o->name; o++)
+        if (!strcmp(o->name, name)) return 1;
+    return 0;
+}
+
+/* "--name ARG" of an option, as the usage line and the help show it. */
+static void opt_label(const cli_opt *o, char *buf, size_t len) {
+    snprintf(buf, len, "%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
+}
+
+/* text at column col (already reached), words wrapped to lines of width, each after col. */
+static void wrap(FILE *f, const char *text, int col, int width) {
+    int pos = col;
+    while (*text) {
+        while (*text == ' ') text++;
+        int len = (int)strcspn(text, " ");
+        if (!len) break;
+        const char *close = *text == '[' ? strchr(text, ']') : NULL;
+        if (close && close - text + 1 <= width - col) /* "[default: X]" stays whole */
+            len = (int)(close - text + 1);
+        if (pos > col && pos + 1 + len > width) {
+            fprintf(f, "\n%*s", col, "");
+            pos = col;
+        }
+        fprintf(f, "%s%.*s", pos > col ? " " : "", len, text);
+        pos += (pos > col) + len;
+        text += len;
+    }
+    fputc('\n', f);
+}
+
+void cli_help(FILE *f, const char *cmd, const cli_opt *opts) {
+    enum { COL = 29, WIDTH = 80 };
+    char lab[128], text[1024];
+    fprintf(f, "usage: lmhost %s", cmd);
+    for (const cli_opt *o = opts; o->name; o++)
+        if (o->def && !strcmp(o->def, "required")) {
+            opt_label(o, lab, sizeof lab);
+            fprintf(f, " %s", lab);
+        }
+    fprintf(f, " [options]\n");
+    if (cli_about) fprintf(f, "\n%s\n", cli_about);
+    fprintf(f, "\noptions:\n");
+    const cli_opt *o = opts;
+    for (; o->name; o++) {
+        if (!strcmp(o->name, "--help")) continue; /* below, always */
+        opt_label(o, lab, sizeof lab);
+        /* A label wider than its column takes a line of its own. */
+        if ((int)strlen(lab) > COL - 3)
+            fprintf(f, "  %s\n%*s", lab, COL, "");
+        else
+            fprintf(f, "  %-*s", COL - 2, lab);
+        int req = o->def && !strcmp(o->def, "required");
+        snprintf(text, sizeof text, "%s%s%s%s%s%s", o->help ? o->help : "",
+                 o->str && o->flag ? " (may repeat)" : "", req ? " [required]" : "",
+                 o->def && !req ? " [default: " : "", o->def && !req ? o->def : "",
+                 o->def && !req ? "]" : "");
+        wrap(f, text, COL, WIDTH);
+    }
+    fprintf(f, "  %-*s%s\n", COL - 2, "-h, --help", "print this help and exit");
+    if (o->help) fprintf(f, "\n%s\n", o->help); /* the end row's notes */
+}
+
+/* Prints the help (or the option list) and exits 0 where argv asks for it: walks argv as
+ * cli_parse does, skipping options' values, without complaining about anything. */
+static void answer_help(int argc, char **argv, const cli_opt *opts) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            cli_help(stdout, argv[0], opts);
+            exit(fflush(stdout) == 0 ? 0 : 1);
+        }
+        if (!strcmp(a, "--list-options")) {
+            for (const cli_opt *o = opts; o->name; o++) printf("%s\n", o->name);
+            if (!opts_have(opts, "--help")) printf("--help\n");
+            exit(fflush(stdout) == 0 ? 0 : 1);
+        }
+        if (strchr(a, '=')) continue;
+        for (const cli_opt *o = opts; o->name; o++)
+            if (o->str && !strcmp(o->name, a)) {
+                i++; /* its value, whatever it looks like */
+                break;
+            }
+    }
+}
+
 int cli_parse(int argc, char **argv, const cli_opt *opts) {
+    answer_help(argc, argv, opts);
     /* Which options this command line gave: a value preset by the caller (a default) is
      * not "given", so it never makes the user's own value a repeat. */
     unsigned char given[128] = {0};
@@ -139,13 +230,11 @@ static void print_list(const char *label, const char *const *l) {
 
 int cli_plugins(int argc, char **argv) {
     const char *dir = NULL;
-    int help = 0;
-    cli_opt opts[] = {{"--plugin-dir", &dir, NULL, 0}, {"--help", NULL, &help, 0}, {0}};
+    cli_opt opts[] = {{"--plugin-dir", &dir, NULL, 0, "DIR", "none",
+                       "a directory searched for plugins before the usual places"},
+                      {.help = "Plugins are looked for in --plugin-dir, $LMHOST_PLUGIN_PATH, the "
+                               "build tree of\nthe binary, then the install directory."}};
     if (cli_parse(argc, argv, opts)) return 2;
-    if (help) {
-        printf("usage: lmhost plugins [--plugin-dir DIR]\n");
-        return 0;
-    }
     registry reg;
     if (registry_load(&reg, dir)) return 1;
     static const lmh_plugin_kind kinds[] = {LMH_KIND_ARCH, LMH_KIND_BACKEND, LMH_KIND_CACHE};
@@ -174,6 +263,50 @@ int cli_plugins(int argc, char **argv) {
 }
 
 /* ---- shared by logits / generate ------------------------------------------------------ */
+
+/* A model's short name for a progress bar: "org/name" for a Hugging Face cache snapshot
+ * (.../models--org--name/snapshots/REV), else the directory's last component. */
+static void model_label(const char *dir, char *out, size_t len) {
+    const char *m = strstr(dir, "models--"), *snap = m ? strstr(m, "/snapshots/") : NULL;
+    if (snap) {
+        snprintf(out, len, "%.*s", (int)(snap - m - 8), m + 8);
+        char *sep = strstr(out, "--");
+        if (sep) { /* models--org--name: org/name */
+            *sep = '/';
+            memmove(sep + 1, sep + 2, strlen(sep + 2) + 1);
+        }
+        return;
+    }
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--; /* "dir/" */
+    size_t b = n;
+    while (b > 0 && dir[b - 1] != '/') b--;
+    snprintf(out, len, "%.*s", (int)(n - b), dir + b);
+}
+
+void cli_load_progress(void *ctx, uint64_t done, uint64_t total) {
+    /* One load at a time (the target, then a draft): a bar from its first call to its last. */
+    static progress *bar;
+    if (done == ENGINE_LOAD_FAILED) {
+        progress_end(bar, 0);
+        bar = NULL;
+        return;
+    }
+    if (!bar) {
+        if (done >= total) return; /* the last call of a load whose bar has ended */
+        char name[256], label[300];
+        model_label(ctx ? (const char *)ctx : "model", name, sizeof name);
+        snprintf(label, sizeof label, "loading %s", name);
+        bar = progress_start_flags(label, total,
+                                   PROGRESS_BYTES | PROGRESS_TTY_ONLY | PROGRESS_DELAYED);
+        if (!bar) return;
+    }
+    progress_set(bar, done);
+    if (done >= total) {
+        progress_end(bar, 1);
+        bar = NULL;
+    }
+}
 
 int cli_engine_opts(const model_args *a, engine_opts *o) {
     if (!a->model) {
@@ -205,7 +338,9 @@ int cli_engine_opts(const model_args *a, engine_opts *o) {
                        .precision = prec,
                        .stream_experts = a->stream_experts,
                        .expert_cache_bytes = (int64_t)(xmb * (1 << 20)),
-                       .moe_top_k = (int)mk};
+                       .moe_top_k = (int)mk,
+                       .progress = cli_load_progress,
+                       .progress_ctx = (void *)a->model};
     return 0;
 }
 
@@ -257,6 +392,7 @@ int cli_open_spec(const spec_args *sa, const model_args *a, registry *reg, engin
     int rc = cli_spec_opts(sa, &so);
     if (rc == 0) rc = cli_engine_opts(a, &o);
     if (rc) return rc;
+    o.progress_ctx = (void *)sa->draft_model; /* the draft model's load bar */
     char err[2048];
     if (spec_open(&so, &o, reg, target, chunk, sp, draft, err, sizeof err)) {
         fprintf(stderr, "lmhost: %s\n", err);
@@ -300,20 +436,15 @@ int cli_prefill(engine *e, uint64_t seq, const int32_t *ids, int32_t n, int32_t 
 int cli_logits(int argc, char **argv) {
     model_args a = {0};
     const char *out = NULL, *chunk_s = NULL;
-    int help = 0;
-    cli_opt opts[] = {{"--model", &a.model, NULL, 0},
-                      {"--tokens", &a.tokens, NULL, 0},
-                      {"--out", &out, NULL, 0},
-                      MODEL_ARG_OPTS(a),
-                      {"--chunk", &chunk_s, NULL, 0},
-                      {"--help", NULL, &help, 0},
-                      {0}};
+    cli_opt opts[] = {
+        {"--model", &a.model, NULL, 0, "DIR", "required", HELP_MODEL},
+        {"--tokens", &a.tokens, NULL, 0, "1,2,3", "required", "the prompt's token ids"},
+        {"--out", &out, NULL, 0, "F.npy", "required",
+         "where the logits go: float32 [n_tokens, vocab]"},
+        MODEL_ARG_OPTS(a),
+        {"--chunk", &chunk_s, NULL, 0, "N", "512", "prompt tokens a prefill step at most"},
+        {0}};
     if (cli_parse(argc, argv, opts)) return 2;
-    if (help) {
-        printf("usage: lmhost logits --model DIR --tokens 1,2,3 --out F.npy [--chunk "
-               "N] " MODEL_ARG_HELP "\n");
-        return 0;
-    }
     if (!a.tokens || !out) {
         fprintf(stderr, "lmhost logits: --tokens and --out are required\n");
         return 2;
@@ -389,34 +520,30 @@ int cli_generate(int argc, char **argv) {
     spec_args sa = {0};
     const char *max_s = NULL, *temp_s = NULL, *topk_s = NULL, *topp_s = NULL, *minp_s = NULL,
                *rep_s = NULL, *seed_s = NULL, *chunk_s = NULL, *prefix_s = NULL;
-    int help = 0, ignore_eos = 0;
-    cli_opt opts[] = {{"--model", &a.model, NULL, 0},
-                      {"--tokens", &a.tokens, NULL, 0},
-                      {"--max-tokens", &max_s, NULL, 0},
-                      {"--temperature", &temp_s, NULL, 0},
-                      {"--top-k", &topk_s, NULL, 0},
-                      {"--top-p", &topp_s, NULL, 0},
-                      {"--min-p", &minp_s, NULL, 0},
-                      {"--repetition-penalty", &rep_s, NULL, 0},
-                      {"--seed", &seed_s, NULL, 0},
-                      MODEL_ARG_OPTS(a),
-                      {"--chunk", &chunk_s, NULL, 0},
-                      {"--ignore-eos", NULL, &ignore_eos, 0},
-                      SPEC_ARG_OPTS(sa),
-                      {"--restore-prefix", &prefix_s, NULL, 0},
-                      {"--help", NULL, &help, 0},
-                      {0}};
+    int ignore_eos = 0;
+    cli_opt opts[] = {
+        {"--model", &a.model, NULL, 0, "DIR", "required", HELP_MODEL},
+        {"--tokens", &a.tokens, NULL, 0, "1,2,3", "required", "the prompt's token ids"},
+        {"--max-tokens", &max_s, NULL, 0, "N", "required", "tokens to generate at most"},
+        {"--temperature", &temp_s, NULL, 0, "T", "0 (greedy)", "sampling temperature"},
+        {"--top-k", &topk_s, NULL, 0, "K", "0 (off)", "sample among the K likeliest tokens"},
+        {"--top-p", &topp_s, NULL, 0, "P", "1 (off)", "nucleus sampling: the likeliest mass P"},
+        {"--min-p", &minp_s, NULL, 0, "M", "0 (off)",
+         "drop tokens below M x the likeliest one's probability"},
+        {"--repetition-penalty", &rep_s, NULL, 0, "R", "1 (off)",
+         "penalise the tokens seen so far as Hugging Face does (positive logits / R, negative x "
+         "R)"},
+        {"--seed", &seed_s, NULL, 0, "S", "0", "the sampler's seed"},
+        MODEL_ARG_OPTS(a),
+        {"--chunk", &chunk_s, NULL, 0, "N", "512", "prompt tokens a prefill step at most"},
+        {"--ignore-eos", NULL, &ignore_eos, 0, NULL, "off",
+         "keep going past end-of-sequence tokens"},
+        SPEC_ARG_OPTS(sa),
+        {"--restore-prefix", &prefix_s, NULL, 0, "N", "off",
+         "the prompt's first N tokens go through another sequence whose state is restored "
+         "into this one, as the server's prefix cache does"},
+        {.help = "Prints {\"tokens\": [...]} as the tokens come."}};
     if (cli_parse(argc, argv, opts)) return 2;
-    if (help) {
-        printf(
-            "usage: lmhost generate --model DIR --tokens 1,2,3 --max-tokens N "
-            "[--temperature T] [--top-k K] [--top-p P] [--min-p M] [--repetition-penalty R] "
-            "[--seed S] [--chunk N] [--ignore-eos] [--restore-prefix N] " MODEL_ARG_HELP
-            " " SPEC_ARG_HELP "\n"
-            "  --restore-prefix N: the prompt's first N tokens go through another sequence whose\n"
-            "  state is kept and restored into this one, as the server's prefix cache does\n");
-        return 0;
-    }
     if (!a.tokens || !max_s) {
         fprintf(stderr, "lmhost generate: --tokens and --max-tokens are required\n");
         return 2;
@@ -559,25 +686,23 @@ int cli_generate(int argc, char **argv) {
 int cli_embed(int argc, char **argv) {
     model_args a = {0};
     const char *pool_s = NULL, **ids_s = calloc((size_t)argc + 1, sizeof *ids_s);
-    int help = 0, n_seqs = 0;
+    int n_seqs = 0;
     if (!ids_s) {
         fprintf(stderr, "lmhost: out of memory\n");
         return 1;
     }
-    cli_opt opts[] = {{"--model", &a.model, NULL, 0},
-                      {"--ids", ids_s, &n_seqs, 1}, /* one a sequence, each kept */
-                      {"--pooling", &pool_s, NULL, 0},
-                      MODEL_ARG_OPTS(a),
-                      {"--help", NULL, &help, 0},
-                      {0}};
+    cli_opt opts[] = {
+        {"--model", &a.model, NULL, 0, "DIR", "required", HELP_MODEL},
+        /* one a sequence, each kept */
+        {"--ids", ids_s, &n_seqs, 1, "1,2,3", "required", "one sequence's token ids"},
+        {"--pooling", &pool_s, NULL, 0, "mean|last|cls", "the model's, else mean",
+         "how a sequence's hidden states pool into one vector"},
+        MODEL_ARG_OPTS(a),
+        {.help = "Every --ids sequence is embedded in one step; prints a line a sequence:\n"
+                 "'embedding I dim D: v0 v1 ...' (L2-normalized). The model's pooling is its\n"
+                 "sentence-transformers one (1_Pooling)."}};
     int rc = cli_parse(argc, argv, opts);
-    if (rc || help) {
-        if (help)
-            printf("usage: lmhost embed --model DIR --ids 1,2,3 [--ids 4,5 ...] "
-                   "[--pooling mean|last|cls] " MODEL_ARG_HELP "\n"
-                   "  each --ids is one sequence, all embedded in one step; prints a line a\n"
-                   "  sequence: 'embedding I dim D: v0 v1 ...' (L2-normalized). The pooling\n"
-                   "  is the model's sentence-transformers one (1_Pooling), else mean.\n");
+    if (rc) {
         free(ids_s);
         return rc;
     }

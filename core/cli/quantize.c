@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "log.h"
 #include "model_dir.h"
+#include "progress.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -462,8 +463,9 @@ static void produce(const out_tensor *o, uint8_t *buf) {
     free(codes);
 }
 
-static int write_safetensors(const char *path, plan *p, const char *format, char *err,
-                             size_t err_len) {
+/* Writes the plan's tensors to path, with a progress bar `label` on a terminal. */
+static int write_safetensors(const char *path, plan *p, const char *format, const char *label,
+                             char *err, size_t err_len) {
     json_object *h = json_object_new_object(), *meta = json_object_new_object();
     json_object_object_add(meta, "format", json_object_new_string(format));
     json_object_object_add(h, "__metadata__", meta);
@@ -495,17 +497,21 @@ static int write_safetensors(const char *path, plan *p, const char *format, char
     int ok = fwrite(&le, 8, 1, f) == 1 && fwrite(hs, 1, hl, f) == hl;
     for (size_t i = hl; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
     json_object_put(h);
+    progress *bar = progress_start_tty_only(label, off, 1);
     for (int32_t i = 0; ok && i < p->n; i++) {
         uint8_t *buf = malloc(p->t[i].bytes ? p->t[i].bytes : 1);
         if (!buf) {
+            progress_end(bar, 0);
             fclose(f);
             return errf(err, err_len, "out of memory for %s", p->t[i].name);
         }
         produce(&p->t[i], buf);
         ok = fwrite(buf, 1, p->t[i].bytes, f) == p->t[i].bytes;
         free(buf);
+        progress_set(bar, p->t[i].offset + p->t[i].bytes);
     }
     if (fclose(f) != 0) ok = 0;
+    progress_end(bar, ok);
     return ok ? 0 : errf(err, err_len, "writing %s failed", path);
 }
 
@@ -543,23 +549,19 @@ static void free_plan(plan *p) {
 
 static int run(int quantize, int argc, char **argv) {
     const char *model = NULL, *out = NULL, *bits_s = NULL, *group_s = NULL, *router_s = NULL;
-    int help = 0;
-    cli_opt qopts[] = {{"--model", &model, NULL, 0},
-                       {"--out", &out, NULL, 0},
-                       {"--bits", &bits_s, NULL, 0},
-                       {"--group-size", &group_s, NULL, 0},
-                       {"--router-bits", &router_s, NULL, 0},
-                       {"--help", NULL, &help, 0},
-                       {0}};
+    cli_opt qopts[] = {
+        {"--model", &model, NULL, 0, "DIR", "required",
+         "the checkpoint to quantize (f32/f16/bf16)"},
+        {"--out", &out, NULL, 0, "DIR", "required", "where the quantized checkpoint goes"},
+        {"--bits", &bits_s, NULL, 0, "N", "4", "bits a weight: 2, 3, 4, 5, 6 or 8"},
+        {"--group-size", &group_s, NULL, 0, "N", "64", "weights sharing a scale: 32, 64 or 128"},
+        {"--router-bits", &router_s, NULL, 0, "N", "8", "bits of mixture-of-experts routers"},
+        {0}};
     cli_opt dopts[] = {
-        {"--model", &model, NULL, 0}, {"--out", &out, NULL, 0}, {"--help", NULL, &help, 0}, {0}};
+        {"--model", &model, NULL, 0, "DIR", "required", "the quantized checkpoint"},
+        {"--out", &out, NULL, 0, "DIR", "required", "where the float32 checkpoint goes"},
+        {0}};
     if (cli_parse(argc, argv, quantize ? qopts : dopts)) return 2;
-    if (help) {
-        printf(quantize ? "usage: lmhost quantize --model DIR --out DIR [--bits 4] "
-                          "[--group-size 64] [--router-bits 8]\n"
-                        : "usage: lmhost dequantize --model DIR --out DIR\n");
-        return 0;
-    }
     if (!model || !out) {
         fprintf(stderr, "lmhost %s: --model and --out are required\n", argv[0]);
         return 2;
@@ -602,7 +604,11 @@ static int run(int quantize, int argc, char **argv) {
     }
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", out);
-    rc = write_safetensors(path, &p, quantize ? "mlx" : "pt", err, sizeof err);
+    char label[256];
+    const char *base = strrchr(model, '/');
+    snprintf(label, sizeof label, "%s %s", quantize ? "quantizing" : "dequantizing",
+             base && base[1] ? base + 1 : model);
+    rc = write_safetensors(path, &p, quantize ? "mlx" : "pt", label, err, sizeof err);
     if (rc == 0) {
         json_object *c = NULL;
         json_object_deep_copy(cfg, &c, NULL);

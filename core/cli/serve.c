@@ -41,48 +41,45 @@ int cli_serve(int argc, char **argv) {
     const char *port = NULL, *max_tokens = NULL, *ctx = NULL, *parallel = NULL, *queue = NULL,
                *chunk = NULL, *timeout = NULL, *grace = NULL, *max_body = NULL, *key_file = NULL,
                *top_k = NULL, *top_p = NULL, *min_p = NULL, *temp = NULL, *prefix_mb = NULL;
-    int help = 0;
     model_args ma = {0};
     spec_args sa = {0};
-    cli_opt opts[] = {{"--model", &ma.model, NULL, 0},
-                      {"--model-name", &o.model_name, NULL, 0},
-                      {"--host", &o.host, NULL, 0},
-                      {"--port", &port, NULL, 0},
-                      {"--tls-cert", &o.tls_cert, NULL, 0},
-                      {"--tls-key", &o.tls_key, NULL, 0},
-                      {"--api-key", &o.api_key, NULL, 0},
-                      {"--api-key-file", &key_file, NULL, 0},
-                      {"--max-tokens", &max_tokens, NULL, 0},
-                      {"--ctx-size", &ctx, NULL, 0},
-                      {"--parallel", &parallel, NULL, 0},
-                      {"--queue", &queue, NULL, 0},
-                      {"--chunk", &chunk, NULL, 0},
-                      {"--prefix-cache-mb", &prefix_mb, NULL, 0},
-                      {"--timeout", &timeout, NULL, 0},
-                      {"--shutdown-grace", &grace, NULL, 0},
-                      {"--max-body", &max_body, NULL, 0},
-                      {"--admin-key", &o.admin_key, NULL, 0},
-                      MODEL_ARG_OPTS(ma),
-                      {"--top-k", &top_k, NULL, 0},
-                      {"--top-p", &top_p, NULL, 0},
-                      {"--min-p", &min_p, NULL, 0},
-                      {"--temperature", &temp, NULL, 0},
-                      SPEC_ARG_OPTS(sa),
-                      {"--help", NULL, &help, 0},
-                      {0}};
+    cli_opt opts[] = {
+        {"--model", &ma.model, NULL, 0, "DIR", "required", HELP_MODEL},
+        {"--model-name", &o.model_name, NULL, 0, "NAME", "the directory's name",
+         "the model's name in the API (/v1/models, \"model\")"},
+        {"--host", &o.host, NULL, 0, "ADDR", "127.0.0.1", "the address to listen on"},
+        {"--port", &port, NULL, 0, "N", "5413", "the TCP port to listen on"},
+        {"--tls-cert", &o.tls_cert, NULL, 0, "F", "none (HTTP)",
+         "PEM certificate chain: HTTPS (with --tls-key)"},
+        {"--tls-key", &o.tls_key, NULL, 0, "F", "none", "PEM private key of --tls-cert"},
+        {"--api-key", &o.api_key, NULL, 0, "K", "none (open)",
+         "requests must send 'Authorization: Bearer K'"},
+        {"--api-key-file", &key_file, NULL, 0, "F", "none",
+         "--api-key read from the first line of F"},
+        {"--max-tokens", &max_tokens, NULL, 0, "N", "2048",
+         "a request's max_tokens when it gives none"},
+        {"--ctx-size", &ctx, NULL, 0, "N", "the model's",
+         "prompt + completion tokens a sequence may hold"},
+        {"--parallel", &parallel, NULL, 0, "N", "4", "sequences decoded together"},
+        {"--queue", &queue, NULL, 0, "N", "64", "requests waiting beyond those (then 429)"},
+        {"--chunk", &chunk, NULL, 0, "N", "256", "prompt tokens a prefill step at most"},
+        {"--prefix-cache-mb", &prefix_mb, NULL, 0, "N",
+         "an eighth of free memory (CPU), --parallel full contexts (GPU)",
+         "the prefix cache's budget (0: off)"},
+        {"--timeout", &timeout, NULL, 0, "S", "60", "seconds a client may take to send a request"},
+        {"--shutdown-grace", &grace, NULL, 0, "S", "30",
+         "seconds running requests get to finish after SIGINT/SIGTERM"},
+        {"--max-body", &max_body, NULL, 0, "BYTES", "4194304", "the largest request body"},
+        {"--admin-key", &o.admin_key, NULL, 0, "K", "none (admin routes off)",
+         "the key POST /admin/backend needs"},
+        MODEL_ARG_OPTS(ma),
+        {"--top-k", &top_k, NULL, 0, "K", "0 (off)", "top_k when a request gives none"},
+        {"--top-p", &top_p, NULL, 0, "P", "1", "top_p when a request gives none"},
+        {"--min-p", &min_p, NULL, 0, "M", "0", "min_p when a request gives none"},
+        {"--temperature", &temp, NULL, 0, "T", "1", "temperature when a request gives none"},
+        SPEC_ARG_OPTS(sa),
+        {0}};
     if (cli_parse(argc, argv, opts)) return 2;
-    if (help) {
-        printf("usage: lmhost serve --model DIR [--host 127.0.0.1] [--port 5413] [--tls-cert F "
-               "--tls-key F] [--api-key K | --api-key-file F] [--max-tokens 2048] [--ctx-size N] "
-               "[--parallel 4] [--queue 64] [--chunk 256] [--prefix-cache-mb N] [--timeout 60] "
-               "[--shutdown-grace 30] "
-               "[--max-body BYTES] [--backend NAME] [--gpu-layers N] [--device N] "
-               "[--precision exact|fast] [--stream-experts [--expert-cache-mb N]] "
-               "[--moe-top-k K] [--admin-key K] [--cache NAME] [--threads N] [--top-k 0] "
-               "[--top-p 1.0] [--min-p 0] [--temperature 1.0] [--model-name NAME] "
-               "[--plugin-dir DIR] " SPEC_ARG_HELP "\n");
-        return 0;
-    }
     if (!ma.model) {
         fprintf(stderr, "lmhost serve: --model DIR is required\n");
         return 2;

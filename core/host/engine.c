@@ -120,6 +120,10 @@ struct engine {
     htensor **weights;        /* tensors handed to the architecture plugin */
     int n_weights, cap_weights;
     uint64_t weight_bytes;
+    /* engine_opts.progress while engine_open loads (NULL after), the checkpoint's bytes */
+    void (*progress)(void *ctx, uint64_t done, uint64_t total);
+    void *progress_ctx;
+    uint64_t load_total;
     uint64_t mm_flops; /* 2 x the multiply-adds of the matrix products enqueued so far */
     int max_seq_len;
     char chain[512];
@@ -159,25 +163,17 @@ static int slot_of(const engine *e, int32_t layer) {
     return 0;
 }
 
-/* Starts a backend instance of plugin `name` in slot `s`. */
+/* Starts a backend instance in slot `s`: plugin `name`, with its options after a colon
+ * ("vulkan:max-memory=4G"). */
 static int start_backend(engine *e, int s, const char *name, char *err, size_t err_len) {
-    const plugin *p = registry_find(e->reg, LMH_KIND_BACKEND, name);
-    if (!p) {
-        char *names = registry_names(e->reg, LMH_KIND_BACKEND, 0);
-        errf(err, err_len, "unknown backend plugin '%s' (available: %s)", name,
-             names && *names ? names : "none");
-        free(names);
-        return -1;
-    }
     pl_slot *sl = &e->slots[s];
-    sl->plugin = p;
-    sl->api = p->info->api;
-    char berr[512] = "";
-    if (sl->api->create(&host_api, &e->bopts, &sl->b, berr, sizeof berr) != 0 || !sl->b) {
-        errf(err, err_len, "backend %s failed to start: %s", name, berr[0] ? berr : "no reason");
+    const plugin *p = NULL;
+    if (registry_backend_start(e->reg, name, &e->bopts, &p, &sl->b, err, err_len) != 0) {
         memset(sl, 0, sizeof *sl);
         return -1;
     }
+    sl->plugin = p;
+    sl->api = p->info->api;
     return 0;
 }
 
@@ -187,6 +183,14 @@ static void stop_backend(engine *e, int s) {
 }
 
 /* ---- load-time services ---------------------------------------------------------- */
+
+/* engine_opts.progress with the weight bytes loaded so far. */
+static void load_progress(engine *e) {
+    if (e->progress)
+        e->progress(e->progress_ctx,
+                    e->weight_bytes < e->load_total ? e->weight_bytes : e->load_total,
+                    e->load_total);
+}
 
 static void host_log(int level, const char *fmt, ...) {
     if (level > log_level) return;
@@ -636,6 +640,7 @@ static lmh_tensor *make_weight_from(lmh_load_ctx *ld, int32_t layer, lmh_dtype d
         return NULL;
     }
     e->weight_bytes += bytes;
+    load_progress(e);
     return &t->pub;
 }
 
@@ -707,6 +712,7 @@ static lmh_tensor *make_qweight(lmh_load_ctx *ld, int32_t layer, const qweight *
                      .biases = q->biases ? q->biases->data : NULL,
                      .sb_dtype = q->scales->dtype};
     e->weight_bytes += parts;
+    load_progress(e);
     return &t->pub;
 }
 
@@ -782,6 +788,7 @@ static lmh_tensor *stream_weight(lmh_load_ctx *ld, int32_t layer, lmh_dtype dt, 
     t->weight = 1;
     t->xs = xt;
     for (int p = 0; p < n_parts; p++) e->weight_bytes += d.part_bytes[p] * (uint64_t)E;
+    load_progress(e);
     return &t->pub;
 }
 
@@ -966,6 +973,7 @@ static lmh_tensor *host_weight_stack(lmh_load_ctx *ld, int32_t layer, const char
         goto bad;
     }
     e->weight_bytes += slice * (size_t)count;
+    load_progress(e);
     return &t->pub;
 bad:
     if (p) sl->api->tensor_free(sl->b, p);
@@ -1816,6 +1824,10 @@ engine *engine_open(const registry *reg, const engine_opts *o, char *err, size_t
         errf(err, err_len, "%s", merr);
         goto fail;
     }
+    e->progress = o->progress;
+    e->progress_ctx = o->progress_ctx;
+    e->load_total = md_weight_bytes(e->md);
+    load_progress(e);
     json_object *mt = cfg_lookup(md_config(e->md), "model_type");
     if (!mt || !json_object_is_type(mt, json_type_string)) {
         errf(err, err_len, "%s/config.json has no model_type string", o->model_dir);
@@ -1914,8 +1926,11 @@ engine *engine_open(const registry *reg, const engine_opts *o, char *err, size_t
     if (cache_start(e, &e->caches[0], &cs, err, err_len) != 0) goto fail;
     describe_chain(e);
     read_pooling(e, o->model_dir);
+    if (e->progress) e->progress(e->progress_ctx, e->load_total, e->load_total);
+    e->progress = NULL;
     return e;
 fail:
+    if (e->progress) e->progress(e->progress_ctx, ENGINE_LOAD_FAILED, e->load_total);
     engine_close(e);
     return NULL;
 }

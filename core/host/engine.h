@@ -25,7 +25,16 @@ typedef struct engine_opts {
     int stream_experts;
     int64_t expert_cache_bytes;
     int moe_top_k;
+    /* Optional: engine_open calls progress(progress_ctx, done, total) as the weights load,
+     * done the bytes loaded so far (0 first, never above total) of the checkpoint's total,
+     * and, where it called it at all, once more before it returns: done == total after a
+     * successful load, done == ENGINE_LOAD_FAILED after a failed one. The host prints no
+     * progress itself; the CLI and the server draw a bar with it. */
+    void (*progress)(void *ctx, uint64_t done, uint64_t total);
+    void *progress_ctx;
 } engine_opts;
+
+#define ENGINE_LOAD_FAILED UINT64_MAX
 
 typedef struct engine engine;
 

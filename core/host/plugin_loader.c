@@ -271,6 +271,41 @@ const plugin *registry_find(const registry *r, lmh_plugin_kind kind, const char 
     return NULL;
 }
 
+int registry_backend_start(const registry *r, const char *spec, const lmh_backend_opts *o,
+                           const plugin **p, lmh_backend **b, char *err, size_t err_len) {
+    char name[64];
+    const char *colon = strchr(spec, ':');
+    size_t n = colon ? (size_t)(colon - spec) : strlen(spec);
+    snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), spec);
+    const char *params = colon && colon[1] ? colon + 1 : NULL;
+    const plugin *bp = registry_find(r, LMH_KIND_BACKEND, name);
+    if (p) *p = bp;
+    *b = NULL;
+    if (!bp) {
+        char *names = registry_names(r, LMH_KIND_BACKEND, 0);
+        errf(err, err_len, "unknown backend plugin '%s' (available: %s)", name,
+             names && *names ? names : "none");
+        free(names);
+        return -1;
+    }
+    if (params && bp->info->abi_minor < 12)
+        return errf(err, err_len,
+                    "backend %s (built for plugin ABI %u.%u) takes no options ('%s'): "
+                    "options came with ABI 1.12",
+                    name, bp->info->abi_major, bp->info->abi_minor, params);
+    lmh_backend_opts bo = *o;
+    bo.size = sizeof bo;
+    bo.params = params;
+    const lmh_backend_api *api = bp->info->api;
+    char berr[512] = "";
+    if (api->create(&host_api, &bo, b, berr, sizeof berr) != 0 || !*b) {
+        *b = NULL;
+        return errf(err, err_len, "backend %s failed to start: %s", name,
+                    berr[0] ? berr : "no reason");
+    }
+    return 0;
+}
+
 const plugin *registry_find_arch(const registry *r, const char *model_type) {
     for (int i = 0; i < r->n; i++) {
         if (r->items[i].info->kind != LMH_KIND_ARCH) continue;

@@ -33,6 +33,14 @@ const plugin *registry_find_arch(const registry *r, const char *model_type);
 /* Comma-separated names of a kind (or the model types the architectures claim), malloc'd. */
 char *registry_names(const registry *r, lmh_plugin_kind kind, int model_types);
 
+/* Starts an instance of the backend plugin that spec names: "NAME", or "NAME:OPTIONS" with
+ * the plugin's options (`--backend vulkan:max-memory=4G`), handed to it as
+ * lmh_backend_opts.params (plugin ABI 1.12) beside o's other settings. *p gets the plugin
+ * (p may be NULL). Nonzero with err saying why: an unknown plugin (naming those there are),
+ * options for a plugin built before 1.12, or create's own message. */
+int registry_backend_start(const registry *r, const char *spec, const lmh_backend_opts *o,
+                           const plugin **p, lmh_backend **b, char *err, size_t err_len);
+
 /* The host services table handed to plugins (engine.c fills the load/forward parts). */
 extern const lmh_host_api host_api;
 

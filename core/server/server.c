@@ -54,7 +54,7 @@ typedef enum {
 typedef struct admin_op {
     struct server *srv;
     struct evhttp_request *req; /* NULL once the client left */
-    char backend[64];
+    char backend[256];          /* NAME[:OPTIONS], as --backend takes it */
     int rc;
     char err[512];
 } admin_op;
@@ -566,10 +566,10 @@ static void handle_admin_backend(server *s, struct evhttp_request *req) {
     if (!body || !json_object_is_type(body, json_type_object) ||
         !json_object_object_get_ex(body, "backend", &b) ||
         !json_object_is_type(b, json_type_string) || json_object_get_string_len(b) == 0 ||
-        json_object_get_string_len(b) >= 64) {
+        json_object_get_string_len(b) >= (int)sizeof((admin_op *)0)->backend) {
         json_object_put(body);
         send_error(s, req, code == 413 ? 413 : 400, "invalid_request_error", "backend",
-                   "the body must be a JSON object with a 'backend' name");
+                   "the body must be a JSON object with a 'backend' name (NAME[:OPTIONS])");
         return;
     }
     if (s->admin) {
@@ -1412,7 +1412,7 @@ int server_run(const server_opts *o) {
              o->model_name ? o->model_name
              : slash       ? slash + 1
                            : o->engine.model_dir);
-    s->model_name[strcspn(s->model_name, "/")] = 0;
+    if (!o->model_name) s->model_name[strcspn(s->model_name, "/")] = 0;
 
     if (registry_load_with(&s->reg, NULL, o->plugin_dir)) goto out;
     s->e = engine_open(&s->reg, &o->engine, err, sizeof err);

@@ -4,10 +4,12 @@
 #include <stdio.h>
 
 int log_level = 1;
+void (*log_interrupt)(void);
 
 void log_msg(int level, const char *fmt, ...) {
     static const char *const tag[] = {"error", "warning", "info", "debug"};
     if (level > log_level) return;
+    if (log_interrupt) log_interrupt();
     va_list ap;
     va_start(ap, fmt);
     fprintf(stderr, "lmhost: %s: ", tag[level < 0 ? 0 : level > 3 ? 3 : level]);

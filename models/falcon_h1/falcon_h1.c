@@ -203,7 +203,7 @@ static int load(const lmh_host_api *h, lmh_load_ctx *ld, lmh_model **out) {
     if (h->cfg_str(ld, "hidden_act", &act) == LMH_ETYPE || strcmp(act, "silu") != 0)
         return h->fail(ld, "config.json: hidden_act '%s' is not supported (Falcon-H1 uses silu)",
                        act);
-    float key_mult, sm[5], mm[2];
+    float key_mult = 1, sm[5], mm[2];
     if (mult(h, ld, "embedding_multiplier", &m->emb_mult) ||
         mult(h, ld, "lm_head_multiplier", &m->lm_mult) ||
         mult(h, ld, "attention_in_multiplier", &m->attn_in) ||

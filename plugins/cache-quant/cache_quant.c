@@ -359,7 +359,7 @@ struct lmh_cache {
     size_t fk_floats, fv_floats;
     lmh_tensor *part; /* decode attention's partials, shared the same way */
     size_t part_floats;
-    int copy_only; /* LMHOST_CQ_DEQUANT=1: decode takes the f32 copy too (for comparison) */
+    int copy_only; /* LMHOST_DEBUG cq-dequant: decode takes the f32 copy too (for comparison) */
 };
 
 static const char *const formats[] = {"q8", "q4", NULL};
@@ -471,7 +471,7 @@ static int create(const lmh_host_api *host, const lmh_backend_api *be, lmh_backe
     c->bits = bits;
     c->n_layers = cfg->n_layers;
     c->max_len = cfg->max_seq_len;
-    c->copy_only = getenv("LMHOST_CQ_DEQUANT") && atoi(getenv("LMHOST_CQ_DEQUANT")) != 0;
+    c->copy_only = lmh_debug_on("cq-dequant");
     kv_seqs_init(&c->t, c->layers, c->rec, c->n_layers);
     for (int32_t l = 0; l < c->n_layers; l++) {
         if (c->layers[l].kind != LMH_STATE_KV) continue;

@@ -228,9 +228,10 @@ TQ_AVX2 __attribute__((target("f16c"))) static void tq_halfs_avx2(const uint16_t
 static int tq_avx2(void) {
     static int have = -1; /* a race here writes the same value */
     if (have < 0) {
-        const char *simd = getenv("LMHOST_SIMD"); /* the CPU backend's choice of path */
+        char simd[16] = ""; /* the CPU backend's choice of path (LMHOST_DEBUG simd) */
+        lmh_debug_get("simd", simd, sizeof simd);
         have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c") && !(simd && strcmp(simd, "portable") == 0);
+               __builtin_cpu_supports("f16c") && strcmp(simd, "portable") != 0;
     }
     return have;
 }
@@ -300,8 +301,9 @@ static float tq_signed_sum_neon(const float *a, const uint32_t *s, int n) {
 static int tq_neon(void) {
     static int have = -1;
     if (have < 0) {
-        const char *simd = getenv("LMHOST_SIMD");
-        have = !(simd && strcmp(simd, "portable") == 0);
+        char simd[16] = "";
+        lmh_debug_get("simd", simd, sizeof simd);
+        have = strcmp(simd, "portable") != 0;
     }
     return have;
 }

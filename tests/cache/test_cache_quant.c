@@ -462,8 +462,9 @@ int main(int argc, char **argv) {
             continue;
         }
         const char *name = i == 2 ? "cpu" : "vulkan";
-        /* LMHOST_VK_KERNEL_SHARED below attend's needs: the Vulkan backend refuses it */
-        const char *ks = i == 2 ? NULL : getenv("LMHOST_VK_KERNEL_SHARED");
+        /* vk-kernel-shared below attend's needs: the Vulkan backend refuses it */
+        char kv[32];
+        const char *ks = i != 2 && lmh_debug_get("vk-kernel-shared", kv, sizeof kv) ? kv : NULL;
         int logs = g_copy_logs;
         for (int bits = 8; bits >= 4; bits -= 4) {
             run_backend(name, be, b, bits, 0);
@@ -471,8 +472,7 @@ int main(int argc, char **argv) {
                 if (group != 64) run_backend(name, be, b, bits, group);
         }
         if (ks && atoi(ks) > 0 && atoi(ks) < 16384 + 1024)
-            check(g_copy_logs > logs, "%s with LMHOST_VK_KERNEL_SHARED=%s: attend refused", name,
-                  ks);
+            check(g_copy_logs > logs, "%s with vk-kernel-shared=%s: attend refused", name, ks);
         else /* the backend's reading of the kernel's needs lets it run where it fits */
             check(g_copy_logs == logs, "%s: attend's builds run", name);
         lmh_backend_api refusing = *be;

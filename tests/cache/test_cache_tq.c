@@ -21,7 +21,7 @@
  * the CPU's bit for bit (the decoder rounds as the C does, so equal rows mean equal
  * records: codes, signs and norms), except for at most one block in 2000 (a rotated value
  * on a boundary; none are expected, the encoder rounding as the C does too).
- * With LMHOST_VK_KERNEL_SHARED=16384 (a device with 16 KB of shared memory for plugin
+ * With LMHOST_DEBUG vk-kernel-shared=16384 (a device with 16 KB of shared memory for plugin
  * kernels) Vulkan refuses the attention kernels: decode then reads decoded rows, which
  * must be logged, and all of the above still hold.
  * Exit 0 pass, 1 fail. */
@@ -343,8 +343,9 @@ int main(int argc, char **argv) {
             continue;
         }
         const char *name = i == 2 ? "cpu" : "vulkan";
-        /* LMHOST_VK_KERNEL_SHARED=16384: the Vulkan backend refuses both attend builds */
-        const char *ks = i == 2 ? NULL : getenv("LMHOST_VK_KERNEL_SHARED");
+        /* vk-kernel-shared=16384: the Vulkan backend refuses both attend builds */
+        char kv[32];
+        const char *ks = i != 2 && lmh_debug_get("vk-kernel-shared", kv, sizeof kv) ? kv : NULL;
         int refusals = g_refusals;
         double worst = 0;
         for (int s = 0; s < NS; s++)
@@ -353,8 +354,7 @@ int main(int argc, char **argv) {
         printf("%s: worst attention error %.2e of the largest output (tolerance 1e-5)\n", name,
                worst);
         if (ks && atoi(ks) > 0 && atoi(ks) <= 16384)
-            check(g_refusals > refusals, "%s with LMHOST_VK_KERNEL_SHARED=%s: attend refused", name,
-                  ks);
+            check(g_refusals > refusals, "%s with vk-kernel-shared=%s: attend refused", name, ks);
         else if (!ks)
             check(g_refusals == refusals, "%s: attend's builds run", name);
         ran[i - 2] = 1;

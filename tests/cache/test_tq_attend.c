@@ -5,7 +5,7 @@
  * the output's largest value (specs/turboquant.md §11.7), for heads of 64, 128 and 256, 3 and
  * 4 bits, QJL on and off, 1 to 4 queries a K/V head, with and without a soft-cap, cold rows
  * alone and cold and hot rows together. The SIMD path is the one the plugin picks here
- * (AVX2 or NEON), or the portable one under LMHOST_SIMD=portable; run_neon_qemu.sh runs this
+ * (AVX2 or NEON), or the portable one under LMHOST_DEBUG=simd=portable; run_neon_qemu.sh runs this
  * on aarch64. */
 #include "tq_kernels.h"
 

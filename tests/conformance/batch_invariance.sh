@@ -15,7 +15,7 @@ for dir in "$@"; do
     tokens=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['prompt'])))" \
         "$dir/reference.json")
     for chunk in 512 7 1; do
-        if ! LMHOST_SIMD=$simd "$lmhost" logits --model "$dir" --tokens "$tokens" --chunk "$chunk" \
+        if ! LMHOST_DEBUG="${LMHOST_DEBUG:+$LMHOST_DEBUG,}simd=$simd" "$lmhost" logits --model "$dir" --tokens "$tokens" --chunk "$chunk" \
             --out "$tmp/$chunk.npy" 2>"$tmp/err"; then
             # a path this CPU (or build) lacks: skipped, as check_model skips it
             if grep -q "cannot run that path" "$tmp/err"; then

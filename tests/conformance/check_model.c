@@ -15,6 +15,7 @@
  * SIMD(auto|portable|avx2|avx512|neon) [LMHOST OPTION...]   (e.g. --backend vulkan, --gpu-layers 2)
  * Exit 0 pass, 1 fail, 77 skip (this CPU cannot run the SIMD path). */
 #include "npy.h"
+#include "../test_debug.h"
 
 #include <json-c/json.h>
 #include <math.h>
@@ -55,7 +56,7 @@ int main(int argc, char **argv) {
         return 77;
     }
 #endif
-    if (strcmp(simd, "auto") != 0) setenv("LMHOST_SIMD", simd, 1);
+    if (strcmp(simd, "auto") != 0) test_debug_set("simd", simd);
     int f16 = !strcmp(cache, "f16") || !strcmp(cache, "tq3") || !strcmp(cache, "tq4");
     int q8 = !strcmp(cache, "q8");
     if (!f16 && !q8 && strcmp(cache, "f32") != 0) {

@@ -21,7 +21,7 @@ for dir in "$@"; do
     for run in exact:512 fast:512 fast:7 fast:1; do
         p=${run%%:*}
         chunk=${run##*:}
-        if ! LMHOST_SIMD=$simd "$lmhost" logits --model "$dir" --tokens "$tokens" --chunk "$chunk" \
+        if ! LMHOST_DEBUG="${LMHOST_DEBUG:+$LMHOST_DEBUG,}simd=$simd" "$lmhost" logits --model "$dir" --tokens "$tokens" --chunk "$chunk" \
             --precision "$p" --backend cpu --out "$tmp/$p-$chunk.npy" 2>"$tmp/err"; then
             if grep -q "cannot run that path" "$tmp/err"; then
                 echo "SKIP: $(cat "$tmp/err")"

@@ -22,7 +22,7 @@ fail=0
 run plain plain
 for c in q8 q4; do
     run "$c" "$c"
-    run "$c-copy" "$c" LMHOST_CQ_DEQUANT=1
+    run "$c-copy" "$c" LMHOST_DEBUG="${LMHOST_DEBUG:+$LMHOST_DEBUG,}cq-dequant"
     printf '%s, kernel against copy: ' "$c"
     "$cmp" "$tmp/$c.npy" "$tmp/$c-copy.npy" 1e-4 || fail=1
 done

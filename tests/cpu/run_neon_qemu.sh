@@ -96,7 +96,7 @@ if "$QEMU" "$out/test_tq_codec" >"$out/tq_codec.log" 2>&1; then :; else status=1
 tail -1 "$out/tq_codec.log"
 tlog="$out/test_tq_attend.log"
 if "$QEMU" "$out/test_tq_attend" >"$tlog" 2>&1; then :; else status=1; fi
-if LMHOST_SIMD=portable "$QEMU" "$out/test_tq_attend" >>"$tlog" 2>&1; then :; else status=1; fi
+if LMHOST_DEBUG=simd=portable "$QEMU" "$out/test_tq_attend" >>"$tlog" 2>&1; then :; else status=1; fi
 grep -E '^(path|FAIL)|^ok$|FAILED' "$tlog"
 if ! grep -q '^path: neon' "$tlog"; then
     echo "run_neon_qemu.sh: the TurboQuant NEON path was not tested" >&2

@@ -13,6 +13,7 @@
  * Built with -DLMHOST_ATTN_STATIC and the backend's sources instead (run_neon_qemu.sh, a
  * static aarch64 binary): test_cpu_attention, no argument. */
 #include "lmhost/lmhost.h"
+#include "../test_debug.h"
 
 #ifndef LMHOST_ATTN_STATIC
 #include <dlfcn.h>
@@ -395,7 +396,7 @@ int main(int argc, char **argv) {
     static const char *paths[] = {"portable", "avx2", "avx512", "neon"};
     int tested = 0;
     for (size_t pi = 0; pi < sizeof paths / sizeof *paths; pi++) {
-        setenv("LMHOST_SIMD", paths[pi], 1);
+        test_debug_set("simd", paths[pi]);
         bk be[3];
         int nb = 0;
         for (int t = 1; t <= 3; t++) {

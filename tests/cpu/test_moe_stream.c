@@ -15,6 +15,7 @@
  *    past m repeating column 0's expert at weight 0; malformed src2 refused.
  * usage: test_moe_stream BACKEND_PLUGIN. Exit 0 pass, 1 fail, 77 skip (no device). */
 #include "lmhost/lmhost.h"
+#include "../test_debug.h"
 
 #include <dlfcn.h>
 #include <math.h>
@@ -666,7 +667,7 @@ int main(int argc, char **argv) {
     const int cpu = !strcmp(info->name, "cpu");
     int tested = 0;
     for (size_t pi = 0; pi < (cpu ? sizeof cpu_paths / sizeof *cpu_paths : 1); pi++) {
-        if (cpu) setenv("LMHOST_SIMD", cpu_paths[pi], 1);
+        if (cpu) test_debug_set("simd", cpu_paths[pi]);
         g_path = cpu ? cpu_paths[pi] : info->name;
         lmh_backend_opts o = {.size = sizeof o, .threads = 3};
         be = NULL;

@@ -4,6 +4,7 @@
  * and the operands it refuses (odd shapes, a limit that is not positive).
  * usage: test_cpu_swiglu_oai CPU_PLUGIN */
 #include "lmhost/lmhost.h"
+#include "../test_debug.h"
 
 #include <dlfcn.h>
 #include <math.h>
@@ -109,7 +110,7 @@ int main(int argc, char **argv) {
     static const char *paths[] = {"portable", "avx2", "avx512", "neon"};
     int tested = 0;
     for (size_t pi = 0; pi < sizeof paths / sizeof *paths; pi++) {
-        setenv("LMHOST_SIMD", paths[pi], 1);
+        test_debug_set("simd", paths[pi]);
         lmh_backend_opts o = {.size = sizeof o, .threads = 2};
         lmh_backend *b = NULL;
         if (g_api->create(&g_host, &o, &b, err, sizeof err)) {

@@ -74,7 +74,7 @@ function quantizedDir() {
   return modelDir(out);
 }
 
-// Everything the servers wrote to stderr: under LMHOST_VK_VALIDATE no validation layer message
+// Everything the servers wrote to stderr: under LMHOST_DEBUG vk-validate no validation layer message
 // may appear in it (teardown included, after the last sync point that would fail on one).
 let serverLog = '';
 
@@ -508,29 +508,32 @@ async function scenarioServeVulkan() {
   }
 }
 
-// Too little device memory (LMHOST_VK_MAX_MEMORY below the weights): `serve --backend vulkan`
+// Too little device memory (`--backend vulkan:max-memory=1M`, below the weights): `serve`
 // refuses to start with a message naming the backend and the sizes, and a move of a running
-// server to Vulkan answers 409 while the CPU keeps serving.
+// server to Vulkan with the same option answers 409 while the CPU keeps serving.
 async function scenarioVulkanOom() {
-  const env = { LMHOST_VK_MAX_MEMORY: '1M' };
+  const capped = 'vulkan:max-memory=1M';
   let err = null;
   try {
-    const p = await startServer(['--backend', 'vulkan'], { env });
+    const p = await startServer(['--backend', capped]);
     await stop(p);
   } catch (e) {
     err = String(e.message);
   }
   check(err !== null && /server exited [1-9]/.test(err), 'serve --backend vulkan with too little memory exits non-zero', err);
-  check(/out of vulkan memory loading \S+ \(\d+ bytes\)/.test(err) && /LMHOST_VK_MAX_MEMORY=1\.0 MiB/.test(err),
+  check(/out of vulkan memory loading \S+ \(\d+ bytes\)/.test(err) && /max-memory=1\.0 MiB/.test(err),
     'the message names the backend and the sizes', err);
   check(!/validation:/.test(err ?? ''), 'no validation layer messages');
-  const p = await startServer(['--admin-key', 'adm'], { env });
+  const p = await startServer(['--admin-key', 'adm']);
   try {
     const gen = greedy(p);
     eq(await gen(), cases[0].greedy_text, 'serving on the cpu');
-    const r = await adminMove(p, 'vulkan');
+    const r = await adminMove(p, capped);
     check(r.code === 409 && /keeps serving/.test(r.body?.error?.message) && /out of vulkan memory|vulkan.*\d+ bytes/.test(r.body?.error?.message),
       'a move to vulkan without the memory is refused, naming the backend and the size', JSON.stringify(r));
+    const bad = await adminMove(p, 'vulkan:bogus=1');
+    check(bad.code === 409 && /unknown option 'bogus' \(known: device=N, max-memory=/.test(bad.body?.error?.message),
+      'a move with an unknown backend option is refused, naming the known ones', JSON.stringify(bad));
     check(onBackend(health(p), 'cpu'), 'still on the cpu');
     eq(await gen(), cases[0].greedy_text, 'still serving the same text');
   } finally {
@@ -845,7 +848,8 @@ async function scenarioPrefixCache(be = [], { quick = false, on = [], parks = fa
       eq(await stop(w), 0, 'uncapped server exits 0');
     }
     const cap = need + (2 << 20);
-    const full = await startServer(be, { model: wide, env: { LMHOST_VK_MAX_MEMORY: String(cap), LMHOST_LOG: '2' } });
+    const capped = be.map((a) => (a === 'vulkan' ? `vulkan:max-memory=${cap}` : a));
+    const full = await startServer(capped, { model: wide, env: { LMHOST_LOG: '2' } });
     try {
       for (const [i, pr] of four.entries())
         eq((await complete(full.url, pr)).choices[0].text, want[i], `device memory capped at ${cap} bytes: prompt ${i}`);
@@ -1360,7 +1364,7 @@ try {
   failures++;
   console.log('FAIL ' + (e.stack || e));
 }
-if (process.env.LMHOST_VK_VALIDATE === '1' && /vulkan/.test(scenario + (process.env.LMHOST_SWAP_BACKEND ?? '')))
+if (/(^|,)vk-validate(=1)?(,|$)/.test(process.env.LMHOST_DEBUG ?? '') && /vulkan/.test(scenario + (process.env.LMHOST_SWAP_BACKEND ?? '')))
   check(!/validation:/.test(serverLog), 'no validation layer messages', serverLog.match(/.*validation:.*/)?.[0]);
 console.log(failures ? `${failures} checks failed` : 'all checks passed');
 process.exit(failures ? 1 : 0);

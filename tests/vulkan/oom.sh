@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Running out of device memory on the Vulkan backend (LMHOST_VK_MAX_MEMORY caps what it
-# allocates): a cap below the weights fails the load with exit status 1 and a message naming
+# Running out of device memory on the Vulkan backend (`--backend vulkan:max-memory=N` caps
+# what it allocates): a cap below the weights fails the load with exit status 1 and a message naming
 # the backend and the sizes; at every cap from nothing to enough, `generate` either gives the
 # uncapped tokens or exits 1 with a message about vulkan memory, never a crash; no validation
 # layer message anywhere.
@@ -19,7 +19,7 @@ fail() {
 }
 
 run() { # cap model -> $rc, $tmp/out, $tmp/err
-    LMHOST_VK_MAX_MEMORY=$1 "$lmhost" generate --model "$2" --backend vulkan --tokens 1,2,3 \
+    "$lmhost" generate --model "$2" --backend "vulkan:max-memory=$1" --tokens 1,2,3 \
         --max-tokens 40 >"$tmp/out" 2>"$tmp/err"
     rc=$?
     if grep -q "validation:" "$tmp/err"; then fail "cap $1: validation layer messages"; fi
@@ -36,7 +36,7 @@ for model in "$dense" "$quant"; do
     if [ "$rc" != 1 ]; then
         fail "$name, cap 64K: exit status $rc, want 1"
     elif ! grep -qE "out of vulkan memory loading .* \([0-9]+ bytes\)|backend vulkan refused" "$tmp/err" ||
-        ! grep -qE "vulkan: out of device memory: cannot allocate .* LMHOST_VK_MAX_MEMORY=64.0 KiB" "$tmp/err"; then
+        ! grep -qE "vulkan: out of device memory: cannot allocate .* max-memory=64.0 KiB" "$tmp/err"; then
         cat "$tmp/err"
         fail "$name, cap 64K: the message does not name the backend and the sizes"
     else
@@ -64,10 +64,10 @@ for model in "$dense" "$quant"; do
     [ "$n_ok" -gt 0 ] || fail "$name: no cap was enough"
 done
 
-LMHOST_VK_MAX_MEMORY=lots "$lmhost" generate --model "$dense" --backend vulkan --tokens 1 \
+"$lmhost" generate --model "$dense" --backend vulkan:max-memory=lots --tokens 1 \
     --max-tokens 1 >/dev/null 2>"$tmp/err"
 rc=$?
-if [ "$rc" = 1 ] && grep -q "LMHOST_VK_MAX_MEMORY=lots" "$tmp/err"; then
+if [ "$rc" = 1 ] && grep -q "max-memory=lots" "$tmp/err"; then
     echo "ok   a malformed cap is refused: $(tail -1 "$tmp/err")"
 else
     fail "malformed cap: exit status $rc: $(cat "$tmp/err")"

@@ -7,7 +7,7 @@
  * group size and scale dtype in get_rows, matmul and moe_matmul, and microscaled 4-bit ones
  * (MXFP4)) and compares. It does so twice:
  * with the device's subgroup reductions and push descriptors, and with the shared-memory reductions
- * and descriptor pools (LMHOST_VK_NO_SUBGROUP=1, LMHOST_VK_NO_PUSH_DESCRIPTOR=1); tiled products
+ * and descriptor pools (LMHOST_DEBUG vk-no-subgroup,vk-no-push-descriptor); tiled products
  * in matmul_big.comp's tiles of 128 rows the first time, of 64 the second. Pairs of ops
  * the backend fuses into one dispatch are checked the same way (t_fused), and so are the
  * products decode runs with the norm or SwiGLU before them and the residual add after them
@@ -23,6 +23,7 @@
  * spread, and the scans of up to N rows.
  * Exit 0 pass, 1 fail, 77 skip (no Vulkan device). */
 #include "lmhost/lmhost.h"
+#include "../test_debug.h"
 
 #include <dlfcn.h>
 #include <math.h>
@@ -911,7 +912,7 @@ static void t_fused_products(void) {
 
 /* Whether the fusion happens at all: two decode layers' MLPs (norm, gate and up products,
  * SwiGLU, down product, residual add) on a Vulkan backend that profiles its dispatches
- * (LMHOST_VK_PROFILE=1) run as six fused products and nothing else, and a head norm, rope
+ * (option profile=1) run as six fused products and nothing else, and a head norm, rope
  * and cache append (and a rope and append) as one rms_norm_rope dispatch each. */
 static char g_capture[8192];
 static int g_capturing;
@@ -928,17 +929,21 @@ static void capture_log(int level, const char *fmt, ...) {
     if (n + 1 < sizeof g_capture) strcpy(g_capture + n, "\n");
 }
 
-/* A Vulkan backend with LMHOST_VK_PROFILE=mode whose log can be captured; NULL (a failure
- * counted) where it cannot be made. */
+/* The pass's options for the Vulkan backend (lmh_backend_opts.params). */
+static const char *g_vk_params;
+
+/* A Vulkan backend with option profile=mode (and the pass's) whose log can be captured; NULL
+ * (a failure counted) where it cannot be made. */
 static lmh_backend *profiled_backend(const char *mode, const char *what) {
     static const lmh_host_api host = {
         .size = sizeof(lmh_host_api), .abi_minor = LMH_ABI_MINOR, .log = capture_log};
-    lmh_backend_opts o = {.size = sizeof o, .threads = 1};
+    char params[64];
+    snprintf(params, sizeof params, "profile=%s%s%s", mode, g_vk_params ? "," : "",
+             g_vk_params ? g_vk_params : "");
+    lmh_backend_opts o = {.size = sizeof o, .threads = 1, .params = params};
     lmh_backend *vb = NULL;
     char err[256];
-    setenv("LMHOST_VK_PROFILE", mode, 1);
     int rc = g_be[1].api->create(&host, &o, &vb, err, sizeof err);
-    unsetenv("LMHOST_VK_PROFILE");
     if (rc) {
         fprintf(stderr, "FAIL %s: create: %s\n", what, err);
         g_fail++;
@@ -1089,7 +1094,7 @@ static void t_fused_dispatches(void) {
     }
 }
 
-/* LMHOST_VK_PROFILE=3: the time between barriers, by step. Two decode layers' MLPs are two
+/* profile=3: the time between barriers, by step. Two decode layers' MLPs are two
  * fused steps each (the gate and up products; the down product with SwiGLU and the residual
  * add), so the log names a step of two products and one of one product, each twice (the
  * first pair after the uploads' full barrier), steps of copies, and at most one SwiGLU (the
@@ -1185,7 +1190,7 @@ static void t_copy(void) {
     }
 }
 
-/* The dispatches a shader took in a captured LMHOST_VK_PROFILE=1 log (0 where none). */
+/* The dispatches a shader took in a captured profile=1 log (0 where none). */
 static int profiled_count(const char *shader) {
     char key[64];
     snprintf(key, sizeof key, "profile: %s ", shader);
@@ -1202,15 +1207,10 @@ static void t_seq_deps(void) {
     if (!strstr(g_be[1].api->describe(g_be[1].b), "buffer addresses")) return;
     const lmh_backend_api *api = g_be[1].api;
     /* held from two on (a GPU's default waits for 16) */
-    const char *seqs = getenv("LMHOST_VK_ATTN_SEQS");
-    char *saved = seqs ? strdup(seqs) : NULL;
-    setenv("LMHOST_VK_ATTN_SEQS", "2", 1);
+    char *saved = test_debug_save();
+    test_debug_set("vk-attn-seqs", "2");
     lmh_backend *vb = profiled_backend("1", what);
-    if (saved)
-        setenv("LMHOST_VK_ATTN_SEQS", saved, 1);
-    else
-        unsetenv("LMHOST_VK_ATTN_SEQS");
-    free(saved);
+    test_debug_restore(saved);
     if (!vb) return;
     int64_t n = 64;
     float a[64], c[64];
@@ -1773,10 +1773,10 @@ static void check_op(const char *what, lmh_op_code code, tt *x, double tol) {
     if (r > g_worst[code]) g_worst[code] = r;
 }
 
-/* The Vulkan backend made again, with the environment as it is now (settings read at
- * create: LMHOST_VK_SCAN_CHUNK). No tensor may be alive. */
+/* The Vulkan backend made again, with the pass's options and the environment as it is now
+ * (settings read at create: LMHOST_DEBUG vk-scan-chunk). No tensor may be alive. */
 static void vk_reopen(void) {
-    lmh_backend_opts o = {.size = sizeof o, .threads = 2};
+    lmh_backend_opts o = {.size = sizeof o, .threads = 2, .params = g_vk_params};
     char err[256] = "";
     g_be[1].api->destroy(g_be[1].b);
     if (g_be[1].api->create(&g_host, &o, &g_be[1].b, err, sizeof err)) {
@@ -2144,7 +2144,7 @@ static void t_scans(int modes) {
     static const char *const mode_env[3] = {"0", "1", "64:2"};
     for (int m = 0; m < modes; m++) {
         if (modes > 1) {
-            setenv("LMHOST_VK_SCAN_CHUNK", mode_env[m], 1);
+            test_debug_set("vk-scan-chunk", mode_env[m]);
             vk_reopen();
         }
         const char *mode = modes > 1 ? mode_env[m] : "default";
@@ -2219,7 +2219,7 @@ static void t_scans(int modes) {
         }
     }
     if (modes > 1) {
-        unsetenv("LMHOST_VK_SCAN_CHUNK");
+        test_debug_unset("vk-scan-chunk");
         vk_reopen();
     }
     scan_refusals();
@@ -2329,7 +2329,7 @@ static void t_delta(int modes) {
     static const char *const mode_env[3] = {"0", "1", "64:2"};
     for (int m = 0; m < modes; m++) {
         if (modes > 1) {
-            setenv("LMHOST_VK_SCAN_CHUNK", mode_env[m], 1);
+            test_debug_set("vk-scan-chunk", mode_env[m]);
             vk_reopen();
         }
         const char *mode = modes > 1 ? mode_env[m] : "default";
@@ -2354,7 +2354,7 @@ static void t_delta(int modes) {
         }
     }
     if (modes > 1) {
-        unsetenv("LMHOST_VK_SCAN_CHUNK");
+        test_debug_unset("vk-scan-chunk");
         vk_reopen();
     }
     delta_refusals();
@@ -2442,7 +2442,7 @@ static void t_bench(void) {
     static const char *const forms[2] = {"0", "64"};
     static const int rows[5] = {1, 64, 128, 512, 4096};
     for (int f = 0; f < 2; f++) {
-        setenv("LMHOST_VK_SCAN_CHUNK", forms[f], 1);
+        test_debug_set("vk-scan-chunk", forms[f]);
         vk_reopen();
         for (int r = 0; r < 5; r++) {
             int n = rows[r], reps = n == 1 ? 200 : n <= 512 ? 10 : 3;
@@ -2517,7 +2517,7 @@ static void t_bench(void) {
             free_all();
         }
     }
-    unsetenv("LMHOST_VK_SCAN_CHUNK");
+    test_debug_unset("vk-scan-chunk");
     vk_reopen();
 }
 
@@ -2547,7 +2547,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     g_verbose = getenv("LMHOST_LOG") && atoi(getenv("LMHOST_LOG")) >= 3;
-    setenv("LMHOST_VK_FUSE_PRODUCTS", "1", 0); /* a GPU's fusion on lavapipe too */
+    if (!lmh_debug_get("vk-fuse-products", NULL, 0)) /* a GPU's fusion on lavapipe too */
+        test_debug_set("vk-fuse-products", "1");
     g_be[0].api = load(argv[1]);
     g_be[1].api = load(argv[2]);
     lmh_backend_opts o = {.size = sizeof o, .threads = 2};
@@ -2558,32 +2559,33 @@ int main(int argc, char **argv) {
     }
     for (int pass = 0; pass < 2; pass++) {
         if (pass) {
-            setenv("LMHOST_VK_NO_SUBGROUP", "1", 1);
-            setenv("LMHOST_VK_NO_PUSH_DESCRIPTOR", "1", 1);
+            test_debug_set("vk-no-subgroup", "");
+            test_debug_set("vk-no-push-descriptor", "");
             /* attention's loads several at a time, as on a GPU (lavapipe's own is one) */
-            setenv("LMHOST_VK_ATTN_UNROLL", "4x8", 1);
-            unsetenv("LMHOST_VK_ATTN_WGS");
-            unsetenv("LMHOST_VK_ATTN_DECODE");
-            unsetenv("LMHOST_VK_ATTN_SEQ_WGS");
-            unsetenv("LMHOST_VK_MATVEC_ROWS");
-            /* waits that poll their fence first (a GPU's default), for up to 1 ms */
-            setenv("LMHOST_VK_SPIN", "1000", 1);
+            test_debug_set("vk-attn-unroll", "4x8");
+            test_debug_unset("vk-attn-wgs");
+            test_debug_unset("vk-attn-decode");
+            test_debug_unset("vk-attn-seq-wgs");
+            test_debug_unset("vk-matvec-rows");
             /* every tiled product in matmul_big.comp's 64-row tiles (matmul.comp's tiles are
              * what the conformance runs on lavapipe take) */
-            setenv("LMHOST_VK_MATMUL_BIG", "4", 1);
+            test_debug_set("vk-matmul-big", "4");
         } else {
             /* a GPU's split counts (up to attn_decode's 64) and key loads, 3 at a time */
-            setenv("LMHOST_VK_ATTN_WGS", "512", 1);
-            setenv("LMHOST_VK_ATTN_DECODE", "3", 1);
+            test_debug_set("vk-attn-wgs", "512");
+            test_debug_set("vk-attn-decode", "3");
             /* several sequences' decode attention in one dispatch: t_attention_seqs's first
              * group one split a workgroup, its second two (the last of an odd count one) */
-            setenv("LMHOST_VK_ATTN_SEQ_WGS", "64", 1);
+            test_debug_set("vk-attn-seq-wgs", "64");
             /* products of up to 64 rows as matrix-vector ones (matvec8; a GPU's up to 16),
              * and every tiled one in matmul_big.comp's 128-row tiles */
-            setenv("LMHOST_VK_MATVEC_ROWS", "64", 1);
-            setenv("LMHOST_VK_MATMUL_BIG", "8", 1);
+            test_debug_set("vk-matvec-rows", "64");
+            test_debug_set("vk-matmul-big", "8");
         }
-        if (g_be[1].api->create(&g_host, &o, &g_be[1].b, err, sizeof err)) {
+        /* the second pass's waits poll their fence first (a GPU's default), for up to 1 ms */
+        g_vk_params = pass ? "spin=1000" : NULL;
+        lmh_backend_opts vo = {.size = sizeof vo, .threads = 2, .params = g_vk_params};
+        if (g_be[1].api->create(&g_host, &vo, &g_be[1].b, err, sizeof err)) {
             printf("SKIP: no Vulkan device: %s\n", err);
             return 77;
         }

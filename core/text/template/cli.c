@@ -2,6 +2,7 @@
  * prints exactly the rendered text. Errors go to stderr with exit code 1 (2 for usage). */
 #include "chat_template.h"
 #include "template_cli.h"
+#include "../cli_help.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -10,15 +11,31 @@
 
 #include <json-c/json.h>
 
+/* The options, for --help and --list-options: name, value, default, explanation. */
+static const struct {
+    const char *name, *arg, *def, *help;
+} options[] = {
+    {"--model", "DIR", "required",
+     "the model: a directory (tokenizer_config.json or chat_template.jinja), or a Hugging Face "
+     "name in the cache"},
+    {"--messages-file", "F.json", "required",
+     "the conversation: a list of messages, or an object with \"messages\" ('-': stdin)"},
+    {"--tools-file", "F.json", "none", "the tools the template is given"},
+    {"--no-generation-prompt", NULL, "off", "leave out the prompt of the assistant's turn"},
+    {"--var", "NAME=JSON", "none",
+     "a template variable set to a JSON value (--var enable_thinking=false, --var "
+     "'date_string=\"26 Jul 2024\"'); may repeat"},
+    {"--template-file", "F.jinja", "the model's",
+     "render this template instead of the model's ('-': stdin)"},
+};
+
 static void usage(FILE *f) {
-    fprintf(f, "usage: lmhost template --model DIR --messages-file F.json [--tools-file F.json]\n"
-               "                       [--no-generation-prompt] [--var NAME=JSON]...\n"
-               "                       [--template-file F.jinja]\n"
-               "  prints the chat template of DIR (tokenizer_config.json or chat_template.jinja)\n"
-               "  rendered for the messages in F.json (a list, or an object with \"messages\"),\n"
-               "  exactly, with nothing added; --var sets a template variable to a JSON value\n"
-               "  (--var enable_thinking=false, --var 'date_string=\"26 Jul 2024\"');\n"
-               "  --template-file renders that template instead of the model's; '-' reads stdin\n");
+    fprintf(f, "usage: lmhost template --model DIR --messages-file F.json [options]\n\n"
+               "render a chat template\n\noptions:\n");
+    for (size_t i = 0; i < sizeof options / sizeof *options; i++)
+        text_cli_help_row(f, options[i].name, options[i].arg, options[i].def, options[i].help);
+    text_cli_help_row(f, "-h, --help", NULL, NULL, "print this help and exit");
+    fprintf(f, "\nPrints the template rendered for the messages, exactly, with nothing added.\n");
 }
 
 static char *slurp(const char *path, size_t *len) {
@@ -114,6 +131,13 @@ int cli_template(int argc, char **argv) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
+            json_object_put(vars);
+            return 0;
+        }
+        if (!strcmp(a, "--list-options")) { /* for the tests: every option, one a line */
+            for (size_t k = 0; k < sizeof options / sizeof *options; k++)
+                printf("%s\n", options[k].name);
+            printf("--help\n");
             json_object_put(vars);
             return 0;
         }

@@ -2,6 +2,7 @@
  * to stderr with a non-zero exit code (2 for usage errors, 1 for failures). */
 #include "tokenizer.h"
 #include "tokenizer_cli.h"
+#include "../cli_help.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -10,17 +11,46 @@
 
 #include <json-c/json.h>
 
+/* An option, and what --help says of it: the value's name (NULL for flags), its default
+ * ("required", "off"...) and one line. */
 typedef struct {
     const char *name;
     const char **val; /* NULL for a flag */
     int *flag;
+    const char *arg, *def, *help;
 } opt;
 
-static int parse(int argc, char **argv, const opt *opts, void (*usage)(FILE *)) {
+/* A command's help: its table, one line about it and notes after the options. */
+typedef struct {
+    const char *about, *notes;
+    const opt *opts;
+} cmd_help;
+
+/* As lmhost's other commands print it (core/cli's cli_help). */
+static void usage(FILE *f, const char *cmd, const cmd_help *h) {
+    fprintf(f, "usage: lmhost %s", cmd);
+    for (const opt *o = h->opts; o->name; o++)
+        if (o->def && !strcmp(o->def, "required"))
+            fprintf(f, " %s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
+    fprintf(f, " [options]\n\n%s\n\noptions:\n", h->about);
+    for (const opt *o = h->opts; o->name; o++)
+        text_cli_help_row(f, o->name, o->arg, o->def, o->help);
+    text_cli_help_row(f, "-h, --help", NULL, NULL, "print this help and exit");
+    if (h->notes) fprintf(f, "\n%s\n", h->notes);
+}
+
+/* Returns 0, 2 (usage error, printed) or 1 (help printed: exit 0). */
+static int parse(int argc, char **argv, const cmd_help *h) {
+    const opt *opts = h->opts;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
+            usage(stdout, argv[0], h);
+            return 1;
+        }
+        if (!strcmp(a, "--list-options")) { /* for the tests: every option, one a line */
+            for (const opt *o = opts; o->name; o++) printf("%s\n", o->name);
+            printf("--help\n");
             return 1;
         }
         const char *eq = strchr(a, '=');
@@ -30,7 +60,7 @@ static int parse(int argc, char **argv, const opt *opts, void (*usage)(FILE *)) 
             if (strlen(p->name) == nl && !strncmp(p->name, a, nl)) o = p;
         if (!o) {
             fprintf(stderr, "lmhost %s: unknown option '%s'\n", argv[0], a);
-            usage(stderr);
+            usage(stderr, argv[0], h);
             return 2;
         }
         if (o->flag) {
@@ -95,26 +125,24 @@ static char *read_all(const char *path, size_t *len) {
     return b;
 }
 
-static void tokenize_usage(FILE *f) {
-    fprintf(f, "usage: lmhost tokenize --model DIR (--text S | --text-file F) [--special]\n"
-               "  prints {\"ids\": [...]}; --special adds the tokenizer's own BOS/EOS\n"
-               "  (add_special_tokens=True); --text-file - reads stdin\n");
-}
-
 int cli_tokenize(int argc, char **argv) {
     const char *model = NULL, *text = NULL, *file = NULL;
     int special = 0;
-    const opt opts[] = {{"--model", &model, NULL},
-                        {"--text", &text, NULL},
-                        {"--text-file", &file, NULL},
-                        {"--special", NULL, &special},
-                        {NULL, NULL, NULL}};
-    int rc = parse(argc, argv, opts, tokenize_usage);
+    const opt opts[] = {
+        {"--model", &model, NULL, "DIR", "required",
+         "the model: a directory (tokenizer.json), or a Hugging Face name in the cache"},
+        {"--text", &text, NULL, "S", "required (or --text-file)", "the text"},
+        {"--text-file", &file, NULL, "F", "required (or --text)", "the text from F ('-': stdin)"},
+        {"--special", NULL, &special, NULL, "off",
+         "add the tokenizer's own BOS/EOS (add_special_tokens=True)"},
+        {NULL, NULL, NULL, NULL, NULL, NULL}};
+    const cmd_help h = {"text to token ids", "Prints {\"ids\": [...]}.", opts};
+    int rc = parse(argc, argv, &h);
     if (rc) return rc == 1 ? 0 : rc;
     if (!model || (!text) == (!file)) {
         fprintf(stderr, "lmhost %s: need --model and exactly one of --text, --text-file\n",
                 argv[0]);
-        tokenize_usage(stderr);
+        usage(stderr, argv[0], &h);
         return 2;
     }
     size_t len = text ? strlen(text) : 0;
@@ -147,11 +175,6 @@ int cli_tokenize(int argc, char **argv) {
     free(buf);
     tok_free(t);
     return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
-}
-
-static void detokenize_usage(FILE *f) {
-    fprintf(f, "usage: lmhost detokenize --model DIR --ids 1,2,3\n"
-               "  prints {\"text\": \"...\"} with special tokens kept\n");
 }
 
 /* "1,2,3" (spaces and surrounding brackets allowed) into ids, each below vocab. */
@@ -216,12 +239,18 @@ static int parse_ids(const char *cmd, const char *s, size_t vocab, int32_t **out
 
 int cli_detokenize(int argc, char **argv) {
     const char *model = NULL, *ids_s = NULL;
-    const opt opts[] = {{"--model", &model, NULL}, {"--ids", &ids_s, NULL}, {NULL, NULL, NULL}};
-    int rc = parse(argc, argv, opts, detokenize_usage);
+    const opt opts[] = {
+        {"--model", &model, NULL, "DIR", "required",
+         "the model: a directory (tokenizer.json), or a Hugging Face name in the cache"},
+        {"--ids", &ids_s, NULL, "1,2,3", "required", "the token ids"},
+        {NULL, NULL, NULL, NULL, NULL, NULL}};
+    const cmd_help h = {"token ids to text", "Prints {\"text\": \"...\"} with special tokens kept.",
+                        opts};
+    int rc = parse(argc, argv, &h);
     if (rc) return rc == 1 ? 0 : rc;
     if (!model || !ids_s) {
         fprintf(stderr, "lmhost %s: need --model and --ids\n", argv[0]);
-        detokenize_usage(stderr);
+        usage(stderr, argv[0], &h);
         return 2;
     }
     tok_tokenizer *t = open_model(argv[0], model);

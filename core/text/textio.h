@@ -1,5 +1,5 @@
-/* What the server needs of text: chat templates, encoding, streaming decoding. A thin
- * layer over core/tokenizer and core/template so the server reads as one story. */
+/* What the server and `lmhost chat` need of text: chat templates, encoding, streaming
+ * decoding. A thin layer over the tokenizer and the template engine. */
 #ifndef LMHOST_TEXTIO_H
 #define LMHOST_TEXTIO_H
 
