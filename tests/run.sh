@@ -56,12 +56,13 @@ run_suite() { # name builddir "meson test args" [meson setup args...]
 run_suite release build ""
 if [ "${SKIP_ASAN:-0}" != 1 ]; then
     # Sanitizers see every parser and plugin; the leak checker too. Left out: the Vulkan
-    # suites (Mesa's LLVM-based lavapipe leaks at exit, in its own code); the release run
+    # suites (Mesa's LLVM-based lavapipe leaks at exit, in its own code) and the docs'
+    # commands (some run on lavapipe; the other suites cover that CLI); the release run
     # above covers them. The HTTPS test runs here too: ASan's slowdown is what made the
     # stream-end race with libevent's TLS bufferevent show (see core/server/server.c).
     export LSAN_OPTIONS=suppressions=$root/tests/lsan.supp
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-        run_suite asan build-asan "--no-suite vulkan --no-suite conformance+vulkan --no-suite server --no-suite experts" \
+        run_suite asan build-asan "--no-suite vulkan --no-suite conformance+vulkan --no-suite server --no-suite experts --no-suite docs" \
         -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debugoptimized
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
         run_suite asan-server build-asan \
