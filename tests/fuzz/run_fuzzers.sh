@@ -31,7 +31,7 @@ out=build-fuzz
 CC=${FUZZ_CC:-clang}
 # shellcheck disable=SC2054 # the commas belong to -fsanitize=
 CFLAGS_FUZZ=(-g -O1 -std=c11 -D_GNU_SOURCE -Wall -Wextra -fsanitize=fuzzer,address,undefined
-    -fno-sanitize-recover=all -fno-omit-frame-pointer -Icore/util -Icore/host -Icore/cli -Icore/server -Iabi)
+    -fno-sanitize-recover=all -fno-omit-frame-pointer -Icore/util -Icore/host -Icore/text -Icore/text/grammar -Icore/text/tokenizer -Icore/cli -Icore/server -Iabi)
 mkdir -p "$out"
 
 SELECT=("$@") # target names given after SECONDS; none means all
