@@ -539,7 +539,7 @@ def main():
                     help="wall-clock budget of the whole run")
     ap.add_argument("--reserve-s", type=float, default=50.0,
                     help="kept at the end for evaluation and saving")
-    ap.add_argument("--max-epochs", type=float, default=30.0)
+    ap.add_argument("--max-epochs", type=float, default=12.0)
     ap.add_argument("--shape", default="29m", choices=sorted(SHAPES))
     ap.add_argument("--hidden", type=int)
     ap.add_argument("--layers", type=int)
@@ -553,9 +553,9 @@ def main():
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--min-lr-ratio", type=float, default=0.1)
     ap.add_argument("--warmup", type=int, default=150, help="steps")
-    ap.add_argument("--weight-decay", type=float, default=0.1)
-    ap.add_argument("--dropout", type=float, default=0.1)
-    ap.add_argument("--eval-every", type=int, default=250)
+    ap.add_argument("--weight-decay", type=float, default=0.2)
+    ap.add_argument("--dropout", type=float, default=0.3)
+    ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--val-tokens", type=int, default=0,
                     help="evaluate on the first N validation tokens only "
                     "(0: all; for CPU smoke tests)")

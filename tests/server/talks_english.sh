@@ -1,5 +1,5 @@
 #!/bin/bash
-# The README's serve command on the shipped demo model: a chat completion answers in English.
+# The README's serve command on the shipped default model (examples/tiny-chat): a chat completion answers in English.
 # English here: at least 5 words, and at least 80% of them words of the American English
 # dictionary (wamerican), judged over three greedy answers to different messages.
 # usage: talks_english.sh LMHOST MODEL_DIR
