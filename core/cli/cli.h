@@ -174,5 +174,6 @@ int cli_embed(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_chat(int argc, char **argv);
 int cli_list(int argc, char **argv);
+int cli_pull(int argc, char **argv);
 
 #endif

@@ -2,6 +2,7 @@
  * and caches come from plugins. */
 #include "cli.h"
 #include "hf_cache.h"
+#include "hub_download.h"
 #include "lmhost/abi.h"
 #include "log.h"
 #include "template_cli.h"
@@ -30,6 +31,7 @@ static const struct {
     {"template", cli_template, "render a chat template"},
     {"plugins", cli_plugins, "list the plugins found and what they claim"},
     {"list", cli_list, "list the models in the Hugging Face cache"},
+    {"pull", cli_pull, "download a model from the Hugging Face hub into the cache"},
     {"check-plugin", cli_check_plugin, "run a reference fixture through one architecture plugin"},
 };
 
@@ -55,8 +57,18 @@ static int resolve_names(int *argc, char ***argv) {
             if (!hfc_is_name(v) || nd == 2) continue;
             char err[4096], dir[4096];
             if (hfc_resolve(v, dir, sizeof dir, err, sizeof err)) {
-                fprintf(stderr, "lmhost: %s\n", err);
-                return 1;
+                /* not (all) in the cache: fetched from the hub, unless offline */
+                char why[4096];
+                hub_pull_opts po = {0};
+                if (hub_offline()) {
+                    fprintf(stderr, "lmhost: %s (and HF_HUB_OFFLINE=%s forbids fetching it)\n", err,
+                            getenv("HF_HUB_OFFLINE"));
+                    return 1;
+                }
+                if (hub_pull(v, &po, dir, sizeof dir, why, sizeof why)) {
+                    fprintf(stderr, "lmhost: %s\nlmhost: fetching it failed: %s\n", err, why);
+                    return 1;
+                }
             }
             if (f == 0) name = v;
             int w = eq ? snprintf(dirs[nd], sizeof dirs[nd], "%s=%s", flags[f], dir)
@@ -125,7 +137,9 @@ int main(int argc, char **argv) {
             char **sub_argv = argv + 1;
             cli_about = commands[i].help;
             /* (a name that does not resolve is no reason to refuse help) */
-            if (resolve_names(&sub_argc, &sub_argv) && !wants_help(sub_argc, sub_argv)) return 1;
+            if (strcmp(argv[1], "pull") && !wants_help(sub_argc, sub_argv) &&
+                resolve_names(&sub_argc, &sub_argv))
+                return 1;
             return commands[i].fn(sub_argc, sub_argv);
         }
     fprintf(stderr, "lmhost: unknown command '%s' (run 'lmhost --help' for the commands)\n",

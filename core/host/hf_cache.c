@@ -21,8 +21,7 @@ static int part_ok(const char *s, size_t n) {
     return 1;
 }
 
-/* Splits "ORG/NAME[@REV]" into its parts; 0 when it is not of that form. */
-static int split(const char *s, char *org, char *name, char *rev) {
+int hfc_split(const char *s, char *org, char *name, char *rev) {
     const char *slash = strchr(s, '/'), *at = strchr(s, '@');
     if (!slash || strchr(slash + 1, '/') || (at && at < slash)) return 0;
     size_t no = (size_t)(slash - s), nn = at ? (size_t)(at - slash - 1) : strlen(slash + 1);
@@ -41,7 +40,7 @@ static int split(const char *s, char *org, char *name, char *rev) {
 int hfc_is_name(const char *s) {
     char o[97], n[97], r[129];
     struct stat st;
-    return s && split(s, o, n, r) && stat(s, &st) != 0;
+    return s && hfc_split(s, o, n, r) && stat(s, &st) != 0;
 }
 
 void hfc_cache_dir(char *out, size_t cap) {
@@ -54,7 +53,7 @@ void hfc_cache_dir(char *out, size_t cap) {
         snprintf(out, cap, "%s/.cache/huggingface/hub", home && *home ? home : ".");
 }
 
-static int is_commit(const char *r) {
+int hfc_is_commit(const char *r) {
     if (strlen(r) != 40) return 0;
     for (int i = 0; i < 40; i++)
         if (!((r[i] >= '0' && r[i] <= '9') || (r[i] >= 'a' && r[i] <= 'f'))) return 0;
@@ -72,14 +71,14 @@ static int read_ref(const char *repo, const char *rev, char *commit) {
     fclose(f);
     buf[n] = 0;
     buf[strcspn(buf, " \r\n")] = 0;
-    if (!is_commit(buf)) return -1;
+    if (!hfc_is_commit(buf)) return -1;
     memcpy(commit, buf, 41);
     return 0;
 }
 
 int hfc_resolve(const char *s, char *out, size_t cap, char *err, size_t err_len) {
     char org[97], name[97], rev[129], cache[2048], repo[4096], commit[41];
-    if (!split(s, org, name, rev)) {
+    if (!hfc_split(s, org, name, rev)) {
         snprintf(err, err_len, "'%s' is neither a directory nor a model name ORG/NAME[@REVISION]",
                  s);
         return -1;
@@ -88,13 +87,10 @@ int hfc_resolve(const char *s, char *out, size_t cap, char *err, size_t err_len)
     snprintf(repo, sizeof repo, "%s/models--%s--%s", cache, org, name);
     struct stat st;
     if (stat(repo, &st) != 0) {
-        snprintf(err, err_len,
-                 "%s/%s is not in the Hugging Face cache (%s); fetch it with `huggingface-cli "
-                 "download %s/%s` (lmhost does not download yet)",
-                 org, name, cache, org, name);
+        snprintf(err, err_len, "%s/%s is not in the Hugging Face cache (%s)", org, name, cache);
         return -1;
     }
-    if (is_commit(rev))
+    if (hfc_is_commit(rev))
         memcpy(commit, rev, 41);
     else if (read_ref(repo, rev, commit)) {
         snprintf(err, err_len, "%s/%s: revision '%s' is not in the cache (no %s/refs/%s)", org,
@@ -141,7 +137,7 @@ static int newest_snapshot(const char *repo, char *commit) {
     char q[4400];
     while ((e = readdir(d))) {
         if (snprintf(q, sizeof q, "%s/%s", p, e->d_name) >= (int)sizeof q) continue;
-        if (is_commit(e->d_name) && stat(q, &st) == 0 && (found || st.st_mtime > best)) {
+        if (hfc_is_commit(e->d_name) && stat(q, &st) == 0 && (found || st.st_mtime > best)) {
             best = st.st_mtime;
             memcpy(commit, e->d_name, 41);
             found = 0;

@@ -13,6 +13,13 @@
  * digits, '-', '_' and '.', no "..") and is not an existing path; 0 otherwise. */
 int hfc_is_name(const char *s);
 
+/* Splits "ORG/NAME[@REVISION]" (REVISION "main" when absent) into org[97], name[97], rev[129];
+ * 1, or 0 when s is not of that form. */
+int hfc_split(const char *s, char *org, char *name, char *rev);
+
+/* 1 when r is 40 lowercase hex digits (a commit). */
+int hfc_is_commit(const char *r);
+
 /* The cache directory in use (see above) into out. */
 void hfc_cache_dir(char *out, size_t cap);
 

@@ -22,6 +22,7 @@ TARGETS=(
     "template|tests/fuzz/fuzz_template.c core/text/template/chat_template.c core/text/template/tpl_builtins.c core/text/template/tpl_eval.c core/text/template/tpl_format.c core/text/template/tpl_json.c core/text/template/tpl_parse.c core/text/template/tpl_unicode.c core/text/template/tpl_value.c|json-c libutf8proc|-Icore/text/template -lm"
     "grammar|tests/fuzz/fuzz_grammar.c core/text/grammar/gram_build.c core/text/grammar/gram_compile.c core/text/grammar/gram_vocab.c core/text/grammar/gram_match.c core/text/tokenizer/tok_util.c core/text/tokenizer/tok_unidata.c core/text/tokenizer/tok_load.c core/text/tokenizer/tok_encode.c core/text/tokenizer/tok_decode.c core/text/jsonfix/json_fix.c|json-c libpcre2-8 libutf8proc|-Icore/text/grammar -Icore/text/tokenizer -Icore/text/jsonfix"
     "toolcall|tests/fuzz/fuzz_toolcall.c core/server/toolcall.c|json-c|"
+    "hub|tests/fuzz/fuzz_hub.c core/host/hub_http.c core/host/hub_download.c core/host/hf_cache.c core/util/util.c core/util/log.c core/util/progress.c core/text/jsonfix/json_fix.c|json-c openssl|-Icore/text/jsonfix"
 )
 
 seconds=${1:-30}
