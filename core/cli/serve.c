@@ -40,7 +40,8 @@ int cli_serve(int argc, char **argv) {
     o.defaults.temperature = 1.0f; /* OpenAI's default when a request does not say */
     const char *port = NULL, *max_tokens = NULL, *ctx = NULL, *parallel = NULL, *queue = NULL,
                *chunk = NULL, *timeout = NULL, *grace = NULL, *max_body = NULL, *key_file = NULL,
-               *top_k = NULL, *top_p = NULL, *min_p = NULL, *temp = NULL, *prefix_mb = NULL;
+               *top_k = NULL, *top_p = NULL, *min_p = NULL, *temp = NULL, *prefix_mb = NULL,
+               *max_conn = NULL, *rate = NULL;
     model_args ma = {0};
     spec_args sa = {0};
     cli_opt opts[] = {
@@ -61,7 +62,12 @@ int cli_serve(int argc, char **argv) {
         {"--ctx-size", &ctx, NULL, 0, "N", "the model's",
          "prompt + completion tokens a sequence may hold"},
         {"--parallel", &parallel, NULL, 0, "N", "4", "sequences decoded together"},
-        {"--queue", &queue, NULL, 0, "N", "64", "requests waiting beyond those (then 429)"},
+        {"--queue", &queue, NULL, 0, "N", "64",
+         "requests waiting beyond those (then 503 with Retry-After)"},
+        {"--max-connections", &max_conn, NULL, 0, "N", "the open-file limit less a margin",
+         "open connections at most; more wait to be accepted"},
+        {"--rate-limit", &rate, NULL, 0, "N", "0 (none)",
+         "requests a minute per client address (then 429 with Retry-After)"},
         {"--chunk", &chunk, NULL, 0, "N", "256", "prompt tokens a prefill step at most"},
         {"--prefix-cache-mb", &prefix_mb, NULL, 0, "N",
          "an eighth of free memory (CPU), --parallel full contexts (GPU)",
@@ -98,6 +104,8 @@ int cli_serve(int argc, char **argv) {
     INTOPT(ctx, "--ctx-size", 1, 1 << 26, o.ctx_size);
     INTOPT(parallel, "--parallel", 1, 1024, o.parallel);
     INTOPT(queue, "--queue", 0, 1 << 20, o.queue);
+    INTOPT(max_conn, "--max-connections", 1, 1 << 24, o.max_connections);
+    INTOPT(rate, "--rate-limit", 0, 1 << 24, o.rate_limit);
     INTOPT(chunk, "--chunk", 16, 1 << 16, o.chunk);
     INTOPT(prefix_mb, "--prefix-cache-mb", 0, (int64_t)1 << 40, o.prefix_cache_mb);
     INTOPT(timeout, "--timeout", 1, 86400, o.timeout);

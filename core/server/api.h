@@ -111,6 +111,8 @@ typedef struct job {
      * quote it ("'kv_bits' 8"); empty for the server's default */
     char cache_field[16], cache_what[128];
     int stream_started; /* a stream's 200 and role chunks are sent */
+    int stalled;        /* its client stopped reading: no more chunks (server.c) */
+    char rid[72];       /* the request id, for the logs */
     struct job *prep_next;
 } job;
 

@@ -208,3 +208,11 @@ void metrics_render(const metrics *m, struct evbuffer *b, int running, int waiti
     render_hist(b, "lmhost_time_per_output_token_seconds", "Time between generated tokens.",
                 &m->itl, itl_bounds);
 }
+
+void metrics_duration(metrics *m, double seconds) {
+    m->mean_s = m->mean_s > 0 ? m->mean_s + (seconds - m->mean_s) / 32 : seconds;
+}
+
+double metrics_mean_seconds(const metrics *m) {
+    return m->mean_s > 0 ? m->mean_s : 1.0;
+}

@@ -24,6 +24,7 @@ typedef struct metrics {
     uint64_t by_code[16];
     int n_codes;
     histogram ttft, itl;
+    double mean_s; /* requests' duration, a moving mean (0: none finished yet) */
 } metrics;
 
 void metrics_init(metrics *m);
@@ -34,6 +35,10 @@ void metrics_finish(metrics *m, int32_t prompt_tokens, int32_t generated_tokens)
 void metrics_ttft(metrics *m, double seconds);
 void metrics_itl(metrics *m, double seconds);
 void metrics_disconnect(metrics *m);
+/* A request's duration, into the moving mean of the last 32 or so. */
+void metrics_duration(metrics *m, double seconds);
+/* That mean; 1 s before any request has finished. */
+double metrics_mean_seconds(const metrics *m);
 /* es: the engine's stats, for the bytes of each open cache */
 void metrics_render(const metrics *m, struct evbuffer *out, int running, int waiting,
                     uint64_t cache_bytes, const engine_stats *es, const pc_stats *pc,

@@ -11,6 +11,8 @@
 #include "plugin_loader.h"
 #include "log.h"
 #include "api.h"
+#include "client_limits.h"
+#include "conn_guard.h"
 #include "metrics.h"
 #include "scheduler.h"
 #include "textio.h"
@@ -23,6 +25,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
 #include <event2/thread.h>
 #include <openssl/crypto.h>
 #include <openssl/err.h>
@@ -105,6 +108,12 @@ struct server {
     struct event *sig_int, *sig_term, *grace;
     admin_op *admin; /* the move in progress, if any */
     metrics m;
+    /* limits: connections beyond conn_max wait in the kernel's backlog (the listener paused
+     * until some close); rl: requests a minute per client address */
+    int conn_max, conn_paused;
+    conn_guard *guard;
+    rate_limiter *rl;
+    unsigned long long req_seq;
 };
 
 /* While draining, exit once every request is answered and every reply written out. */
@@ -166,10 +175,24 @@ static flush *track_reply(server *s, struct evhttp_request *req) {
  * armed its completion hook, which then closed the request with those bytes unsent and the
  * client waiting for them until the connection timed out. When this callback runs nothing
  * older can be pending. */
+/* While a stream runs, libevent 2.1 reads its connection for the close and times that read
+ * out: a stream whose tokens pause for --timeout seconds (a backend move, a long prefill
+ * beside it) would be cut. So a stream's connection keeps only the write timeout, which runs
+ * only while bytes wait for the client (a reader that stopped); the read timeout comes back
+ * when the stream ends, for the keep-alive wait. */
+static void stream_timeouts(struct evhttp_request *req, int streaming, int timeout_s) {
+    struct evhttp_connection *c = req ? evhttp_request_get_connection(req) : NULL;
+    struct bufferevent *bev = c ? evhttp_connection_get_bufferevent(c) : NULL;
+    if (!bev) return;
+    struct timeval tv = {timeout_s, 0};
+    bufferevent_set_timeouts(bev, streaming ? NULL : &tv, &tv);
+}
+
 static void end_stream(struct evhttp_connection *c, void *arg) {
     (void)c;
     flush *f = arg;
     f->stream_open = 0;
+    stream_timeouts(f->req, 0, f->s->o.timeout);
     evhttp_send_reply_end(f->req);
 }
 
@@ -252,7 +275,25 @@ static void send_error(server *s, struct evhttp_request *req, int code, const ch
     json_object_put(o);
 }
 
+/* A stream's bytes not yet taken by its client beyond which the client counts as stalled:
+ * its generation stops and libevent's write timeout (--timeout) closes the connection, so a
+ * reader that stops reading holds at most this much memory, and nobody else waits on it. */
+enum { STALLED_BYTES = 1 << 20 };
+
 static void send_sse(job *j, json_object *chunk) {
+    if (j->stalled) return;
+    struct evhttp_connection *c = evhttp_request_get_connection(j->req);
+    struct bufferevent *bev = c ? evhttp_connection_get_bufferevent(c) : NULL;
+    size_t unsent = bev ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
+    if (unsent > STALLED_BYTES) {
+        j->stalled = 1;
+        for (int k = 0; k < j->n_choices; k++) atomic_store(&j->ch[k].sr.cancel, 1);
+        log_msg(LMH_LOG_WARN,
+                "%s: the client stopped reading its stream (%zu bytes unsent); "
+                "stopping it",
+                j->rid, unsent);
+        return;
+    }
     struct evbuffer *b = evbuffer_new();
     const char *txt = json_object_to_json_string_ext(chunk, JSON_C_TO_STRING_PLAIN |
                                                                 JSON_C_TO_STRING_NOSLASHESCAPE);
@@ -271,6 +312,7 @@ static void start_stream(job *j) {
     evhttp_add_header(h, "Content-Type", "text/event-stream");
     evhttp_add_header(h, "Cache-Control", "no-cache");
     evhttp_send_reply_start(j->req, 200, "OK");
+    stream_timeouts(j->req, 1, j->srv->o.timeout);
     if (j->kind == JOB_CHAT)
         for (int k = 0; k < j->n_choices; k++) {
             json_object *c = api_role_chunk(j, k);
@@ -287,6 +329,7 @@ static void finish_reply(job *j) {
     j->http_done = 1;
     if (!j->req) return;
     metrics_finish(&s->m, j->n_prompt, j->n_gen);
+    metrics_duration(&s->m, now_s() - j->t_start);
     jchoice *bad = NULL;
     for (int k = 0; k < j->n_choices && !bad; k++)
         if (j->ch[k].fin == FINISH_ERROR) bad = &j->ch[k];
@@ -316,6 +359,7 @@ static void finish_reply(job *j) {
             evhttp_send_reply_chunk_with_cb(j->req, b, end_stream, f);
         } else {
             evhttp_send_reply_chunk(j->req, b);
+            stream_timeouts(j->req, 0, s->o.timeout);
             evhttp_send_reply_end(j->req);
         }
         evbuffer_free(b);
@@ -490,12 +534,19 @@ static void on_prep_done(job *j) {
         memcpy(c->sr.stop_ids, s->eos, (size_t)c->sr.n_stop_ids * sizeof(int32_t));
         if (j->ignore_eos) c->sr.n_stop_ids = 0;
         if (sched_submit(s->sch, &c->sr) != 0) {
-            /* the choices already queued are cancelled; the reply is the 429 */
+            /* the choices already queued are cancelled; the reply is a 503 saying when to
+             * come back: about the time the requests ahead take, from the recent mean */
             for (int i = 0; i < k; i++) atomic_store(&j->ch[i].sr.cancel, 1);
             j->http_done = 1;
-            send_error(s, j->req, 429, "rate_limit_exceeded", NULL,
-                       "the server is busy: %d requests are running and the wait queue is full",
-                       s->o.parallel);
+            double mean = metrics_mean_seconds(&s->m);
+            int after = (int)ceil(mean * (1 + s->o.queue / (double)s->o.parallel));
+            char ra[16];
+            snprintf(ra, sizeof ra, "%d", after < 1 ? 1 : after > 60 ? 60 : after);
+            evhttp_add_header(evhttp_request_get_output_headers(j->req), "Retry-After", ra);
+            send_error(s, j->req, 503, "server_error", NULL,
+                       "the server is busy: %d requests are running and the wait queue (%d) is "
+                       "full; retry after %s s",
+                       s->o.parallel, s->o.queue, ra);
             j->req = NULL;
             release(j);
             return;
@@ -1091,6 +1142,8 @@ static void handle_generate(server *s, struct evhttp_request *req, job_kind kind
     j->srv = s;
     j->req = req;
     j->t_start = now_s();
+    const char *rid = evhttp_find_header(evhttp_request_get_output_headers(req), "X-Request-Id");
+    snprintf(j->rid, sizeof j->rid, "%s", rid ? rid : "-");
     if (api_constrain(j, s->tc_format, err, sizeof err, param, sizeof param) != 0) {
         send_error(s, req, 400, "invalid_request_error", param[0] ? param : NULL, "%s", err);
         job_free(j);
@@ -1133,6 +1186,8 @@ static void handle_health(server *s, struct evhttp_request *req) {
     json_object *lim = json_object_new_object();
     json_object_object_add(lim, "parallel", json_object_new_int(s->o.parallel));
     json_object_object_add(lim, "queue", json_object_new_int(s->o.queue));
+    json_object_object_add(lim, "max_connections", json_object_new_int(s->conn_max));
+    json_object_object_add(lim, "rate_limit", json_object_new_int(s->o.rate_limit));
     json_object_object_add(lim, "ctx_size", json_object_new_int(s->o.ctx_size));
     json_object_object_add(lim, "max_tokens", json_object_new_int(s->o.max_tokens));
     json_object_object_add(lim, "chunk", json_object_new_int(s->o.chunk));
@@ -1248,9 +1303,35 @@ static void handle_metrics(server *s, struct evhttp_request *req) {
     count_status(s, 200);
 }
 
+/* The request's id: the client's X-Request-Id when it is a short token, else one of ours;
+ * sent back in X-Request-Id and named in the logs (never the prompt or the key). */
+static void request_id(server *s, struct evhttp_request *req, char *out, size_t n) {
+    const char *h = evhttp_find_header(evhttp_request_get_input_headers(req), "X-Request-Id");
+    size_t hl = h ? strlen(h) : 0;
+    int ok = hl > 0 && hl < 64;
+    for (size_t i = 0; ok && i < hl; i++)
+        ok = (h[i] >= 'a' && h[i] <= 'z') || (h[i] >= 'A' && h[i] <= 'Z') ||
+             (h[i] >= '0' && h[i] <= '9') || h[i] == '-' || h[i] == '_' || h[i] == '.';
+    if (ok)
+        snprintf(out, n, "%s", h);
+    else
+        snprintf(out, n, "req-%llx-%llx", (unsigned long long)s->m.started, ++s->req_seq);
+}
+
 static void route(struct evhttp_request *req, void *arg) {
     server *s = arg;
     const char *uri = evhttp_request_get_uri(req);
+    char rid[72], peer[64] = "?";
+    request_id(s, req, rid, sizeof rid);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "X-Request-Id", rid);
+    struct evhttp_connection *conn = evhttp_request_get_connection(req);
+    if (conn) {
+        cg_request(s->guard, evhttp_connection_get_bufferevent(conn));
+        char *addr = NULL;
+        ev_uint16_t pport = 0;
+        evhttp_connection_get_peer(conn, &addr, &pport);
+        if (addr) snprintf(peer, sizeof peer, "%s", addr);
+    }
     char path[256];
     size_t pl = strcspn(uri, "?#");
     snprintf(path, sizeof path, "%.*s", (int)(pl < 255 ? pl : 255), uri);
@@ -1269,8 +1350,24 @@ static void route(struct evhttp_request *req, void *arg) {
     int found = -1;
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         if (strcmp(path, routes[i].path) == 0) found = (int)i;
+    log_msg(LMH_LOG_DEBUG, "%s: %s %s from %s", rid,
+            m == EVHTTP_REQ_GET    ? "GET"
+            : m == EVHTTP_REQ_POST ? "POST"
+                                   : "other",
+            path, peer);
     if (found < 0) {
         send_error(s, req, 404, "invalid_request_error", NULL, "unknown route %s", path);
+        return;
+    }
+    /* the rate limit: every route but the health and metrics probes (0 and 4) */
+    int wait = s->rl && found != 0 && found != 4 ? rl_take(s->rl, peer, now_s()) : 0;
+    if (wait) {
+        char ra[16];
+        snprintf(ra, sizeof ra, "%d", wait);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", ra);
+        send_error(s, req, 429, "rate_limit_exceeded", NULL,
+                   "more than %d requests a minute from %s; retry after %d s", s->o.rate_limit,
+                   peer, wait);
         return;
     }
     if (m != routes[found].method) {
@@ -1324,21 +1421,54 @@ static void route(struct evhttp_request *req, void *arg) {
     }
 }
 
+/* ---- connections ------------------------------------------------------------------------ */
+
+/* Connections went (conn_guard): below the limit again, the listener resumes. */
+static void conns_changed(void *arg, int open) {
+    server *s = arg;
+    if (!s->conn_paused || open >= s->conn_max || !s->sock) return;
+    evconnlistener_enable(evhttp_bound_socket_get_listener(s->sock));
+    s->conn_paused = 0;
+    log_msg(LMH_LOG_INFO, "connections below --max-connections %d: accepting again", s->conn_max);
+}
+
+/* Every new connection passes here (libevent's bufferevent callback): watched by the guard;
+ * at the limit the listener pauses and later clients wait in the kernel's backlog. */
+static struct bufferevent *accepted(server *s, struct bufferevent *bev) {
+    cg_add(s->guard, bev);
+    if (!s->conn_paused && s->sock && cg_open(s->guard) >= s->conn_max) {
+        evconnlistener_disable(evhttp_bound_socket_get_listener(s->sock));
+        s->conn_paused = 1;
+        log_msg(LMH_LOG_WARN, "%d connections open (--max-connections): new ones wait",
+                s->conn_max);
+    }
+    return bev;
+}
+
+static struct bufferevent *plain_bev(struct event_base *base, void *arg) {
+    return accepted(arg, bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE));
+}
+
 /* ---- TLS ------------------------------------------------------------------------------ */
 
 static struct bufferevent *tls_bev(struct event_base *base, void *arg) {
     server *s = arg;
     SSL *ssl = SSL_new(s->ssl);
     if (!ssl) return NULL;
-    return bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING,
-                                          BEV_OPT_CLOSE_ON_FREE);
+    return accepted(s, bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING,
+                                                      BEV_OPT_CLOSE_ON_FREE));
 }
 
 static int tls_setup(server *s, char *err, size_t err_len) {
     s->ssl = SSL_CTX_new(TLS_server_method());
     if (!s->ssl) return errf(err, err_len, "cannot create a TLS context");
     SSL_CTX_set_min_proto_version(s->ssl, TLS1_2_VERSION);
-    SSL_CTX_set_options(s->ssl, SSL_OP_NO_COMPRESSION | SSL_OP_CIPHER_SERVER_PREFERENCE);
+    SSL_CTX_set_options(s->ssl, SSL_OP_NO_COMPRESSION | SSL_OP_CIPHER_SERVER_PREFERENCE |
+                                    SSL_OP_NO_RENEGOTIATION);
+    /* TLS 1.2: forward-secret AEAD suites only (TLS 1.3's are all of that kind) */
+    SSL_CTX_set_cipher_list(s->ssl, "ECDHE+AESGCM:ECDHE+CHACHA20:DHE+AESGCM:!aNULL:!eNULL");
+    /* resumption by tickets; the server-side session cache stays small and bounded */
+    SSL_CTX_sess_set_cache_size(s->ssl, 1024);
     if (SSL_CTX_use_certificate_chain_file(s->ssl, s->o.tls_cert) != 1) {
         char e[256];
         ERR_error_string_n(ERR_get_error(), e, sizeof e);
@@ -1398,6 +1528,12 @@ int server_run(const server_opts *o) {
     s->o = *o;
     int rc = 1;
     char err[2048];
+    if (o->admin_key && o->api_key && !strcmp(o->admin_key, o->api_key)) {
+        /* whoever may generate would then also move the model between devices */
+        fprintf(stderr, "lmhost serve: --admin-key must differ from the API key\n");
+        free(s);
+        return 1;
+    }
     pthread_mutex_init(&s->qmu, NULL);
     pthread_mutex_init(&s->pmu, NULL);
     pthread_cond_init(&s->pcv, NULL);
@@ -1492,6 +1628,8 @@ int server_run(const server_opts *o) {
             goto out;
         }
         evhttp_set_bevcb(s->http, tls_bev, s);
+    } else {
+        evhttp_set_bevcb(s->http, plain_bev, s);
     }
     evhttp_set_max_headers_size(s->http, 16384);
     /* Bodies a little over the limit get our 413 in OpenAI's shape; far over it, libevent
@@ -1507,6 +1645,20 @@ int server_run(const server_opts *o) {
         fprintf(stderr, "lmhost serve: cannot listen on %s:%d\n", o->host, o->port);
         goto out;
     }
+    /* connections: --max-connections, else what the open-file limit leaves after the
+     * descriptors open now and a margin for the model's and clients' other files */
+    long nofile = limits_raise_nofile();
+    int fds = limits_open_fds();
+    if (fds < 0) fds = 64;
+    s->conn_max = o->max_connections > 0 ? o->max_connections
+                  : nofile > fds + 96    ? (int)(nofile - fds - 64)
+                                         : 32;
+    if (o->max_connections > 0 && nofile > 0 && o->max_connections > nofile - fds - 16)
+        log_msg(LMH_LOG_WARN,
+                "--max-connections %d is more than the open-file limit (%ld) leaves room for",
+                o->max_connections, nofile);
+    if (!(s->guard = cg_new(s->base, o->timeout, conns_changed, s))) goto out;
+    if (o->rate_limit > 0 && !(s->rl = rl_new(o->rate_limit))) goto out;
     int port = o->port;
     {
         /* --port 0 asks the kernel for a free port; say which one we got */
@@ -1542,7 +1694,9 @@ out:
     if (s->sig_int) event_free(s->sig_int);
     if (s->sig_term) event_free(s->sig_term);
     if (s->grace) event_free(s->grace);
+    rl_free(s->rl);
     if (s->http) evhttp_free(s->http);
+    cg_free(s->guard); /* after libevent let go of the connections */
     if (s->base) event_base_free(s->base);
     if (s->ssl) SSL_CTX_free(s->ssl);
     textio_close(s->tio);

@@ -19,7 +19,10 @@ typedef struct server_opts {
     int queue;               /* requests waiting beyond those */
     int chunk;               /* prompt rows per step */
     int64_t prefix_cache_mb; /* the prefix cache's budget; -1: its default (server.c) */
-    int timeout;             /* seconds a client may take to send a request */
+    int timeout;             /* seconds a client may take to send a request (or to take a
+                                reply's bytes) */
+    int max_connections;     /* open connections at most; 0: from the open-file limit */
+    int rate_limit;          /* requests a minute per client address; 0: no limit */
     int shutdown_grace;      /* seconds in-flight requests get after SIGINT/SIGTERM */
     size_t max_body;
     sampler_params defaults; /* sampling when a request does not say */

@@ -1221,7 +1221,8 @@ async function scenarioOptions() {
     ['--api-key', 'k1'], ['--max-tokens', '5'], ['--ctx-size', '256'], ['--parallel', '2'], ['--queue', '3'], ['--chunk', '32'],
     ['--prefix-cache-mb', '0'], ['--timeout', '7'], ['--shutdown-grace', '2'], ['--max-body', '2048'], ['--backend', 'cpu'],
     ['--precision', 'exact'], ['--admin-key', 'adm'], ['--cache', 'q8'], ['--threads', '1'], ['--top-k', '1'], ['--top-p', '0.5'],
-    ['--min-p', '0.1'], ['--temperature', '0'], ['--spec', 'ngram'], ['--draft-max', '3']];
+    ['--min-p', '0.1'], ['--temperature', '0'], ['--spec', 'ngram'], ['--draft-max', '3'], ['--max-connections', '50'],
+    ['--rate-limit', '600']];
   const setB = [['--model', model], ['--api-key-file', keyFile], ['--gpu-layers', '0'], ['--device', '0'],
     ['--plugin-dir', path.join(dir, 'no-such-dir')], ['--draft-model', model], ['--draft-backend', 'cpu'], ['--port', '0']];
   const argv = (set, eqForm) => set.flatMap(([o, v]) => eqForm ? [`${o}=${v}`] : [o, v]);
@@ -1250,8 +1251,8 @@ async function scenarioOptions() {
       eq(h.precision, 'exact', `${form}: --precision`);
       eq(h.caches?.[0]?.format, 'q8', `${form}: --cache`);
       eq(JSON.stringify([h.speculative?.mode, h.speculative?.draft_max]), '["ngram",3]', `${form}: --spec, --draft-max`);
-      eq(JSON.stringify(h.limits), JSON.stringify({ parallel: 2, queue: 3, ctx_size: 256, max_tokens: 5, chunk: 32, timeout: 7, shutdown_grace: 2, max_body: 2048, threads: 1 }),
-        `${form}: --parallel, --queue, --ctx-size, --max-tokens, --chunk, --timeout, --shutdown-grace, --max-body, --threads`);
+      eq(JSON.stringify(h.limits), JSON.stringify({ parallel: 2, queue: 3, max_connections: 50, rate_limit: 600, ctx_size: 256, max_tokens: 5, chunk: 32, timeout: 7, shutdown_grace: 2, max_body: 2048, threads: 1 }),
+        `${form}: --parallel, --queue, --max-connections, --rate-limit, --ctx-size, --max-tokens, --chunk, --timeout, --shutdown-grace, --max-body, --threads`);
       eq(JSON.stringify(h.sampling_defaults), JSON.stringify({ temperature: 0, top_k: 1, top_p: 0.5, min_p: 0.1 }), `${form}: --temperature, --top-k, --top-p, --min-p`);
       check(/backend=cpu/.test(h.chain), `${form}: --backend`, h.chain);
       const r = chat(a.url, 'k1', { messages: cases[0].messages, ...(Object.keys(cases[0].template_vars).length ? { chat_template_kwargs: cases[0].template_vars } : {}) });
