@@ -1295,6 +1295,17 @@ static void handle_metrics(server *s, struct evhttp_request *req) {
     metrics_render(&s->m, b, st.running, st.waiting, st.cache_bytes, &st.engine,
                    st.prefix.budget ? &st.prefix : NULL, st.spec ? &st.spec_st : NULL,
                    st.constrained_tokens, st.mask_seconds);
+    evbuffer_add_printf(b,
+                        "# HELP lmhost_connections Client connections open.\n"
+                        "# TYPE lmhost_connections gauge\nlmhost_connections %d\n"
+                        "# HELP lmhost_connections_max The most that may be open "
+                        "(--max-connections).\n"
+                        "# TYPE lmhost_connections_max gauge\nlmhost_connections_max %d\n"
+                        "# HELP lmhost_slow_requests_closed_total Connections closed because "
+                        "their request took over --timeout to arrive.\n"
+                        "# TYPE lmhost_slow_requests_closed_total counter\n"
+                        "lmhost_slow_requests_closed_total %llu\n",
+                        cg_open(s->guard), s->conn_max, cg_slow_closed(s->guard));
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
                       "text/plain; version=0.0.4");
     track_reply(s, req);

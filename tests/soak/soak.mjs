@@ -16,7 +16,9 @@
 // Checks: every completed greedy request returns the text it returned alone before the load;
 // /health answers within 1 s throughout; the server's resident memory at the end is within
 // 10% of its value after warm-up; its open descriptors return to where they were before the
-// load; SIGTERM with requests in flight answers each of them in full and exits 0. Prints
+// load; the log (at LMHOST_LOG=2) holds no key and no prompt; /metrics counts connections and
+// the slow requests cut off; SIGTERM with requests in flight answers each of them in full and
+// exits 0. Prints
 // throughput and p50/p99 time to first token and per token; exit 0 when every check holds.
 import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -303,6 +305,9 @@ async function soakPhase() {
     const mv = await request(port, secure, agent, 'POST', '/admin/backend', { backend: 'cpu' }, { key: ADMIN });
     if (mv.status !== 200) fail('backend move: ' + mv.status + ' ' + (mv.text || mv.error));
     const closed = await Promise.all(slow);
+    const met = (await request(port, secure, agent, 'GET', '/metrics', undefined, { key: null })).text || '';
+    if (!/lmhost_slow_requests_closed_total [1-9]/.test(met) || !/lmhost_connections \d+/.test(met))
+      fail('/metrics does not count connections and slow requests: ' + met.match(/lmhost_(connections|slow)[^\n]*/g));
     for (const c of closed) if (c.closedAfter > (TIMEOUT + 3) * 1000) fail(`a slow sender held its connection ${(c.closedAfter / 1000).toFixed(1)} s`);
     await Promise.all(idle);
     await sleep((TIMEOUT + 2) * 1000);
@@ -350,6 +355,7 @@ async function soakPhase() {
   });
   if (exit !== 0) fail('exit status after SIGTERM: ' + exit + ' ' + srv.log.slice(-500));
 
+  if ([KEY, ADMIN, ...PROMPTS].some((x) => srv.log.includes(x))) fail('the log (LMHOST_LOG=2) holds a key or a prompt');
   const tps = stats.tokens / elapsed;
   if (process.env.SOAK_LOG) fs.writeFileSync(process.env.SOAK_LOG, srv.log);
   console.log(`soak ${opt.proto}: ${opt.seconds} s, ${opt.clients} clients: ${stats.done} requests (${stats.greedy} greedy checked, ${stats.cut} hung up), ` +
