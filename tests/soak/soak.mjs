@@ -301,6 +301,10 @@ async function soakPhase() {
     // the wrong protocol on the port: plaintext on TLS, TLS garbage on plain
     const wrong = await raw(port, false, secure ? 'GET /health HTTP/1.1\r\nHost: x\r\n\r\n' : '\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03' + 'z'.repeat(300));
     if (/^HTTP\/1\.1 2/.test(wrong.got)) fail('the wrong protocol got a 2xx');
+    if (secure) { // a TLS record of garbage, and a handshake cut short, on the TLS port
+      await raw(port, false, '\x16\x03\x01\x00\x40' + '\xff'.repeat(64));
+      await raw(port, false, '\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03');
+    }
     // a backend move under load
     const mv = await request(port, secure, agent, 'POST', '/admin/backend', { backend: 'cpu' }, { key: ADMIN });
     if (mv.status !== 200) fail('backend move: ' + mv.status + ' ' + (mv.text || mv.error));
@@ -337,17 +341,18 @@ async function soakPhase() {
   const rssEnd = rssKiB(pid), fdEnd = fdCount(pid);
   if (fdEnd > fdBase + 2) fail(`open descriptors ${fdBase} before the load, ${fdEnd} after`);
   const growth = (rssEnd - rssWarm) / rssWarm;
-  if (growth > 0.10) fail(`resident memory grew ${(growth * 100).toFixed(1)}% after warm-up (${rssWarm} -> ${rssEnd} KiB)`);
+  // (under ASan freed memory waits in its quarantine, so resident memory says nothing there)
+  if (growth > 0.10 && !process.env.ASAN_OPTIONS) fail(`resident memory grew ${(growth * 100).toFixed(1)}% after warm-up (${rssWarm} -> ${rssEnd} KiB)`);
 
   // SIGTERM with requests in flight: each answered in full, exit 0
   const inflight = Array.from({ length: 12 }, (_, k) => request(port, secure, new Agent({ keepAlive: false, ca }), 'POST', '/v1/completions',
     { ...bodyFor('completion', k % PROMPTS.length, true, k % 2 === 0), max_tokens: 24 }));
   await sleep(150);
+  stop = true; // after SIGTERM the listener closes: /health answers no more
+  await healthLoop;
   srv.kill('SIGTERM');
   const answers = await Promise.all(inflight);
   const exit = await new Promise((r) => (srv.code !== undefined ? r(srv.code) : srv.on('exit', (c) => r(c))));
-  stop = true;
-  await healthLoop;
   let good = 0;
   answers.forEach((r, k) => {
     if (r.status === 200 && r.text === ref['completion' + (k % PROMPTS.length)]) good++;
