@@ -1034,6 +1034,19 @@ static void prep(server *s, job *j) {
     }
 }
 
+/* The prep thread's work on one job taken off its queue: prep, then back to the loop.
+ * (tests/fuzz/fuzz_http.c calls it on the loop's thread instead, so its runs repeat.) */
+static void prep_one(server *s, job *j) {
+    prep(s, j);
+    ev_item *it = calloc(1, sizeof *it);
+    if (it) {
+        it->type = EV_PREP_DONE;
+        it->j = j;
+        /* in_prep is cleared on the loop thread, where it is read */
+        post(s, it);
+    }
+}
+
 static void *prep_main(void *arg) {
     server *s = arg;
     pthread_mutex_lock(&s->pmu);
@@ -1044,14 +1057,7 @@ static void *prep_main(void *arg) {
         s->prep_head = j->prep_next;
         if (!s->prep_head) s->prep_tail = NULL;
         pthread_mutex_unlock(&s->pmu);
-        prep(s, j);
-        ev_item *it = calloc(1, sizeof *it);
-        if (it) {
-            it->type = EV_PREP_DONE;
-            it->j = j;
-            /* in_prep is cleared on the loop thread, where it is read */
-            post(s, it);
-        }
+        prep_one(s, j);
         pthread_mutex_lock(&s->pmu);
     }
     pthread_mutex_unlock(&s->pmu);
@@ -1494,6 +1500,28 @@ static int tls_setup(server *s, char *err, size_t err_len) {
     return 0;
 }
 
+/* ---- the HTTP front ------------------------------------------------------------------- */
+
+/* The evhttp of s->base with the server's settings: libevent's limits, the connections'
+ * bufferevents (TLS where s->ssl is set) and the router. tests/fuzz/fuzz_http.c, which
+ * includes this file, builds its server with it too, so the fuzzed requests meet the same
+ * limits as real ones. */
+static struct evhttp *http_new(server *s) {
+    struct evhttp *http = evhttp_new(s->base);
+    if (!http) return NULL;
+    evhttp_set_bevcb(http, s->ssl ? tls_bev : plain_bev, s);
+    evhttp_set_max_headers_size(http, 16384);
+    /* Bodies a little over the limit get our 413 in OpenAI's shape; far over it, libevent
+     * stops reading and answers 413 itself, so a huge upload is never held in memory. */
+    evhttp_set_max_body_size(http, (ev_ssize_t)(s->o.max_body + (1u << 20)));
+    evhttp_set_timeout(http, s->o.timeout);
+    evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
+                                         EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD | EVHTTP_REQ_OPTIONS |
+                                         EVHTTP_REQ_PATCH);
+    evhttp_set_gencb(http, route, s);
+    return http;
+}
+
 /* ---- shutdown --------------------------------------------------------------------------- */
 
 static void on_grace(evutil_socket_t fd, short what, void *arg) {
@@ -1627,8 +1655,7 @@ int server_run(const server_opts *o) {
 
     if (evthread_use_pthreads() != 0) goto out;
     s->base = event_base_new();
-    s->http = s->base ? evhttp_new(s->base) : NULL;
-    if (!s->http) goto out;
+    if (!s->base) goto out;
     if (o->tls_cert || o->tls_key) {
         if (!o->tls_cert || !o->tls_key) {
             fprintf(stderr, "lmhost serve: --tls-cert and --tls-key go together\n");
@@ -1638,19 +1665,8 @@ int server_run(const server_opts *o) {
             fprintf(stderr, "lmhost: %s\n", err);
             goto out;
         }
-        evhttp_set_bevcb(s->http, tls_bev, s);
-    } else {
-        evhttp_set_bevcb(s->http, plain_bev, s);
     }
-    evhttp_set_max_headers_size(s->http, 16384);
-    /* Bodies a little over the limit get our 413 in OpenAI's shape; far over it, libevent
-     * stops reading and answers 413 itself, so a huge upload is never held in memory. */
-    evhttp_set_max_body_size(s->http, (ev_ssize_t)(o->max_body + (1u << 20)));
-    evhttp_set_timeout(s->http, o->timeout);
-    evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
-                                            EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD |
-                                            EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
-    evhttp_set_gencb(s->http, route, s);
+    if (!(s->http = http_new(s))) goto out;
     s->sock = evhttp_bind_socket_with_handle(s->http, o->host, (ev_uint16_t)o->port);
     if (!s->sock) {
         fprintf(stderr, "lmhost serve: cannot listen on %s:%d\n", o->host, o->port);

@@ -23,6 +23,7 @@ TARGETS=(
     "grammar|tests/fuzz/fuzz_grammar.c core/text/grammar/gram_build.c core/text/grammar/gram_compile.c core/text/grammar/gram_vocab.c core/text/grammar/gram_match.c core/text/tokenizer/tok_util.c core/text/tokenizer/tok_unidata.c core/text/tokenizer/tok_load.c core/text/tokenizer/tok_encode.c core/text/tokenizer/tok_decode.c core/text/jsonfix/json_fix.c|json-c libpcre2-8 libutf8proc|-Icore/text/grammar -Icore/text/tokenizer -Icore/text/jsonfix"
     "toolcall|tests/fuzz/fuzz_toolcall.c core/server/toolcall.c|json-c|"
     "hub|tests/fuzz/fuzz_hub.c core/host/hub_http.c core/host/hub_download.c core/host/hf_cache.c core/util/util.c core/util/log.c core/util/progress.c core/text/jsonfix/json_fix.c|json-c openssl|-Icore/text/jsonfix"
+    "http|tests/fuzz/fuzz_http.c core/server/api.c core/server/toolcall.c core/server/metrics.c core/server/conn_guard.c core/server/client_limits.c core/host/cache_spec.c core/host/sampler.c core/text/grammar/gram_build.c core/text/grammar/gram_compile.c core/text/grammar/gram_vocab.c core/text/grammar/gram_match.c core/text/tokenizer/tok_util.c core/text/tokenizer/tok_unidata.c core/text/tokenizer/tok_load.c core/text/tokenizer/tok_encode.c core/text/tokenizer/tok_decode.c core/util/log.c core/text/jsonfix/json_fix.c|json-c libpcre2-8 libutf8proc libevent libevent_pthreads libevent_openssl openssl|-Icore/server -Icore/text/jsonfix -Icore/text/tokenizer -Icore/text/grammar -lm -lpthread"
 )
 
 seconds=${1:-30}
