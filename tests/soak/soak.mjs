@@ -2,6 +2,7 @@
 // clients while hostile ones misbehave, then SIGTERM.
 //
 // usage: node soak.mjs LMHOST MODEL_DIR [--proto http|https] [--seconds N] [--clients N]
+// (MODEL_DIR without a tokenizer.json gets the fetched Qwen3 one: tests/data/e2e)
 //
 // Load: --clients clients (64) in a loop, each request picking chat or completion, streamed or
 // not, greedy or sampled, a prompt and max_tokens; 15% of streams hang up after their first
@@ -29,7 +30,7 @@ import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
 
-const [lmhost, model, ...rest] = process.argv.slice(2);
+const [lmhost, modelArg, ...rest] = process.argv.slice(2);
 const opt = { proto: 'https', seconds: 60, clients: 64 };
 for (let i = 0; i < rest.length; i++) {
   const [k, v] = rest[i].includes('=') ? rest[i].split('=') : [rest[i], rest[++i]];
@@ -39,6 +40,16 @@ if (process.env.SOAK_SECONDS) opt.seconds = Number(process.env.SOAK_SECONDS);
 const secure = opt.proto === 'https';
 const KEY = 'soak-key', ADMIN = 'soak-admin', TIMEOUT = 4;
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'lmhost-soak-'));
+// A model folder without a tokenizer (tests/data/e2e: Qwen3's shape, random weights) gets
+// the fetched Qwen3 tokenizer and template beside it, as the e2e tests give it.
+let model = modelArg;
+if (!fs.existsSync(path.join(model, 'tokenizer.json'))) {
+  const tok = path.join(process.env.LMHOST_TOKENIZERS || path.join(os.homedir(), '.cache/lmhost/tokenizers'), 'qwen3');
+  model = path.join(tmp, 'model');
+  fs.mkdirSync(model);
+  for (const f of fs.readdirSync(modelArg)) fs.symlinkSync(path.resolve(modelArg, f), path.join(model, f));
+  for (const f of ['tokenizer.json', 'tokenizer_config.json']) fs.symlinkSync(path.join(tok, f), path.join(model, f));
+}
 let failures = 0;
 const fail = (what) => { failures++; console.log('FAIL: ' + what); };
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
