@@ -3,19 +3,11 @@
  * which files a pull wants. */
 #include "hub_download.h"
 #include "hub_http.h"
+#include "../test_check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures;
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c);                  \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
 
 static int head(const char *s, hh_head *h) {
     return hh_parse_head(s, strlen(s), h);
@@ -155,8 +147,8 @@ int main(void) {
     test_chunked();
     test_urls();
     test_info();
-    if (failures) {
-        fprintf(stderr, "%d failures\n", failures);
+    if (test_failures) {
+        fprintf(stderr, "%d failures\n", test_failures);
         return 1;
     }
     printf("ok: hub http\n");

@@ -2,17 +2,9 @@
  * request every 60/N seconds with the wait it reports; addresses apart; a table full of
  * addresses gives way to new ones. */
 #include "client_limits.h"
+#include "../test_check.h"
 
 #include <stdio.h>
-
-static int failures;
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c);                  \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
 
 int main(void) {
     rate_limiter *r = rl_new(6); /* 6 a minute: one every 10 s */
@@ -33,7 +25,7 @@ int main(void) {
     rl_free(r);
     CHECK(limits_open_fds() > 2); /* stdin, stdout, stderr at least */
     CHECK(limits_raise_nofile() > 0);
-    if (failures) return 1;
+    if (test_failures) return 1;
     printf("ok: client limits\n");
     return 0;
 }
