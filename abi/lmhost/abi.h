@@ -16,7 +16,7 @@ extern "C" {
 
 #define LMH_ABI_MAJOR 1
 #define LMH_ABI_MINOR                                                                              \
-    12 /* 1: lmh_backend_api.read_bandwidth; 2: LMH_OP_ARGMAX;                                      \
+    13 /* 1: lmh_backend_api.read_bandwidth; 2: LMH_OP_ARGMAX;                                      \
        * 3: lmh_backend_api.download_start, download_wait; 4: lmh_backend_api.compute_peak;        \
        * 5: lmh_cache_api.bytes_read; 6: lmh_backend_api.kernel_add, kernel_run;                   \
        * 7: recurrent state (lmh_recurrent_state, lmh_host_api.declare_recurrent and               \
@@ -32,7 +32,8 @@ extern "C" {
        * 11: lmh_host_api.declare_moe, lmh_batch.moe_top_k, LMH_OP_MOE_ROUTE's src2 (experts   \
        *    a row uses), lmh_backend_api.tensor_quant_write and tensor_quant without parts;   \
        * 12: lmh_backend_opts.params (a backend's options), debug.h (LMHOST_DEBUG and    \
-       *    lmh_kv_next) */
+       *    lmh_kv_next);                                                                    \
+       * 13: lmh_backend_api.device_memory */
 
 /* Every plugin exports this symbol (C linkage, default visibility). */
 #define LMH_PLUGIN_ENTRY_NAME "lmhost_plugin_entry"

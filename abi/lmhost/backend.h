@@ -219,6 +219,13 @@ typedef struct lmh_backend_api {
      * then streams only float experts to this backend. */
     int (*tensor_quant_write)(lmh_backend *b, lmh_tensor *t, int64_t row0, int64_t n,
                               const uint32_t *packed, const void *scales, const void *biases);
+
+    /* (ABI 1.13) The memory its tensors can take on the device: *total_bytes in all (the
+     * device-local heap, or max-memory where lower) and *free_bytes of it not in use now by
+     * anyone, as far as the device tells (Vulkan's memory budget; the host's available
+     * memory for the CPU). The host splits a model's layers over several devices in
+     * proportion to it. May be NULL (or absent by size): the host then splits evenly. */
+    int (*device_memory)(lmh_backend *b, uint64_t *free_bytes, uint64_t *total_bytes);
 } lmh_backend_api;
 
 #ifdef __cplusplus

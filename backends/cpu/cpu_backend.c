@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct cpu_tensor {
     lmh_tensor t; /* first: a cpu_tensor* is an lmh_tensor* */
@@ -1687,6 +1688,20 @@ static void cpu_memory(lmh_backend *b, lmh_backend_mem *m) {
     m->weight_bytes_read = atomic_load(&b->weight_read);
 }
 
+static int cpu_device_memory(lmh_backend *b, uint64_t *free_bytes, uint64_t *total_bytes) {
+    (void)b;
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    unsigned long long kb = 0;
+    char line[256];
+    FILE *f = fopen("/proc/meminfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    *total_bytes = pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : 0;
+    *free_bytes = kb ? (uint64_t)kb << 10 : *total_bytes;
+    return *total_bytes ? LMH_OK : LMH_EUNSUPPORTED;
+}
+
 static const char *cpu_describe(lmh_backend *b) {
     return b->desc;
 }
@@ -1881,6 +1896,7 @@ static const lmh_backend_api api = {
     .kernel_add = cpu_kernel_add,
     .kernel_run = cpu_kernel_run,
     .precision = cpu_precision,
+    .device_memory = cpu_device_memory,
     .tensor_quant_write = cpu_tensor_quant_write,
 };
 

@@ -1493,6 +1493,46 @@ static void vk_memory(lmh_backend *b, lmh_backend_mem *m) {
     pthread_mutex_unlock(&b->mu);
 }
 
+/* The largest device-local heap's size, its index in *heap_index. */
+static VkDeviceSize local_heap(const VkPhysicalDeviceMemoryProperties *mp, uint32_t *heap_index) {
+    VkDeviceSize size = 0;
+    for (uint32_t h = 0; h < mp->memoryHeapCount; h++)
+        if (mp->memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT &&
+            mp->memoryHeaps[h].size > size) {
+            size = mp->memoryHeaps[h].size;
+            *heap_index = h;
+        }
+    return size;
+}
+
+static int has_device_ext(VkPhysicalDevice pd, const char *name);
+
+static int vk_device_memory(lmh_backend *b, uint64_t *free_bytes, uint64_t *total_bytes) {
+    uint32_t h = 0;
+    VkDeviceSize total = local_heap(&b->mem, &h), held = held_bytes(b), avail;
+    /* what every process uses now, where the driver tells (VK_EXT_memory_budget); else
+     * what this backend holds */
+    VkPhysicalDeviceMemoryBudgetPropertiesEXT bud = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+    VkPhysicalDeviceMemoryProperties2 mp2 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2, .pNext = &bud};
+    if (has_device_ext(b->pd, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME)) {
+        vkGetPhysicalDeviceMemoryProperties2(b->pd, &mp2);
+        VkDeviceSize budget = bud.heapBudget[h] ? bud.heapBudget[h] : total;
+        avail = budget > bud.heapUsage[h] ? budget - bud.heapUsage[h] : 0;
+    } else {
+        avail = total > held ? total - held : 0;
+    }
+    if (b->max_memory > 0) { /* the cap this backend keeps to */
+        if (total > b->max_memory) total = b->max_memory;
+        VkDeviceSize room = b->max_memory > held ? b->max_memory - held : 0;
+        if (avail > room) avail = room;
+    }
+    *free_bytes = avail;
+    *total_bytes = total;
+    return LMH_OK;
+}
+
 /* The device probes (bandwidth, compute peak), timed from the host: `rec` records one pass
  * and says how much work it does (bytes, FLOP); as many passes as take 20 ms a run (so that
  * submission costs little beside them), then the best of three runs, as work/s. */
@@ -1924,11 +1964,8 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
         }
         VkPhysicalDeviceMemoryProperties mp;
         vkGetPhysicalDeviceMemoryProperties(all[i], &mp);
-        VkDeviceSize heap = 0;
-        for (uint32_t h = 0; h < mp.memoryHeapCount; h++)
-            if (mp.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT &&
-                mp.memoryHeaps[h].size > heap)
-                heap = mp.memoryHeaps[h].size;
+        uint32_t hi = 0;
+        VkDeviceSize heap = local_heap(&mp, &hi);
         vk_log(b, LMH_LOG_INFO, "device %d: %s (%s, Vulkan %u.%u.%u, %.1f GiB)%s", usable,
                p.deviceName, type_name(p.deviceType), VK_API_VERSION_MAJOR(p.apiVersion),
                VK_API_VERSION_MINOR(p.apiVersion), VK_API_VERSION_PATCH(p.apiVersion),
@@ -2536,6 +2573,7 @@ static const lmh_backend_api api = {
     .kernel_add = vk_kernel_add,
     .kernel_run = vk_kernel_run,
     .precision = vk_precision,
+    .device_memory = vk_device_memory,
     .tensor_quant_write = vk_tensor_quant_write,
 };
 

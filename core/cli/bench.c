@@ -337,6 +337,26 @@ out:
     return rc;
 }
 
+/* The rate (bytes/s read, kind 0; FLOP/s, kind 1) of backends holding shares of the
+ * weights and running one after the other: the total over the sum of each share's time. */
+static int split_rate(engine *e, const engine_stats *s, int kind, double *rate) {
+    double total = 0, time = 0;
+    for (int i = 0; i < s->n_backends; i++) {
+        double w = (double)(s->backend[i].weights + s->backend[i].mapped), r = 0;
+        if (w <= 0) continue;
+        char what[128];
+        int rc = kind ? engine_backend_compute_peak(e, i, &r, what, sizeof what)
+                      : engine_backend_read_bandwidth(e, i, &r);
+        if (rc) return rc;
+        if (!(r > 0)) return LMH_EINVAL;
+        total += w;
+        time += w / r;
+    }
+    if (!(time > 0)) return LMH_EINVAL;
+    *rate = total / time;
+    return 0;
+}
+
 int cli_bench(int argc, char **argv) {
     model_args a = {0};
     spec_args sa = {0};
@@ -521,16 +541,23 @@ int cli_bench(int argc, char **argv) {
             printf("cache rows per sequence, full-attention layers: %d..%d in %d layers\n",
                    rows_min, rows_max, count);
     }
-    for (int i = 0; i < s2.n_backends; i++)
-        printf("backend %s memory: weights %.1f MiB (+%.1f MiB used in place from the file), "
+    for (int i = 0; i < s2.n_backends; i++) {
+        char where[64] = ""; /* which device and layers, where the model is split */
+        if (s2.n_backends > 1 && s2.backend[i].first_layer >= 0)
+            snprintf(where, sizeof where, " (device %d, layers %d-%d)", s2.backend[i].device,
+                     s2.backend[i].first_layer, s2.backend[i].last_layer);
+        printf("backend %s%s memory: weights %.1f MiB (+%.1f MiB used in place from the file), "
                "cache and scratch %.1f MiB\n",
-               s2.backend[i].name, (double)s2.backend[i].weights / 1048576.0,
+               s2.backend[i].name, where, (double)s2.backend[i].weights / 1048576.0,
                (double)s2.backend[i].mapped / 1048576.0, (double)s2.backend[i].other / 1048576.0);
+    }
     printf("peak resident memory: %.1f MiB\n", (double)ru.ru_maxrss / 1024.0);
     sampling_times(lg, V);
     /* Decode's bound is the bandwidth of the memory its weights are read from: the host's
      * (measured here) on the CPU backend; a device's, measured by its backend, where all
-     * weights are on one other backend (a GPU's). Weights split over two memories get no
+     * weights are on other backends (GPUs'). Layers split over several devices run one
+     * after the other, so their bound is each device's share of the bytes at its own
+     * bandwidth, summed (split_rate); weights split between a device and the host get no
      * bound. */
     const char *elsewhere = NULL;
     int n_holding = 0, holder = -1;
@@ -540,15 +567,25 @@ int cli_bench(int argc, char **argv) {
             holder = i;
             if (strcmp(s2.backend[i].name, "cpu")) elsewhere = s2.backend[i].name;
         }
+    int on_host = 0;
+    for (int i = 0; i < s2.n_backends; i++)
+        on_host |=
+            s2.backend[i].weights + s2.backend[i].mapped && !strcmp(s2.backend[i].name, "cpu");
     if (!no_bw && elsewhere) {
         double bps = 0;
-        int brc = n_holding == 1 ? engine_backend_read_bandwidth(e, holder, &bps) : LMH_EINVAL;
+        int brc = on_host ? LMH_EINVAL : split_rate(e, &s2, 0, &bps);
         if (brc == 0 && bps > 0) {
-            printf("device memory read bandwidth (backend %s): %.2f GB/s\n", elsewhere, bps * 1e-9);
+            if (n_holding == 1)
+                printf("device memory read bandwidth (backend %s): %.2f GB/s\n", elsewhere,
+                       bps * 1e-9);
+            else
+                printf("device memory read bandwidth (backend %s, %d devices one after the other, "
+                       "by their shares of the weights): %.2f GB/s\n",
+                       elsewhere, n_holding, bps * 1e-9);
             print_bounds(bps, per_tok, kv_tok, dec_tps);
         } else {
             printf("memory read bandwidth: not measured (weights on backend %s%s)\n", elsewhere,
-                   n_holding > 1             ? " and the host"
+                   on_host                   ? " and the host"
                    : brc == LMH_EUNSUPPORTED ? ", which offers no probe"
                                              : ", whose probe failed");
         }
@@ -562,11 +599,17 @@ int cli_bench(int argc, char **argv) {
         print_bounds(bw * 1e9, per_tok, kv_tok, dec_tps);
     }
     /* Prefill's bound is the multiply-add rate of the device that runs its products, which
-     * its backend measures (the one holding all weights; split layers get no bound). */
-    if (!no_peak && n_holding == 1) {
+     * its backend measures: the one holding all weights, or devices of one backend holding
+     * shares of the layers, each its share of the products (taken as its share of the
+     * weights) at its own rate. */
+    if (!no_peak && (n_holding == 1 || (elsewhere && !on_host))) {
         double fps = 0;
         char what[128] = "";
-        int prc = engine_backend_compute_peak(e, holder, &fps, what, sizeof what);
+        int prc = n_holding == 1 ? engine_backend_compute_peak(e, holder, &fps, what, sizeof what)
+                                 : split_rate(e, &s2, 1, &fps);
+        if (n_holding > 1 && !prc)
+            snprintf(what, sizeof what, "%d devices one after the other, by their shares",
+                     n_holding);
         if (prc == 0 && fps > 0 && pf_flops > 0) {
             double limit = fps / (pf_flops / (double)n_prompt);
             printf("compute peak (backend %s): %.4g TFLOP/s (%s)\n", s2.backend[holder].name,

@@ -44,6 +44,7 @@ int cli_ids(const char *opt, const char *s, int32_t **ids, int32_t *n);
 /* Options every model command takes. */
 typedef struct model_args {
     const char *model, *backend, *cache, *threads, *plugin_dir, *tokens, *gpu_layers, *device;
+    const char *devices, *split, *tensor_split;
     const char *precision;
     const char *plugin_file; /* check-plugin's --plugin: loaded before any other plugin */
     const char *expert_cache_mb, *moe_top_k;
@@ -85,6 +86,27 @@ typedef struct model_args {
          "all layers",                                                                             \
          "the first N layers on --backend, the rest on the CPU (0: the CPU alone)"},               \
         {"--device", &(a).device, NULL, 0, "N", "0", "the backend's device index"},                \
+        {"--devices",                                                                              \
+         &(a).devices,                                                                             \
+         NULL,                                                                                     \
+         0,                                                                                        \
+         "N,N[,..]",                                                                               \
+         "--device's",                                                                             \
+         "several devices of --backend in one process, the layers split over them"},               \
+        {"--split",                                                                                \
+         &(a).split,                                                                               \
+         NULL,                                                                                     \
+         0,                                                                                        \
+         "layer",                                                                                  \
+         "layer",                                                                                  \
+         "how --devices share the model: layer (each a contiguous share of layers)"},              \
+        {"--tensor-split",                                                                         \
+         &(a).tensor_split,                                                                        \
+         NULL,                                                                                     \
+         0,                                                                                        \
+         "W,W[,..]",                                                                               \
+         "free memory",                                                                            \
+         "with --devices: each device's share of the layers, in proportion (3,1)"},                \
         {"--precision",                                                                            \
          &(a).precision,                                                                           \
          NULL,                                                                                     \

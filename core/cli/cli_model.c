@@ -308,6 +308,76 @@ void cli_load_progress(void *ctx, uint64_t done, uint64_t total) {
     }
 }
 
+/* --devices and --tensor-split: comma-separated values, n of them at most. */
+static int num_list(const char *opt, const char *s, int is_int, double lo, double hi, double *v,
+                    int max) {
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        double x = is_int ? (double)strtol(p, &end, 10) : strtod(p, &end);
+        if (errno || end == p || (*end && *end != ',') || !(x >= lo && x <= hi)) {
+            fprintf(stderr, "lmhost: %s takes comma-separated %s from %g to %g (bad at '%s')\n",
+                    opt, is_int ? "integers" : "numbers", lo, hi, p);
+            return -1;
+        }
+        if (n == max) {
+            fprintf(stderr, "lmhost: %s takes at most %d values\n", opt, max);
+            return -1;
+        }
+        v[n++] = x;
+        p = *end ? end + 1 : end;
+        if (*end && !*p) {
+            fprintf(stderr, "lmhost: %s ends with a comma\n", opt);
+            return -1;
+        }
+    }
+    if (!n) fprintf(stderr, "lmhost: %s needs a value\n", opt);
+    return n ? n : -1;
+}
+
+/* --devices, --split and --tensor-split into o. */
+static int cli_devices(const model_args *a, engine_opts *o) {
+    if (a->split && strcmp(a->split, "layer")) {
+        fprintf(stderr,
+                "lmhost: --split %s: only 'layer' is supported (each device a contiguous share "
+                "of layers)\n",
+                a->split);
+        return 2;
+    }
+    if (a->tensor_split && !a->devices) {
+        fprintf(stderr, "lmhost: --tensor-split goes with --devices\n");
+        return 2;
+    }
+    if (!a->devices) return 0;
+    if (a->device) {
+        fprintf(stderr, "lmhost: --device and --devices: give one of them\n");
+        return 2;
+    }
+    double v[ENGINE_MAX_DEVICES];
+    int n = num_list("--devices", a->devices, 1, 0, 255, v, ENGINE_MAX_DEVICES);
+    if (n < 0) return 2;
+    for (int i = 0; i < n; i++) o->devices[i] = (int)v[i];
+    o->n_devices = n;
+    if (a->tensor_split) {
+        int m = num_list("--tensor-split", a->tensor_split, 0, 0, 1e6, v, ENGINE_MAX_DEVICES);
+        if (m < 0) return 2;
+        double sum = 0;
+        for (int i = 0; i < m; i++) sum += v[i];
+        if (m != n) {
+            fprintf(stderr, "lmhost: --tensor-split has %d values for %d devices\n", m, n);
+            return 2;
+        }
+        if (!(sum > 0)) {
+            fprintf(stderr, "lmhost: --tensor-split: the shares add up to 0\n");
+            return 2;
+        }
+        for (int i = 0; i < m; i++) o->tensor_split[i] = v[i];
+    }
+    return 0;
+}
+
 int cli_engine_opts(const model_args *a, engine_opts *o) {
     if (!a->model) {
         fprintf(stderr, "lmhost: --model DIR is required\n");
@@ -341,7 +411,7 @@ int cli_engine_opts(const model_args *a, engine_opts *o) {
                        .moe_top_k = (int)mk,
                        .progress = cli_load_progress,
                        .progress_ctx = (void *)a->model};
-    return 0;
+    return cli_devices(a, o);
 }
 
 engine *cli_open_engine(const model_args *a, registry *reg) {

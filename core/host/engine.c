@@ -1,8 +1,9 @@
 /* The engine and the host services plugins call while loading and running a model.
  *
- * Placement: every layer maps to a backend slot (all to one, or with --gpu-layers N the
- * first N to the chosen backend and the rest to the CPU backend); embeddings go with the
- * first layer and the output head with the last. Plugins hold host tensors
+ * Placement: every layer maps to a backend slot: all to one; with --devices, contiguous
+ * shares to an instance of the backend on each device; with --gpu-layers N, the first N
+ * (split so) and the rest to the CPU backend. Embeddings go with the first layer and the
+ * output head with the last. Plugins hold host tensors
  * (placement.h), so an activation crossing from one slot to the next is copied on use
  * and nothing in the architecture plugins knows about the split. */
 #include "engine.h"
@@ -109,7 +110,10 @@ struct engine {
     int32_t *local[PL_MAX_SLOTS]; /* global layer -> the slot cache's layer, or -1 */
     int32_t *layer_slot;
     int input_slot, output_slot;
-    int gpu_layers; /* -1: every layer on the first backend */
+    int gpu_layers; /* -1: every layer on the devices' backends */
+    int n_dev;      /* slots [0, n_dev) hold the devices' backends */
+    int device[ENGINE_MAX_DEVICES];
+    double share[ENGINE_MAX_DEVICES]; /* engine_opts.tensor_split; all 0: by free memory */
     lmh_backend_opts bopts;
     lmh_model *model;
     int32_t n_layers, vocab, first_kv;
@@ -126,7 +130,7 @@ struct engine {
     uint64_t load_total;
     uint64_t mm_flops; /* 2 x the multiply-adds of the matrix products enqueued so far */
     int max_seq_len;
-    char chain[512];
+    char chain[1280];
     char precision[16];                 /* engine_precision */
     pend_step pend[ENGINE_MAX_PENDING]; /* started steps, oldest first */
     int n_pend;
@@ -163,12 +167,15 @@ static int slot_of(const engine *e, int32_t layer) {
     return 0;
 }
 
-/* Starts a backend instance in slot `s`: plugin `name`, with its options after a colon
- * ("vulkan:max-memory=4G"). */
-static int start_backend(engine *e, int s, const char *name, char *err, size_t err_len) {
+/* Starts a backend instance in slot `s` on `device`: plugin `name`, with its options after a
+ * colon ("vulkan:max-memory=4G"). */
+static int start_backend(engine *e, int s, const char *name, int device, char *err,
+                         size_t err_len) {
     pl_slot *sl = &e->slots[s];
     const plugin *p = NULL;
-    if (registry_backend_start(e->reg, name, &e->bopts, &p, &sl->b, err, err_len) != 0) {
+    lmh_backend_opts bo = e->bopts;
+    bo.device = device;
+    if (registry_backend_start(e->reg, name, &bo, &p, &sl->b, err, err_len) != 0) {
         memset(sl, 0, sizeof *sl);
         return -1;
     }
@@ -301,6 +308,65 @@ static int host_rope_setting(lmh_load_ctx *ld, const char *layer_type, const cha
     return rc < 0 ? LMH_ETYPE : rc ? LMH_ENOTFOUND : LMH_OK;
 }
 
+/* The first layer of each device's share of layers [0, n) (first[n_dev] = n): contiguous
+ * shares in proportion to --tensor-split, else to each device's free memory (evenly where a
+ * backend cannot tell), by largest remainders, at least one layer each. */
+static int split_layers(engine *e, int32_t n, int32_t *first, char *err, size_t err_len) {
+    const int nd = e->n_dev;
+    double w[ENGINE_MAX_DEVICES], sum = 0;
+    int by_memory = 1;
+    for (int d = 0; d < nd; d++) by_memory &= e->share[d] <= 0;
+    for (int d = 0; d < nd; d++) {
+        w[d] = e->share[d];
+        const lmh_backend_api *api = e->slots[d].api;
+        uint64_t fr = 0, tot = 0;
+        if (by_memory &&
+            api->size >= offsetof(lmh_backend_api, device_memory) + sizeof api->device_memory &&
+            api->device_memory && api->device_memory(e->slots[d].b, &fr, &tot) == LMH_OK)
+            w[d] = (double)fr;
+        else if (by_memory)
+            w[d] = 1;
+        sum += w[d];
+    }
+    if (n < nd) return errf(err, err_len, "%d layers cannot be split over %d devices", n, nd);
+    if (!(sum > 0)) { /* every device says it has nothing free: evenly, and let loading tell */
+        for (int d = 0; d < nd; d++) w[d] = 1;
+        sum = nd;
+    }
+    int32_t cnt[ENGINE_MAX_DEVICES], given = 0;
+    double rem[ENGINE_MAX_DEVICES];
+    for (int d = 0; d < nd; d++) {
+        double q = (double)n * w[d] / sum;
+        cnt[d] = (int32_t)q;
+        rem[d] = q - cnt[d];
+        given += cnt[d];
+    }
+    while (given < n) { /* the largest remainders get the layers left */
+        int best = 0;
+        for (int d = 1; d < nd; d++)
+            if (rem[d] > rem[best]) best = d;
+        cnt[best]++;
+        rem[best] = -1;
+        given++;
+    }
+    for (int d = 0; d < nd; d++) /* every device one layer at least, from the largest */
+        while (cnt[d] == 0) {
+            int big = 0;
+            for (int k = 1; k < nd; k++)
+                if (cnt[k] > cnt[big]) big = k;
+            cnt[big]--;
+            cnt[d]++;
+        }
+    first[0] = 0;
+    for (int d = 0; d < nd; d++) first[d + 1] = first[d] + cnt[d];
+    log_msg(LMH_LOG_INFO, "layers split over %d devices (%s):", nd,
+            by_memory ? "by free memory" : "by --tensor-split");
+    for (int d = 0; d < nd; d++)
+        log_msg(LMH_LOG_INFO, "  device %d: layers %d-%d (%.1f%%)", e->device[d], first[d],
+                first[d + 1] - 1, 100.0 * w[d] / sum);
+    return 0;
+}
+
 static int host_declare_model(lmh_load_ctx *ld, int32_t n_layers, int32_t vocab) {
     engine *e = ld->e;
     if (n_layers <= 0 || n_layers > 100000)
@@ -314,13 +380,22 @@ static int host_declare_model(lmh_load_ctx *ld, int32_t n_layers, int32_t vocab)
     e->vocab = vocab;
     e->layer_slot = calloc((size_t)n_layers, sizeof *e->layer_slot);
     if (!e->layer_slot) return host_fail(ld, "out of memory");
-    if (e->gpu_layers >= 0 && e->gpu_layers < n_layers) {
+    int32_t on_dev = e->gpu_layers >= 0 && e->gpu_layers < n_layers ? e->gpu_layers : n_layers;
+    if (on_dev < n_layers) {
         /* the rest of the layers go to the CPU backend, in a slot of their own */
         char err[512];
-        if (e->n_slots < 2 && start_backend(e, 1, "cpu", err, sizeof err) != 0)
+        const int c = e->n_dev;
+        if (e->n_slots <= c && start_backend(e, c, "cpu", 0, err, sizeof err) != 0)
             return host_fail(ld, "--gpu-layers: %s", err);
-        e->n_slots = 2;
-        for (int32_t l = e->gpu_layers; l < n_layers; l++) e->layer_slot[l] = 1;
+        e->n_slots = c + 1;
+        for (int32_t l = on_dev; l < n_layers; l++) e->layer_slot[l] = c;
+    }
+    if (e->n_dev > 1) {
+        int32_t first[ENGINE_MAX_DEVICES + 1];
+        char err[512];
+        if (split_layers(e, on_dev, first, err, sizeof err) != 0) return host_fail(ld, "%s", err);
+        for (int d = 0; d < e->n_dev; d++)
+            for (int32_t l = first[d]; l < first[d + 1]; l++) e->layer_slot[l] = d;
     }
     e->input_slot = e->layer_slot[0];
     e->output_slot = e->layer_slot[n_layers - 1];
@@ -1755,7 +1830,7 @@ static void describe_chain(engine *e) {
         size_t o = strlen(e->precision);
         snprintf(e->precision + o, sizeof e->precision - o, "%s%s", s ? "+" : "", m);
     }
-    char be[256] = "";
+    char be[1024] = "";
     for (int s = 0; s < e->n_slots; s++) {
         const pl_slot *sl = &e->slots[s];
         const char *d = sl->api->describe ? sl->api->describe(sl->b) : sl->plugin->info->name;
@@ -1848,12 +1923,29 @@ engine *engine_open(const registry *reg, const engine_opts *o, char *err, size_t
 
     /* --gpu-layers 0 is the CPU backend alone */
     const char *bname = o->backend ? o->backend : "cpu";
+    e->n_dev = 1;
+    e->device[0] = o->device;
+    if (o->n_devices > ENGINE_MAX_DEVICES) {
+        errf(err, err_len, "%d devices: at most %d", o->n_devices, ENGINE_MAX_DEVICES);
+        goto fail;
+    }
+    if (o->n_devices > 0) {
+        e->n_dev = o->n_devices;
+        for (int d = 0; d < e->n_dev; d++) {
+            e->device[d] = o->devices[d];
+            e->share[d] = o->tensor_split[d];
+        }
+    }
     if (e->gpu_layers == 0) {
         bname = "cpu";
         e->gpu_layers = -1;
+        e->n_dev = 1;
+        e->device[0] = 0;
     }
-    if (start_backend(e, 0, bname, err, err_len) != 0) goto fail;
-    e->n_slots = 1;
+    for (int d = 0; d < e->n_dev; d++) {
+        if (start_backend(e, d, bname, e->device[d], err, err_len) != 0) goto fail;
+        e->n_slots = d + 1;
+    }
 
     if (o->stream_experts) {
         uint64_t budget =
@@ -2011,6 +2103,13 @@ void engine_get_stats(engine *e, engine_stats *s) {
             s->backend[i].weights = m.weights;
             s->backend[i].other = m.other;
             s->backend[i].mapped = m.mapped;
+            s->backend[i].device = i < e->n_dev ? e->device[i] : 0;
+            s->backend[i].first_layer = s->backend[i].last_layer = -1;
+            for (int32_t l = 0; l < e->n_layers; l++)
+                if (e->layer_slot[l] == i) {
+                    if (s->backend[i].first_layer < 0) s->backend[i].first_layer = l;
+                    s->backend[i].last_layer = l;
+                }
             s->n_backends = i + 1;
         }
     }
@@ -2654,10 +2753,11 @@ int engine_seq_count(const engine *e) {
 int engine_swap_backend(engine *e, const char *name, char *err, size_t err_len) {
     if (e->n_pend) return errf(err, err_len, "%d started steps are not finished", e->n_pend);
     if (e->n_slots != 1)
-        return errf(err, err_len, "a model split over backends (--gpu-layers) cannot move");
+        return errf(err, err_len,
+                    "a model split over backends (--gpu-layers, --devices) cannot move");
     if (e->n_seqs) return errf(err, err_len, "%d sequences are still running", e->n_seqs);
     const int t = 1; /* the new backend starts in a spare slot */
-    if (start_backend(e, t, name, err, err_len) != 0) return -1;
+    if (start_backend(e, t, name, e->device[0], err, err_len) != 0) return -1;
     /* Weights first, then an empty cache; the old backend serves until both succeed. */
     int ok = 1;
     char why[256] = "";

@@ -8,16 +8,24 @@
 #include <stdint.h>
 #include "plugin_loader.h"
 
+#define ENGINE_MAX_DEVICES 8
+
 typedef struct engine_opts {
     const char *model_dir;
     const char *backend; /* backend plugin name; NULL: "cpu" */
     const char *cache;   /* the default cache (cache_spec.h's spellings); NULL: "plain" */
     int threads;         /* 0: all cores */
     int device;          /* device index for backends with several */
-    int gpu_layers;      /* -1: every layer on `backend`; N: the first N there, the rest
-                            on the CPU backend; 0: the CPU backend alone */
-    int max_seq_len;     /* 0: the model's max_position_embeddings or unbounded */
-    int precision;       /* lmh_precision: 0 each backend's default, 1 exact, 2 fast */
+    /* Several devices (n_devices > 0): an instance of `backend` on each of devices[], the
+     * layers split into contiguous shares in proportion to tensor_split[] (n_devices
+     * weights; all 0: to each device's free memory); `device` is then unused. */
+    int n_devices;
+    int devices[ENGINE_MAX_DEVICES];
+    double tensor_split[ENGINE_MAX_DEVICES];
+    int gpu_layers;  /* -1: every layer on `backend`; N: the first N there (split over
+                        the devices), the rest on the CPU backend; 0: the CPU backend alone */
+    int max_seq_len; /* 0: the model's max_position_embeddings or unbounded */
+    int precision;   /* lmh_precision: 0 each backend's default, 1 exact, 2 fast */
     /* Mixtures of experts: with stream_experts the experts stay on disk and each backend
      * keeps expert_cache_bytes of them resident (0: half the memory available at start, at
      * most all of them); moe_top_k > 0 routes every row to that many of the model's
@@ -43,7 +51,7 @@ typedef struct engine_row {
     int32_t token;
 } engine_row;
 
-#define ENGINE_MAX_BACKENDS 2
+#define ENGINE_MAX_BACKENDS (ENGINE_MAX_DEVICES + 1) /* the devices and the CPU's */
 /* Caches open at once: one per cache spec in use (engine_cache_open). */
 #define ENGINE_MAX_CACHES 8
 #define ENGINE_CACHE_NAME 200
@@ -85,6 +93,8 @@ typedef struct engine_stats {
     struct {
         char name[32];
         uint64_t weights, other, mapped; /* device memory by use; mapped: used in place */
+        int device;                      /* the backend's device index */
+        int32_t first_layer, last_layer; /* the layers it runs (-1 for none) */
     } backend[ENGINE_MAX_BACKENDS];
     int n_caches;
     engine_cache_stats cache[ENGINE_MAX_CACHES]; /* the open caches, by index */

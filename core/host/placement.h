@@ -8,7 +8,8 @@
 #include "lmhost/lmhost.h"
 #include "plugin_loader.h"
 
-#define PL_MAX_SLOTS 3 /* two in use, one more while a model moves to a new backend */
+/* Up to 8 devices and the CPU in use, one more while a model moves to a new backend. */
+#define PL_MAX_SLOTS 10
 
 typedef struct pl_slot {
     const plugin *plugin;

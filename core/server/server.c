@@ -1223,6 +1223,13 @@ static void handle_health(server *s, struct evhttp_request *req) {
                                json_object_new_int64((int64_t)st.engine.backend[i].mapped));
         json_object_object_add(b, "cache_and_scratch_bytes",
                                json_object_new_int64((int64_t)st.engine.backend[i].other));
+        json_object_object_add(b, "device", json_object_new_int(st.engine.backend[i].device));
+        if (st.engine.backend[i].first_layer >= 0) { /* the layers it runs: [first, last] */
+            json_object *ly = json_object_new_array();
+            json_object_array_add(ly, json_object_new_int(st.engine.backend[i].first_layer));
+            json_object_array_add(ly, json_object_new_int(st.engine.backend[i].last_layer));
+            json_object_object_add(b, "layers", ly);
+        }
         json_object_array_add(mem, b);
     }
     json_object_object_add(o, "memory", mem);
