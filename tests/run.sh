@@ -3,7 +3,7 @@
 # conformance on each SIMD path), the same suite under ASan+UBSan, the plugin development
 # kit from an install (tests/pdk), the fuzz targets for a bounded time, and the NEON
 # kernels under qemu. Ends with "N passed, N failed".
-# Environment: FUZZ_SECONDS (default 20), LMHOST_TOKENIZERS (tokenizer cache; fetched
+# Environment: FUZZ_SECONDS (default 12), LMHOST_TOKENIZERS (tokenizer cache; fetched
 # with npm when missing), SKIP_ASAN=1 / SKIP_PDK=1 / SKIP_FUZZ=1 / SKIP_NEON=1 to leave a part out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -64,7 +64,7 @@ if [ "${SKIP_ASAN:-0}" != 1 ]; then
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
         run_suite asan build-asan "--no-suite vulkan --no-suite conformance+vulkan --no-suite server --no-suite experts --no-suite docs --no-suite soak" \
         -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debugoptimized
-    SOAK_SECONDS=15 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    SOAK_SECONDS=10 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
         run_suite asan-server build-asan \
         "server-http server-https server-auth server-errors server-concurrency server-concurrency-hybrid server-shutdown server-swap server-swap-quant server-swap-kvquant server-kv-cache server-kv-cache-errors server-precision server-prefix-cache server-speculative server-structured server-embeddings server-experts stream-experts-qwen3_moe-mlx4 stream-experts-gpt_oss-mxfp4 stream-experts-mixtral moe-top-k-qwen3_moe hub-download soak-https"
 fi
@@ -87,8 +87,8 @@ if [ "${SKIP_PDK:-0}" != 1 ]; then
     one pdk tests/pdk/run.sh build/tests/conformance/check_model
 fi
 if [ "${SKIP_FUZZ:-0}" != 1 ]; then
-    echo "=== fuzz (${FUZZ_SECONDS:-20} s per target) ==="
-    tests/fuzz/run_fuzzers.sh "${FUZZ_SECONDS:-20}" 2>&1 | tee /tmp/lmhost-fuzz.log | grep -E "^fuzz-"
+    echo "=== fuzz (${FUZZ_SECONDS:-12} s per target) ==="
+    tests/fuzz/run_fuzzers.sh "${FUZZ_SECONDS:-12}" 2>&1 | tee /tmp/lmhost-fuzz.log | grep -E "^fuzz-"
     passed=$((passed + $(grep -cE "^fuzz-[a-z_]+: ok" /tmp/lmhost-fuzz.log)))
     failed=$((failed + $(grep -cE "^fuzz-[a-z_]+: FAILED" /tmp/lmhost-fuzz.log)))
 fi
