@@ -435,6 +435,8 @@ int spec_open(const spec_opts *so, const engine_opts *to, registry *reg, engine 
         d.model_dir = so->draft_model;
         if (so->draft_backend) d.backend = so->draft_backend;
         d.gpu_layers = -1;
+        if (d.n_devices) d.device = d.devices[0]; /* a draft is small: whole on the first */
+        d.n_devices = 0;
         d.stream_experts = 0; /* a draft is small: its experts load as any weight */
         d.expert_cache_bytes = 0;
         d.moe_top_k = 0;
