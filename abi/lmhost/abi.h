@@ -16,24 +16,25 @@ extern "C" {
 
 #define LMH_ABI_MAJOR 1
 #define LMH_ABI_MINOR                                                                              \
-    13 /* 1: lmh_backend_api.read_bandwidth; 2: LMH_OP_ARGMAX;                                      \
-       * 3: lmh_backend_api.download_start, download_wait; 4: lmh_backend_api.compute_peak;        \
-       * 5: lmh_cache_api.bytes_read; 6: lmh_backend_api.kernel_add, kernel_run;                   \
-       * 7: recurrent state (lmh_recurrent_state, lmh_host_api.declare_recurrent and               \
-       *    fwd_recurrent, lmh_cache_config.recurrent, lmh_cache_api.recur and state_*),           \
-       *    ops COLS, UNARY, CONV1D, SSM_SCAN, SSD_SCAN, DELTA_RULE and lmh_op.src_more,           \
-       *    elementwise SIGMOID_GATE;                                                              \
-       * 8: lmh_cache_config.options and flags, lmh_cache_api.read_rows, row_bytes;                \
-       * 9: lmh_backend_opts.precision, lmh_backend_api.precision, LMH_MATMUL_EXACT              \
-       *    (LMH_OP_MATMUL p.i[0]);                                                                \
-       * 10: attention sinks (lmh_attn_params.sinks, LMH_ATTN_SINKS), LMH_OP_SWIGLU_OAI,        \
-       *    LMH_OP_ROPE_SWITCH, lmh_batch.seq_ends, lmh_host_api.weight_transposed, LMH_MXFP4     \
-       *    weights (tensor_quant); a plugin of a newer minor than the host's is refused;     \
-       * 11: lmh_host_api.declare_moe, lmh_batch.moe_top_k, LMH_OP_MOE_ROUTE's src2 (experts   \
-       *    a row uses), lmh_backend_api.tensor_quant_write and tensor_quant without parts;   \
-       * 12: lmh_backend_opts.params (a backend's options), debug.h (LMHOST_DEBUG and    \
-       *    lmh_kv_next);                                                                    \
-       * 13: lmh_backend_api.device_memory */
+    13 /* 1: lmh_backend_api.read_bandwidth; 2: LMH_OP_ARGMAX;                                     \
+        * 3: lmh_backend_api.download_start, download_wait; 4: lmh_backend_api.compute_peak;       \
+        * 5: lmh_cache_api.bytes_read; 6: lmh_backend_api.kernel_add, kernel_run;                  \
+        * 7: recurrent state (lmh_recurrent_state, lmh_host_api.declare_recurrent and              \
+        *    fwd_recurrent, lmh_cache_config.recurrent, lmh_cache_api.recur and state_*),          \
+        *    ops COLS, UNARY, CONV1D, SSM_SCAN, SSD_SCAN, DELTA_RULE and lmh_op.src_more,          \
+        *    elementwise SIGMOID_GATE;                                                             \
+        * 8: lmh_cache_config.options and flags, lmh_cache_api.read_rows, row_bytes;               \
+        * 9: lmh_backend_opts.precision, lmh_backend_api.precision, LMH_MATMUL_EXACT               \
+        *    (LMH_OP_MATMUL p.i[0]);                                                               \
+        * 10: attention sinks (lmh_attn_params.sinks, LMH_ATTN_SINKS), LMH_OP_SWIGLU_OAI,          \
+        *    LMH_OP_ROPE_SWITCH, lmh_batch.seq_ends, lmh_host_api.weight_transposed, LMH_MXFP4     \
+        *    weights (tensor_quant); a plugin of a newer minor than the host's is refused;         \
+        * 11: lmh_host_api.declare_moe, lmh_batch.moe_top_k, LMH_OP_MOE_ROUTE's src2 (experts      \
+        *    a row uses), lmh_backend_api.tensor_quant_write and tensor_quant without parts;       \
+        * 12: lmh_backend_opts.params (a backend's options), debug.h (LMHOST_DEBUG and             \
+        *    lmh_kv_next);                                                                         \
+        * 13: tool-call format plugins (LMH_KIND_TOOLCALL, toolcall.h),                      \
+        *    lmh_backend_api.device_memory */
 
 /* Every plugin exports this symbol (C linkage, default visibility). */
 #define LMH_PLUGIN_ENTRY_NAME "lmhost_plugin_entry"
@@ -178,9 +179,10 @@ static inline lmh_dtype lmh_quant_dtype(int bits) {
 }
 
 typedef enum lmh_plugin_kind {
-    LMH_KIND_ARCH = 1,    /* a model family: models/<family>/ */
-    LMH_KIND_BACKEND = 2, /* a compute device: backends/<name>/ */
-    LMH_KIND_CACHE = 3,   /* a K/V (and state) storage format: plugins/cache-<name>/ */
+    LMH_KIND_ARCH = 1,     /* a model family: models/<family>/ */
+    LMH_KIND_BACKEND = 2,  /* a compute device: backends/<name>/ */
+    LMH_KIND_CACHE = 3,    /* a K/V (and state) storage format: plugins/cache-<name>/ */
+    LMH_KIND_TOOLCALL = 4, /* (ABI 1.13) how models write tool calls: plugins/toolcall-<name>/ */
 } lmh_plugin_kind;
 
 typedef struct lmh_host_api lmh_host_api;
@@ -202,7 +204,8 @@ typedef struct lmh_plugin_info {
     /* Called once after loading, before the table is used; non-zero refuses the plugin
      * (e.g. the CPU lacks an instruction set it needs). May be NULL. */
     int (*init)(const lmh_host_api *host, char *err, size_t err_len);
-    /* Kind-specific table: lmh_arch_api, lmh_backend_api or lmh_cache_api. */
+    /* Kind-specific table: lmh_arch_api, lmh_backend_api, lmh_cache_api or
+     * lmh_toolcall_api. */
     const void *api;
 } lmh_plugin_info;
 

@@ -7,5 +7,6 @@
 #include "backend.h"
 #include "arch.h"
 #include "cache.h"
+#include "toolcall.h"
 #include "build.h"
 #endif

@@ -237,9 +237,10 @@ int cli_plugins(int argc, char **argv) {
     if (cli_parse(argc, argv, opts)) return 2;
     registry reg;
     if (registry_load(&reg, dir)) return 1;
-    static const lmh_plugin_kind kinds[] = {LMH_KIND_ARCH, LMH_KIND_BACKEND, LMH_KIND_CACHE};
-    static const char *const kind_names[] = {"architecture", "backend", "cache"};
-    for (int k = 0; k < 3; k++) {
+    static const lmh_plugin_kind kinds[] = {LMH_KIND_ARCH, LMH_KIND_BACKEND, LMH_KIND_CACHE,
+                                            LMH_KIND_TOOLCALL};
+    static const char *const kind_names[] = {"architecture", "backend", "cache", "toolcall"};
+    for (int k = 0; k < 4; k++) {
         for (int i = 0; i < reg.n; i++) {
             const lmh_plugin_info *in = reg.items[i].info;
             if (in->kind != kinds[k]) continue;
@@ -255,6 +256,8 @@ int cli_plugins(int argc, char **argv) {
             }
             if (in->kind == LMH_KIND_CACHE)
                 print_list("formats", ((const lmh_cache_api *)in->api)->formats);
+            if (in->kind == LMH_KIND_TOOLCALL)
+                print_list("formats", ((const lmh_toolcall_api *)in->api)->formats);
         }
     }
     for (int i = 0; i < reg.n_refused; i++) printf("refused %s\n", reg.refused[i]);

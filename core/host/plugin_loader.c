@@ -21,6 +21,8 @@ static const char *kind_name(lmh_plugin_kind k) {
         return "backend";
     case LMH_KIND_CACHE:
         return "cache";
+    case LMH_KIND_TOOLCALL:
+        return "toolcall";
     }
     return "?";
 }
@@ -52,8 +54,12 @@ static int check_info(const lmh_plugin_info *in, char *why, size_t len) {
                     in->abi_major, in->abi_minor, LMH_ABI_MAJOR, LMH_ABI_MINOR);
     if (in->size < offsetof(lmh_plugin_info, api) + sizeof(void *))
         return errf(why, len, "info table too small (%u bytes)", in->size);
-    if (in->kind != LMH_KIND_ARCH && in->kind != LMH_KIND_BACKEND && in->kind != LMH_KIND_CACHE)
+    if (in->kind != LMH_KIND_ARCH && in->kind != LMH_KIND_BACKEND && in->kind != LMH_KIND_CACHE &&
+        in->kind != LMH_KIND_TOOLCALL)
         return errf(why, len, "unknown plugin kind %d", (int)in->kind);
+    if (in->kind == LMH_KIND_TOOLCALL && in->abi_minor < 13)
+        return errf(why, len, "tool-call plugins came with plugin ABI 1.13; this one says %u.%u",
+                    in->abi_major, in->abi_minor);
     if (!in->name || !in->name[0]) return errf(why, len, "plugin has no name");
     if (!in->api) return errf(why, len, "plugin has no %s table", kind_name(in->kind));
     const uint32_t tsize = *(const uint32_t *)in->api; /* every table starts with its size */
@@ -80,6 +86,14 @@ static int check_info(const lmh_plugin_info *in, char *why, size_t len) {
         if (tsize >= need && (!c->create || !c->append || !c->attend || !c->seq_add ||
                               !c->formats || !c->formats[0]))
             return errf(why, len, "cache table lacks required functions");
+        break;
+    }
+    case LMH_KIND_TOOLCALL: {
+        const lmh_toolcall_api *t = in->api;
+        need = offsetof(lmh_toolcall_api, parser_free) + sizeof(void *);
+        if (tsize >= need && (!t->formats || !t->formats[0] || !t->detect || !t->parser_new ||
+                              !t->push || !t->finish || !t->parser_free))
+            return errf(why, len, "toolcall table lacks required functions");
         break;
     }
     }

@@ -752,23 +752,24 @@ bad:
     return NULL;
 }
 
-int api_constrain(job *j, int fmt, char *err, size_t err_len, char *param, size_t param_len) {
+int api_constrain(job *j, const tc_format *fmt, char *err, size_t err_len, char *param,
+                  size_t param_len) {
     if (j->rf_schema) {
         char e[512];
         if (!(j->gram = gram_json(j->rf_schema, e, sizeof e)))
             return fail(ERRARGS, "response_format", "'response_format': %s", e);
     } else if (j->tchoice == TOOLS_REQUIRED || j->tchoice == TOOLS_NAMED) {
-        if (fmt == TC_NONE)
+        if (!fmt->api)
             return fail(ERRARGS, "tool_choice",
                         "this model's chat template has no tool-call format this server knows, so "
                         "a call cannot be forced; use \"auto\"");
         char e[512];
         int named = j->tchoice == TOOLS_NAMED;
-        if (!(j->gram = tc_grammar((tc_format)fmt, j->tools, named ? j->tool_name : NULL,
+        if (!(j->gram = tc_grammar(fmt, j->tools, named ? j->tool_name : NULL,
                                    !named && j->parallel_tools, e, sizeof e)))
             return fail(ERRARGS, "tools", "'tools': %s", e);
     }
-    j->tc_format = j->tchoice != TOOLS_NONE ? fmt : TC_NONE;
+    j->tc_format = j->tchoice != TOOLS_NONE ? *fmt : (tc_format){0};
     return 0;
 }
 
@@ -796,8 +797,8 @@ void api_choices_init(job *j, textio *tio, const gram_vocab *gv) {
         c->text.split_think = j->text.split_think;
         text_init_mode(&c->text, j->think);
         if (!(c->ts = textio_stream_new(tio))) goto oom;
-        if (j->tc_format != TC_NONE) {
-            if (!(c->tc = tc_parser_new((tc_format)j->tc_format))) goto oom;
+        if (j->tc_format.api) {
+            if (!(c->tc = tc_parser_new(&j->tc_format))) goto oom;
             tc_parser_set_reasoning(c->tc, &c->tc_reason);
         }
         if (j->gram) {

@@ -64,7 +64,7 @@ typedef struct jchoice {
     json_object *lp_all;   /* non-streamed logprobs entries */
     struct gram_match *gm; /* the grammar's match, where the output is constrained */
     struct tc_parser *tc;  /* tool calls taken out of the content, where tools are on */
-    tc_buf tc_reason;      /* reasoning the parser found (gpt-oss's analysis channel) */
+    tc_buf tc_reason;      /* reasoning the parser found (a format's own reasoning channel) */
     json_object *calls;    /* the calls found (OpenAI tool_calls entries) */
 } jchoice;
 
@@ -94,7 +94,7 @@ typedef struct job {
     tool_choice tchoice;
     char tool_name[128];    /* TOOLS_NAMED's */
     int parallel_tools;     /* parallel_tool_calls (default true) */
-    int tc_format;          /* the model's tool-call format (toolcall.h), 0: none */
+    tc_format tc_format;    /* the model's tool-call format (toolcall.h), where tools are on */
     json_object *rf_schema; /* response_format: json_schema's schema, or {"type":"object"} */
     struct gram *gram;      /* the compiled constraint (NULL: free text) */
     int think;
@@ -125,9 +125,10 @@ job *job_from_request(job_kind kind, json_object *body, const server_opts *o,
                       const char *model_name, char *err, size_t err_len, char *param,
                       size_t param_len);
 /* The output's constraint (response_format, or a tool call that tool_choice forces in the
- * model's tool-call format tc_format, toolcall.h): compiled into j->gram. -1 with a 400's
+ * model's tool-call format fmt, toolcall.h): compiled into j->gram. -1 with a 400's
  * message (an unsupported schema keyword, a forced call the model has no format for). */
-int api_constrain(job *j, int tc_format, char *err, size_t err_len, char *param, size_t param_len);
+int api_constrain(job *j, const tc_format *fmt, char *err, size_t err_len, char *param,
+                  size_t param_len);
 struct gram_vocab;
 /* After the prompt is rendered: each choice's request, text state, decoder, tool-call
  * parser and grammar match; a failure is left in j->error_code. */

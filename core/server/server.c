@@ -89,8 +89,8 @@ struct server {
     char draft_chain[512];
     char model_name[256];
     int32_t eos[16], n_eos;
-    gram_vocab *gv; /* every token's bytes, for constrained decoding */
-    int tc_format;  /* the model's tool-call format (toolcall.h) */
+    gram_vocab *gv;      /* every token's bytes, for constrained decoding */
+    tc_format tc_format; /* the model's tool-call format (toolcall.h) */
     /* results from the worker threads */
     pthread_mutex_t qmu;
     ev_item *qhead, *qtail;
@@ -409,7 +409,7 @@ static void deliver(jchoice *c, const char *reasoning, size_t rl, const char *co
         take_calls(c, calls, n); /* frees the array, also an empty one */
         content = plain.p ? plain.p : "";
         cl = plain.len;
-        if (c->tc_reason.len && !rl) { /* reasoning the format carries itself (gpt-oss) */
+        if (c->tc_reason.len && !rl) { /* reasoning the tool-call format carries itself */
             if (!j->stream) api_sbuf_add(&c->text.reasoning_all, c->tc_reason.p, c->tc_reason.len);
             reasoning = c->tc_reason.p;
             rl = c->tc_reason.len;
@@ -1150,7 +1150,7 @@ static void handle_generate(server *s, struct evhttp_request *req, job_kind kind
     j->t_start = now_s();
     const char *rid = evhttp_find_header(evhttp_request_get_output_headers(req), "X-Request-Id");
     snprintf(j->rid, sizeof j->rid, "%s", rid ? rid : "-");
-    if (api_constrain(j, s->tc_format, err, sizeof err, param, sizeof param) != 0) {
+    if (api_constrain(j, &s->tc_format, err, sizeof err, param, sizeof param) != 0) {
         send_error(s, req, 400, "invalid_request_error", param[0] ? param : NULL, "%s", err);
         job_free(j);
         return;
@@ -1183,11 +1183,10 @@ static void handle_health(server *s, struct evhttp_request *req) {
     json_object_array_add(caps, json_object_new_string("logprobs"));
     json_object_array_add(caps, json_object_new_string("embeddings"));
     if (s->gv) json_object_array_add(caps, json_object_new_string("structured_output"));
-    if (s->gv && s->tc_format != TC_NONE)
-        json_object_array_add(caps, json_object_new_string("tools"));
+    if (s->gv && s->tc_format.api) json_object_array_add(caps, json_object_new_string("tools"));
     json_object_object_add(o, "capabilities", caps);
     json_object_object_add(o, "tool_call_format",
-                           json_object_new_string(tc_format_name((tc_format)s->tc_format)));
+                           json_object_new_string(tc_format_name(&s->tc_format)));
     /* the settings a request runs under, as the command line set them */
     json_object *lim = json_object_new_object();
     json_object_object_add(lim, "parallel", json_object_new_int(s->o.parallel));
@@ -1620,7 +1619,7 @@ int server_run(const server_opts *o) {
                     (now_s() - t0) * 1e3);
         char *tpl = textio_template_source(o->engine.model_dir);
         json_object *mt = json_object_object_get(engine_config(s->e), "model_type");
-        s->tc_format = tc_detect(tpl, mt ? json_object_get_string(mt) : NULL);
+        tc_detect(&s->reg, tpl, mt ? json_object_get_string(mt) : NULL, &s->tc_format);
         free(tpl);
     }
     if (s->o.ctx_size <= 0) {

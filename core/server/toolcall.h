@@ -1,43 +1,36 @@
-/* Tool calls in a model's output: which format a model uses (told from its chat template),
- * a streaming parser that turns generated text into plain content and OpenAI tool calls,
- * and the grammar that forces a call (tool_choice "required" or a named function).
+/* Tool calls in a model's output, the host's side of the tool-call plugins (plugin ABI
+ * toolcall.h): which format a model uses (the plugin that claims its chat template), a
+ * streaming parser that turns generated text into plain content and OpenAI tool calls, and
+ * the grammar that forces a call (tool_choice "required" or a named function). The formats
+ * themselves, and what each holds back while a call may be under way, are the plugins'.
  *
- * The parser sees decoded text in which special tokens appear as their text. It never
- * fails on malformed input: whatever is not a well-formed call (an unclosed tag, bad JSON,
- * a missing name, arguments that are not an object, a truncated call) comes out as content,
- * byte for byte. Feeding a text whole, a byte at a time or in any other pieces gives the
- * same content and calls. Whitespace that only separates a call from its surroundings
- * (before a call's opening marker, after its end) is formatting and is dropped.
- *
- * What each format holds back: Hermes, Mistral and DeepSeek release text up to a call's
- * opening marker at once and each call when it closes. A Llama 3 reply that begins with '{'
- * (or text from <|python_tag|> on) is held to the end: it is calls only if it is nothing
- * else. Harmony's final and commentary channels are content, its analysis channel reasoning
- * (tc_parser_set_reasoning), its markers are dropped, and a message to=functions.NAME is a
- * call; built-in tools (to=browser..., to=python) are left as content. */
-#ifndef LMHOST_TOOLCALL_H
-#define LMHOST_TOOLCALL_H
+ * The parser sees decoded text in which special tokens appear as their text. It never fails
+ * on malformed input: whatever is not a well-formed call comes out as content, byte for byte.
+ * Feeding a text whole, a byte at a time or in any other pieces gives the same content and
+ * calls. */
+#ifndef LMHOST_SERVER_TOOLCALL_H
+#define LMHOST_SERVER_TOOLCALL_H
 
 #include <json-c/json.h>
 #include <stddef.h>
 #include "grammar.h"
+#include "plugin_loader.h"
 
-typedef enum {
-    TC_NONE = 0,    /* the template knows no tool calls (e.g. Gemma 3, Llama 2) */
-    TC_HERMES,      /* Hermes / Qwen: <tool_call>\n{"name": N, "arguments": {..}}\n</tool_call> */
-    TC_LLAMA3,      /* Llama 3.1+: the reply is {"name": N, "parameters": {..}} (; more) */
-    TC_MISTRAL,     /* Mistral: [TOOL_CALLS][{"name": N, "arguments": {..}}, ...] */
-    TC_MISTRAL_V11, /* newer Mistral templates: [TOOL_CALLS]N[ARGS]{..} */
-    TC_HARMONY,     /* gpt-oss: to=functions.N<|channel|>commentary json<|message|>{..}<|call|> */
-    TC_DEEPSEEK, /* DeepSeek V3: <｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\n{..}... */
+/* A model's tool-call format: one of a plugin's formats, or none. Zero-initialised: none. */
+typedef struct tc_format {
+    const lmh_toolcall_api *api; /* NULL: the template knows no tool calls this host reads */
+    int index;                   /* among api->formats */
 } tc_format;
 
-/* The format a model uses, told from its chat template text (the markers it renders);
- * model_type (config.json; may be NULL) decides only for a template that renders tools
- * without a marker this knows. TC_NONE when the template knows no tools (or is NULL). */
-tc_format tc_detect(const char *chat_template, const char *model_type);
-/* "none", "hermes", "llama3", "mistral", "mistral-v11", "harmony", "deepseek". */
-const char *tc_format_name(tc_format f);
+/* The format a model uses, told from its chat template text by the registry's tool-call
+ * plugins (the highest score of their detect; none when none claims it, when one refuses
+ * it, or when the template is NULL or empty); model_type is config.json's (may be NULL). */
+void tc_detect(const registry *r, const char *chat_template, const char *model_type,
+               tc_format *out);
+/* The format of this name among the registry's plugins ("none" too). -1 when none has it. */
+int tc_format_find(const registry *r, const char *name, tc_format *out);
+/* Its name ("none" for none): what /health shows as tool_call_format. */
+const char *tc_format_name(const tc_format *f);
 
 /* A growable text buffer; p is NUL-terminated once anything was added. Zero-initialise. */
 typedef struct tc_buf {
@@ -53,11 +46,11 @@ typedef struct tc_call {
 
 typedef struct tc_parser tc_parser;
 
-/* NULL when out of memory. A TC_NONE parser passes all text through as content. Every
- * parser accepts both Mistral forms. */
-tc_parser *tc_parser_new(tc_format f);
-/* Harmony's analysis channel (the model's reasoning) is appended to *reasoning from now on
- * instead of being dropped; NULL drops it again. The buffer must outlive the pushes. */
+/* NULL when out of memory. A parser of no format passes all text through as content. */
+tc_parser *tc_parser_new(const tc_format *f);
+/* Reasoning the format carries itself (a channel of the model's thoughts) is appended to
+ * *reasoning from now on instead of being dropped; NULL drops it again. The buffer must
+ * outlive the pushes. */
 void tc_parser_set_reasoning(tc_parser *p, tc_buf *reasoning);
 /* Feeds n bytes of generated content text (after think sections were split off), decoded
  * without skipping special tokens. Appends to *content what is certainly plain text (to
@@ -74,13 +67,13 @@ void tc_calls_free(tc_call *c, int n);
 
 /* The grammar that forces a call in format f: one of `tools` (the request's OpenAI tools
  * array), or only the one named only_name (not NULL); parallel: one or more calls, else
- * exactly one (harmony ends a turn at each call, so it is always one). The arguments are
- * valid against each tool's `parameters` schema. NULL with err: f is TC_NONE, only_name
- * is not among the tools, a tool is malformed, or a tool's schema uses what the grammar
- * does not support (the message names the tool). The grammar is the whole output from the
- * generation prompt on: a think section before it is the caller's to put in front
- * (gram_until("</think>")); harmony's own analysis message is already allowed. */
-gram *tc_grammar(tc_format f, json_object *tools, const char *only_name, int parallel, char *err,
-                 size_t err_len);
+ * exactly one (a format may allow only one). The arguments are valid against each tool's
+ * `parameters` schema. NULL with err: f is none (or cannot be forced), only_name is not
+ * among the tools, a tool is malformed, or a tool's schema uses what the grammar does not
+ * support or its name cannot be written in the format (the message names the tool). The
+ * grammar is the whole output from the generation prompt on: a think section before it is
+ * the caller's to put in front (gram_until("</think>")). */
+gram *tc_grammar(const tc_format *f, json_object *tools, const char *only_name, int parallel,
+                 char *err, size_t err_len);
 
 #endif

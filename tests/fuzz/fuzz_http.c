@@ -30,6 +30,7 @@
  * FUZZ_HTTP_SHOW=1 prints the server's answers (to check what a seed reaches).
  * build: see tests/fuzz/run_fuzzers.sh (the "http" row). */
 #include "../../core/server/server.c"
+#include "toolcall_static.h"
 
 #include <errno.h>
 #include <sys/un.h>
@@ -563,7 +564,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     s->reg = (registry){.items = &plain_item, .n = 1, .cap = 1};
     s->tio = &fuzz_tio;
     s->gv = fuzz_gv;
-    s->tc_format = TC_HERMES;
+    if (tc_format_find(tc_static_registry(), "hermes", &s->tc_format)) abort();
     s->eos[0] = TOK_EOS;
     s->n_eos = 1;
     s->sch = &fuzz_sched;

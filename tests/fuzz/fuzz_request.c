@@ -4,6 +4,7 @@
  * response_format and forced tool calls compile to.
  * build: see tests/fuzz/run_fuzzers.sh (the "request" row). */
 #include "api.h"
+#include "toolcall_static.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -38,8 +39,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             continue;
         }
         /* the output's constraint: response_format's schema, or forced tool calls in a
-         * format told by the input's length */
-        if (api_constrain(j, (int)(size % 7), err, sizeof err, param, sizeof param) != 0 && !err[0])
+         * format told by the input's length (none or one of the tool-call plugins') */
+        tc_static_registry();
+        const tc_format *f = &tc_static_formats[size % (size_t)tc_static_n_formats];
+        if (api_constrain(j, f, err, sizeof err, param, sizeof param) != 0 && !err[0])
             __builtin_trap();
         /* feed the input itself as generated text, in uneven pieces */
         text_out out;

@@ -1,9 +1,12 @@
-/* libFuzzer target: the tool-call parser (core/server/toolcall.c) on any bytes. The first
- * byte picks the format, the second seeds the split points; the rest is the model's output,
- * fed whole, a byte at a time and in pieces. Traps when the results differ, when a call's
- * arguments are not a JSON object, or when text without calls does not come out unchanged.
+/* libFuzzer target: the tool-call parsers of every format (plugins/toolcall-*, linked in,
+ * driven through core/server/toolcall.c as the server drives them) on any bytes. The first
+ * byte picks the format (none or one of the plugins'), the second seeds the split points;
+ * the rest is the model's output, fed whole, a byte at a time and in pieces. Traps when the
+ * results differ, when a call's arguments are not a JSON object, or when text without calls
+ * does not come out unchanged.
  * build: see tests/fuzz/run_fuzzers.sh (the "toolcall" row). */
 #include "toolcall.h"
+#include "toolcall_static.h"
 
 #include <json-c/json.h>
 #include <stdint.h>
@@ -53,7 +56,7 @@ static void result_free(result *r) {
 }
 
 /* mode 0: whole; 1: a byte at a time; 2: pieces of 0..15 bytes from seed. */
-static int parse(tc_format f, const char *s, size_t n, int mode, unsigned seed, result *r) {
+static int parse(const tc_format *f, const char *s, size_t n, int mode, unsigned seed, result *r) {
     memset(r, 0, sizeof *r);
     tc_parser *p = tc_parser_new(f);
     if (!p) return -1;
@@ -100,10 +103,9 @@ static int is_object(const char *s) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static const tc_format formats[] = {TC_NONE,        TC_HERMES,  TC_LLAMA3,  TC_MISTRAL,
-                                        TC_MISTRAL_V11, TC_HARMONY, TC_DEEPSEEK};
     if (size < 2) return 0;
-    tc_format f = formats[data[0] % 7];
+    tc_static_registry();
+    const tc_format *f = &tc_static_formats[data[0] % tc_static_n_formats];
     unsigned seed = data[1];
     const char *s = (const char *)data + 2;
     size_t n = size - 2;
@@ -117,7 +119,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (const char *a = whole.calls[i].arguments; *a; a++)
             if (*a == '\n' || *a == '\r' || *a == '\t') __builtin_trap(); /* not compact */
     }
-    if (!whole.n_calls && f != TC_HARMONY && !buf_eq(&whole.content, &(tc_buf){(char *)s, n, n}))
+    /* harmony drops its markers: its content is never the text itself */
+    if (!whole.n_calls && strcmp(tc_format_name(f), "harmony") &&
+        !buf_eq(&whole.content, &(tc_buf){(char *)s, n, n}))
         __builtin_trap();
     for (int mode = 1; mode < 3; mode++) {
         if (!parse(f, s, n, mode, seed, &r) && !same(&whole, &r)) __builtin_trap();

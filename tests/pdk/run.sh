@@ -41,10 +41,13 @@ export PKG_CONFIG_PATH=$(dirname "$pc")
 plugindir=$(pkg-config --variable=plugindir lmhost-plugin)
 abi=$(pkg-config --variable=abi_version lmhost-plugin)
 [ -f "$(pkg-config --variable=includedir lmhost-plugin)/lmhost/lmhost.h" ] || fail "headers not installed"
+[ -f "$(pkg-config --variable=includedir lmhost-plugin)/lmhost/toolcall.h" ] || fail "toolcall.h not installed"
 "$lmhost" --version | grep -q "plugin ABI $abi)" || fail "lmhost-plugin.pc says ABI $abi, the host: $("$lmhost" --version)"
 # The installed host finds the installed plugins by default, and nothing of the build tree.
 listed=$("$lmhost" plugins 2>&1)
 grep -q "file: $plugindir/lmhost-backend-cpu.so" <<<"$listed" || fail "installed plugins not listed: $listed"
+grep -q "file: $plugindir/lmhost-toolcall-hermes.so" <<<"$listed" ||
+    fail "installed tool-call plugins not listed: $listed"
 if grep -q "file: $src\|file: $work/build" <<<"$listed"; then fail "the installed host loads build-tree plugins"; fi
 
 echo "--- build the examples outside the tree"

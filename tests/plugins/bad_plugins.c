@@ -1,7 +1,8 @@
 /* Plugins the host must refuse, each built from this file with one -D switch:
  * BAD_MAJOR (ABI major + 1), NEWER_MINOR (a minor version the host does not know yet), NO_ENTRY (no
  * entry symbol), FAIL_INIT (init says no), BAD_TABLE (a backend table without its required
- * functions). */
+ * functions), BAD_TOOLCALL (a tool-call table without its parser), OLD_TOOLCALL (a tool-call
+ * plugin that says it was built for ABI 1.12, before the kind existed). */
 #include "lmhost/lmhost.h"
 
 #include <stdio.h>
@@ -34,6 +35,13 @@ __attribute__((unused)) static const lmh_arch_api arch = {.size = sizeof(lmh_arc
                                                           .forward = forward,
                                                           .unload = unload};
 __attribute__((unused)) static const lmh_backend_api backend = {.size = sizeof(lmh_backend_api)};
+static const char *const tc_formats[] = {"test-refused", NULL};
+static int detect(const char *t, const char *model_type, int *format) {
+    (void)t, (void)model_type, (void)format;
+    return 0;
+}
+__attribute__((unused)) static const lmh_toolcall_api toolcall = {
+    .size = sizeof(lmh_toolcall_api), .formats = tc_formats, .detect = detect};
 
 static const lmh_plugin_info info = {
 #ifdef BAD_MAJOR
@@ -41,13 +49,18 @@ static const lmh_plugin_info info = {
     sizeof(lmh_plugin_info),
 #elif defined(NEWER_MINOR)
     LMH_ABI_MAJOR,          LMH_ABI_MINOR + 1, sizeof(lmh_plugin_info),
+#elif defined(OLD_TOOLCALL)
+    LMH_ABI_MAJOR,           12,
+    sizeof(lmh_plugin_info),
 #else
     LMH_PLUGIN_HEADER,
 #endif
 #ifdef BAD_TABLE
     .kind = LMH_KIND_BACKEND, .api = &backend,
+#elif defined(BAD_TOOLCALL) || defined(OLD_TOOLCALL)
+    .kind = LMH_KIND_TOOLCALL, .api = &toolcall,
 #else
-    .kind = LMH_KIND_ARCH,  .api = &arch,
+    .kind = LMH_KIND_ARCH,   .api = &arch,
 #endif
     .name = "test-refused",   .version = "0",
 #ifdef FAIL_INIT

@@ -1,11 +1,14 @@
-/* The tool-call parser over recorded outputs of each format (cases.json: text, expected
+/* The tool-call parsers over recorded outputs of each format (cases.json: text, expected
  * content, calls and harmony's reasoning), each fed whole, a byte at a time and in random
  * pieces (the same result every way); every case's text through every other format too
  * (whatever it makes of it, the same every way, and nothing lost or crashed); and tc_detect
- * on sample templates and the real chat templates of the fetched tokenizers.
+ * on sample templates and the real chat templates of the fetched tokenizers. The formats are
+ * the tool-call plugins of the build tree (plugins/toolcall-*), loaded as the server loads
+ * them, through the registry and core/server/toolcall.c.
  * usage: test_toolcall CASES.json [TOKENIZERS_DIR]   (default $LMHOST_TOKENIZERS or
  * ~/.cache/lmhost/tokenizers; a missing template fails, as the template tests do) */
 #include "toolcall.h"
+#include "plugin_loader.h"
 #include "../test_io.h"
 
 #include <json-c/json.h>
@@ -26,15 +29,20 @@ static int failures;
         }                                                                                          \
     } while (0)
 
-static const tc_format all_formats[] = {TC_NONE,        TC_HERMES,  TC_LLAMA3,  TC_MISTRAL,
-                                        TC_MISTRAL_V11, TC_HARMONY, TC_DEEPSEEK};
-#define N_FORMATS ((int)(sizeof all_formats / sizeof all_formats[0]))
+static registry reg;
+/* "none", then every format of every tool-call plugin loaded */
+static tc_format all_formats[64];
+static int n_formats;
 
-static tc_format format_named(const char *s) {
-    for (int i = 0; i < N_FORMATS; i++)
-        if (!strcmp(tc_format_name(all_formats[i]), s)) return all_formats[i];
-    fprintf(stderr, "unknown format '%s'\n", s);
+static const tc_format *format_named(const char *s) {
+    for (int i = 0; i < n_formats; i++)
+        if (!strcmp(tc_format_name(&all_formats[i]), s)) return &all_formats[i];
+    fprintf(stderr, "no tool-call plugin has the format '%s'\n", s);
     exit(2);
+}
+
+static int is_format(const tc_format *f, const char *name) {
+    return !strcmp(tc_format_name(f), name);
 }
 
 typedef struct result {
@@ -57,7 +65,7 @@ static uint64_t rng(void) {
 }
 
 /* mode 0: whole; 1: a byte at a time; 2: random pieces (0 to 7 bytes, empty ones too). */
-static int parse(tc_format f, const char *s, size_t n, int mode, result *r) {
+static int parse(const tc_format *f, const char *s, size_t n, int mode, result *r) {
     memset(r, 0, sizeof *r);
     tc_parser *p = tc_parser_new(f);
     if (!p) return -1;
@@ -123,7 +131,7 @@ static void check_case(json_object *c) {
     json_object *jt, *jcalls;
     json_object_object_get_ex(c, "text", &jt);
     size_t n = (size_t)json_object_get_string_len(jt);
-    tc_format f = format_named(str_member(c, "format"));
+    const tc_format *f = format_named(str_member(c, "format"));
     const char *want_content = str_member(c, "content"),
                *want_reasoning = str_member(c, "reasoning");
     json_object_object_get_ex(c, "calls", &jcalls);
@@ -167,14 +175,14 @@ static void check_case(json_object *c) {
 
 /* A text through any format: the same result however it is fed, and a call-free result
  * only when the content is the text itself (harmony drops its markers, so not there). */
-static void check_invariance(const char *label, tc_format f, const char *text, size_t n) {
+static void check_invariance(const char *label, const tc_format *f, const char *text, size_t n) {
     result whole, r;
     if (parse(f, text, n, 0, &whole)) {
         CHECK(0, "%s: out of memory", label);
         result_free(&whole);
         return;
     }
-    if (f != TC_HARMONY && whole.n_calls == 0)
+    if (!is_format(f, "harmony") && whole.n_calls == 0)
         CHECK(whole.content.len == n && !memcmp(text_of(&whole.content), text, n),
               "%s as %s: no calls, yet the content is not the text", label, tc_format_name(f));
     for (int mode = 1; mode < 3; mode++) {
@@ -203,41 +211,42 @@ static void check_generated(void) {
     for (size_t i = 0; i < depth; i++) s[n++] = ']';
     n += (size_t)sprintf(s + n, "}}\n</tool_call>");
     result r;
-    CHECK(!parse(TC_HERMES, s, n, 0, &r) && r.n_calls == 0 && r.content.len == n,
+    const tc_format *hermes = format_named("hermes");
+    CHECK(!parse(hermes, s, n, 0, &r) && r.n_calls == 0 && r.content.len == n,
           "deep nesting is content");
     result_free(&r);
-    check_invariance("deep nesting", TC_HERMES, s, n);
+    check_invariance("deep nesting", hermes, s, n);
     free(s);
 
     static const char bad_utf8[] =
         "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": \"\xff\xfe\"}}\n</tool_call>";
-    CHECK(!parse(TC_HERMES, bad_utf8, sizeof bad_utf8 - 1, 0, &r) && r.n_calls == 0 &&
+    CHECK(!parse(hermes, bad_utf8, sizeof bad_utf8 - 1, 0, &r) && r.n_calls == 0 &&
               r.content.len == sizeof bad_utf8 - 1,
           "invalid UTF-8 in arguments is content");
     result_free(&r);
     static const char overlong[] =
         "[TOOL_CALLS]f[ARGS]{\"a\": \"\xc0\xaf\", \"b\": \"\xed\xa0\x80\"}";
-    CHECK(!parse(TC_MISTRAL, overlong, sizeof overlong - 1, 0, &r) && r.n_calls == 0,
+    CHECK(!parse(format_named("mistral"), overlong, sizeof overlong - 1, 0, &r) && r.n_calls == 0,
           "overlong and surrogate UTF-8 are content");
     result_free(&r);
     static const char nul[] = "a\0b<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>"
                               "\0";
-    CHECK(!parse(TC_HERMES, nul, sizeof nul - 1, 0, &r) && r.n_calls == 1 && r.content.len == 4 &&
+    CHECK(!parse(hermes, nul, sizeof nul - 1, 0, &r) && r.n_calls == 1 && r.content.len == 4 &&
               !memcmp(r.content.p, "a\0b\0", 4),
           "NUL bytes in text pass through");
     result_free(&r);
-    check_invariance("NUL bytes", TC_HERMES, nul, sizeof nul - 1);
+    check_invariance("NUL bytes", hermes, nul, sizeof nul - 1);
 
     char longname[600] = "[TOOL_CALLS]";
     memset(longname + 12, 'x', 400);
     strcpy(longname + 412, "[ARGS]{}");
-    CHECK(!parse(TC_MISTRAL_V11, longname, strlen(longname), 0, &r) && r.n_calls == 0,
+    CHECK(!parse(format_named("mistral-v11"), longname, strlen(longname), 0, &r) && r.n_calls == 0,
           "a 400-byte name is content");
     result_free(&r);
-    check_invariance("long name", TC_MISTRAL_V11, longname, strlen(longname));
+    check_invariance("long name", format_named("mistral-v11"), longname, strlen(longname));
 
     /* a long streamed call: held back whole, released once */
-    tc_parser *p = tc_parser_new(TC_HERMES);
+    tc_parser *p = tc_parser_new(hermes);
     tc_buf content = {0};
     tc_call *calls = NULL;
     int n_calls = 0;
@@ -282,9 +291,11 @@ static void check_detect(json_object *root, const char *tok_dir) {
     for (size_t i = 0; i < json_object_array_length(det); i++) {
         json_object *d = json_object_array_get_idx(det, i);
         const char *t = str_member(d, "template"), *mt = str_member(d, "model_type");
-        tc_format want = format_named(str_member(d, "format")), got = tc_detect(t, mt);
-        CHECK(got == want, "tc_detect(sample %zu, %s) = %s, want %s", i, mt ? mt : "NULL",
-              tc_format_name(got), tc_format_name(want));
+        const char *want = str_member(d, "format");
+        tc_format got;
+        tc_detect(&reg, t, mt, &got);
+        CHECK(is_format(&got, want), "tc_detect(sample %zu, %s) = %s, want %s", i, mt ? mt : "NULL",
+              tc_format_name(&got), want);
     }
     json_object_object_get_ex(root, "detect_real", &real);
     json_object_object_foreach(real, name, fmt) {
@@ -292,9 +303,11 @@ static void check_detect(json_object *root, const char *tok_dir) {
         CHECK(t != NULL, "no tokenizer_config.json for %s under %s (tools/fetch_tokenizers.sh)",
               name, tok_dir);
         if (!t) continue;
-        tc_format want = format_named(json_object_get_string(fmt)), got = tc_detect(t, NULL);
-        CHECK(got == want, "tc_detect(real %s template) = %s, want %s", name, tc_format_name(got),
-              tc_format_name(want));
+        const char *want = json_object_get_string(fmt);
+        tc_format got;
+        tc_detect(&reg, t, NULL, &got);
+        CHECK(is_format(&got, want), "tc_detect(real %s template) = %s, want %s", name,
+              tc_format_name(&got), want);
         free(t);
     }
 }
@@ -317,19 +330,31 @@ int main(int argc, char **argv) {
         fprintf(stderr, "cannot read %s\n", argv[1]);
         return 2;
     }
+    /* the plugins as the server finds them: the build tree's */
+    if (registry_load(&reg, NULL)) return 2;
+    n_formats = 1; /* none */
+    for (int i = 0; i < reg.n; i++) {
+        const lmh_plugin_info *in = reg.items[i].info;
+        if (in->kind != LMH_KIND_TOOLCALL) continue;
+        const lmh_toolcall_api *a = in->api;
+        for (int k = 0; a->formats[k] && n_formats < 64; k++)
+            all_formats[n_formats++] = (tc_format){a, k};
+        printf("toolcall plugin %s from %s\n", in->name, reg.items[i].file);
+    }
     rng_state = 12345;
     size_t nc = json_object_array_length(cases);
     for (size_t i = 0; i < nc; i++) check_case(json_object_array_get_idx(cases, i));
     for (size_t i = 0; i < nc; i++) {
         json_object *c = json_object_array_get_idx(cases, i), *jt;
         json_object_object_get_ex(c, "text", &jt);
-        for (int k = 0; k < N_FORMATS; k++)
-            check_invariance(str_member(c, "name"), all_formats[k], json_object_get_string(jt),
+        for (int k = 0; k < n_formats; k++)
+            check_invariance(str_member(c, "name"), &all_formats[k], json_object_get_string(jt),
                              (size_t)json_object_get_string_len(jt));
     }
     check_generated();
     check_detect(root, tok_dir);
     json_object_put(root);
+    registry_free(&reg);
     printf("%zu cases, %d failures\n", nc, failures);
     return failures ? 1 : 0;
 }

@@ -1,4 +1,5 @@
-/* The grammar that forces a call (tc_grammar), on the real tokenizers of each format: the
+/* The grammar that forces a call (tc_grammar, through the tool-call plugins of the build
+ * tree as the server loads them), on the real tokenizers of each format: the
  * calls the parser reads are accepted and wrong ones refused (another tool's name, arguments
  * against the schema, a second call where one is asked for), refusals name the tool, and
  * seeded random walks through the grammar's masks give text that the parser of the same
@@ -6,6 +7,7 @@
  * usage: test_toolcall_grammar [TOKENIZERS_DIR]   (default $LMHOST_TOKENIZERS or
  * ~/.cache/lmhost/tokenizers; a missing tokenizer fails, as the template tests do) */
 #include "toolcall.h"
+#include "plugin_loader.h"
 
 #include <json-c/json.h>
 #include <stdint.h>
@@ -51,36 +53,35 @@ static const char TOOLS[] =
  * byte-level one spells anything), one call and two calls as the grammar writes them, a call
  * of a tool that does not exist, and one whose arguments miss a required member. */
 static const struct fcase {
-    tc_format f;
+    const char *f; /* the format's name */
     const char *tokenizer, *one, *two, *bad_name, *bad_args;
 } CASES[] = {
-    {TC_HERMES, "qwen3",
+    {"hermes", "qwen3",
      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
      "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": "
      "\"search\", \"arguments\": {\"query\": \"x\", \"limit\": 3}}\n</tool_call>",
      "<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n</tool_call>",
      "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": \"x\"}}\n</tool_call>"},
-    {TC_LLAMA3, "llama3_1", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
+    {"llama3", "llama3_1", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
      "{\"name\": \"ping\", \"parameters\": {}}; {\"name\": \"search\", \"parameters\": {\"query\": "
      "\"x\", \"limit\": 3}}",
      "{\"name\": \"nope\", \"parameters\": {}}",
      "{\"name\": \"search\", \"parameters\": {\"query\": \"x\"}}"},
-    {TC_MISTRAL, "qwen3",
+    {"mistral", "qwen3",
      "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]",
      "[TOOL_CALLS][{\"name\": \"ping\", \"arguments\": {}}, {\"name\": \"search\", \"arguments\": "
      "{\"query\": \"x\", \"limit\": 3}}]",
      "[TOOL_CALLS][{\"name\": \"nope\", \"arguments\": {}}]",
      "[TOOL_CALLS][{\"name\": \"search\", \"arguments\": {\"query\": \"x\"}}]"},
-    {TC_MISTRAL_V11, "qwen3", "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}",
+    {"mistral-v11", "qwen3", "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}",
      "[TOOL_CALLS]ping[ARGS]{}[TOOL_CALLS]search[ARGS]{\"query\": \"x\", \"limit\": 3}",
      "[TOOL_CALLS]nope[ARGS]{}", "[TOOL_CALLS]search[ARGS]{\"query\": \"x\"}"},
-    {TC_DEEPSEEK, "deepseek_v3",
-     DS_B DS_CB "get_weather\n```json\n{\"city\": \"Paris\"}" DS_CE DS_E,
+    {"deepseek", "deepseek_v3", DS_B DS_CB "get_weather\n```json\n{\"city\": \"Paris\"}" DS_CE DS_E,
      DS_B DS_CB "ping\n```json\n{}" DS_CE "\n" DS_CB
                 "search\n```json\n{\"query\": \"x\", \"limit\": 3}" DS_CE DS_E,
      DS_B DS_CB "nope\n```json\n{}" DS_CE DS_E,
      DS_B DS_CB "search\n```json\n{\"query\": \"x\"}" DS_CE DS_E},
-    {TC_HARMONY, "gptoss",
+    {"harmony", "gptoss",
      "<|channel|>analysis<|message|>The user wants the weather.<|end|><|start|>assistant "
      "to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": \"Paris\"}",
      NULL, " to=functions.nope<|channel|>commentary json<|message|>{}",
@@ -88,6 +89,16 @@ static const struct fcase {
 };
 
 static char tok_dir[4096];
+static registry reg;
+
+static tc_format format_named(const char *name) {
+    tc_format f;
+    if (tc_format_find(&reg, name, &f)) {
+        fprintf(stderr, "no tool-call plugin has the format '%s'\n", name);
+        exit(2);
+    }
+    return f;
+}
 
 static tok_tokenizer *load(const char *name) {
     char dir[8192], err[512];
@@ -111,9 +122,10 @@ static int accepts(const gram *g, const gram_vocab *v, const tok_tokenizer *t, c
     return ok;
 }
 
-static int parse(tc_format f, const char *text, size_t n, tc_call **calls, int *n_calls,
+static int parse(const char *format, const char *text, size_t n, tc_call **calls, int *n_calls,
                  tc_buf *content) {
-    tc_parser *p = tc_parser_new(f);
+    tc_format f = format_named(format);
+    tc_parser *p = tc_parser_new(&f);
     tc_buf reasoning = {0};
     tc_parser_set_reasoning(p, &reasoning);
     *calls = NULL;
@@ -164,7 +176,7 @@ static void walk(const struct fcase *fc, const gram *g, const gram_vocab *v, con
         gram_status st = gram_match_status(m);
         if (st == GRAM_ENDED || (st == GRAM_CAN_END && rng() % 4 == 0)) break;
         int32_t allowed = gram_match_mask(m, budget - n, mask);
-        CHECK(allowed > 0, "%s: no token allowed after %d", tc_format_name(fc->f), n);
+        CHECK(allowed > 0, "%s: no token allowed after %d", fc->f, n);
         if (allowed <= 0) break;
         int32_t k = (int32_t)(rng() % (uint64_t)allowed), id = -1;
         for (int32_t i = 0; i < n_vocab; i++)
@@ -173,11 +185,11 @@ static void walk(const struct fcase *fc, const gram *g, const gram_vocab *v, con
                 break;
             }
         if (tok_is_eos(t, id)) break;
-        CHECK(gram_match_accept(m, id) == 0, "%s: an allowed token refused", tc_format_name(fc->f));
+        CHECK(gram_match_accept(m, id) == 0, "%s: an allowed token refused", fc->f);
         ids[n++] = id;
     }
-    CHECK(gram_match_status(m) != GRAM_MORE, "%s: the walk did not complete in %d tokens",
-          tc_format_name(fc->f), budget);
+    CHECK(gram_match_status(m) != GRAM_MORE, "%s: the walk did not complete in %d tokens", fc->f,
+          budget);
     size_t len = 0;
     char *text = tok_decode(t, ids, (size_t)n, false, &len);
     tc_call *calls = NULL;
@@ -187,9 +199,9 @@ static void walk(const struct fcase *fc, const gram *g, const gram_vocab *v, con
     ok = ok && n_calls >= 1 && (parallel || n_calls == 1) && content.len == 0;
     for (int i = 0; ok && i < n_calls; i++)
         ok = (!only || !strcmp(calls[i].name, only)) && args_complete(tools, &calls[i]);
-    CHECK(ok, "%s%s%s%s: the grammar's output does not parse into the asked-for calls: %s",
-          tc_format_name(fc->f), parallel ? ", parallel" : "", only ? ", only " : "",
-          only ? only : "", text ? text : "(null)");
+    CHECK(ok, "%s%s%s%s: the grammar's output does not parse into the asked-for calls: %s", fc->f,
+          parallel ? ", parallel" : "", only ? ", only " : "", only ? only : "",
+          text ? text : "(null)");
     if (!ok && text) {
         printf("  content: %s\n", content.p ? content.p : "");
         for (int i = 0; i < n_calls; i++)
@@ -215,9 +227,10 @@ static void check_format(const struct fcase *fc, json_object *tools) {
         tok_free(t);
         return;
     }
-    const char *name = tc_format_name(fc->f);
+    const char *name = fc->f;
+    tc_format f = format_named(name);
     for (int parallel = 0; parallel < 2; parallel++) {
-        gram *g = tc_grammar(fc->f, tools, NULL, parallel, err, sizeof err);
+        gram *g = tc_grammar(&f, tools, NULL, parallel, err, sizeof err);
         CHECK(g != NULL, "tc_grammar(%s): %s", name, err);
         if (!g) continue;
         CHECK(accepts(g, v, t, fc->one), "%s: one call refused", name);
@@ -241,7 +254,7 @@ static void check_format(const struct fcase *fc, json_object *tools) {
         gram_free(g);
 
         /* tool_choice naming one function */
-        g = tc_grammar(fc->f, tools, "tree", parallel, err, sizeof err);
+        g = tc_grammar(&f, tools, "tree", parallel, err, sizeof err);
         CHECK(g != NULL, "tc_grammar(%s, only tree): %s", name, err);
         if (g) {
             CHECK(!accepts(g, v, t, fc->one), "%s: another tool accepted when one is named", name);
@@ -255,40 +268,42 @@ static void check_format(const struct fcase *fc, json_object *tools) {
 
 static void check_refusals(json_object *tools) {
     char err[512];
-    CHECK(!tc_grammar(TC_NONE, tools, NULL, 1, err, sizeof err) && strstr(err, "no tool-call"),
-          "TC_NONE refused: %s", err);
-    CHECK(!tc_grammar(TC_HERMES, tools, "missing", 1, err, sizeof err) && strstr(err, "missing"),
+    tc_format none = format_named("none"), hermes = format_named("hermes"),
+              deepseek = format_named("deepseek");
+    CHECK(!tc_grammar(&none, tools, NULL, 1, err, sizeof err) && strstr(err, "no tool-call"),
+          "none refused: %s", err);
+    CHECK(!tc_grammar(&hermes, tools, "missing", 1, err, sizeof err) && strstr(err, "missing"),
           "an unknown tool_choice name refused: %s", err);
     json_object *bad = json_tokener_parse(
         "[{\"type\": \"function\", \"function\": {\"name\": \"ok\"}}, {\"type\": \"function\", "
         "\"function\": {\"name\": \"zip_lookup\", \"parameters\": {\"type\": \"object\", "
         "\"properties\": {\"zip\": {\"type\": \"string\", \"pattern\": \"^[0-9]+$\"}}}}}]");
-    for (int f = TC_HERMES; f <= TC_DEEPSEEK; f++) {
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+        tc_format f = format_named(CASES[i].f);
         err[0] = 0;
-        CHECK(!tc_grammar((tc_format)f, bad, NULL, 1, err, sizeof err) &&
-                  strstr(err, "zip_lookup") && strstr(err, "pattern"),
-              "%s: an unsupported keyword refused naming the tool: %s",
-              tc_format_name((tc_format)f), err);
+        CHECK(!tc_grammar(&f, bad, NULL, 1, err, sizeof err) && strstr(err, "zip_lookup") &&
+                  strstr(err, "pattern"),
+              "%s: an unsupported keyword refused naming the tool: %s", CASES[i].f, err);
     }
     /* a schema the grammar cannot write in the other tool is fine when only one is asked for */
-    gram *g = tc_grammar(TC_HERMES, bad, "ok", 0, err, sizeof err);
+    gram *g = tc_grammar(&hermes, bad, "ok", 0, err, sizeof err);
     CHECK(g != NULL, "the named tool alone builds: %s", err);
     gram_free(g);
     json_object_put(bad);
     bad = json_tokener_parse("[{\"type\": \"function\", \"function\": {\"name\": \"a b\"}}]");
-    CHECK(!tc_grammar(TC_DEEPSEEK, bad, NULL, 0, err, sizeof err) && strstr(err, "a b"),
+    CHECK(!tc_grammar(&deepseek, bad, NULL, 0, err, sizeof err) && strstr(err, "a b"),
           "a name the format cannot write refused: %s", err);
-    CHECK((g = tc_grammar(TC_HERMES, bad, NULL, 0, err, sizeof err)) != NULL,
+    CHECK((g = tc_grammar(&hermes, bad, NULL, 0, err, sizeof err)) != NULL,
           "any name in a JSON format: %s", err);
     gram_free(g);
     json_object_put(bad);
     bad = json_tokener_parse("[{\"type\": \"function\"}]");
-    CHECK(!tc_grammar(TC_HERMES, bad, NULL, 0, err, sizeof err) && strstr(err, "tools[0]"),
+    CHECK(!tc_grammar(&hermes, bad, NULL, 0, err, sizeof err) && strstr(err, "tools[0]"),
           "a tool without a function refused: %s", err);
     json_object_put(bad);
     bad = json_tokener_parse("[{\"type\": \"function\", \"function\": {\"name\": \"f\", "
                              "\"parameters\": [1]}}]");
-    CHECK(!tc_grammar(TC_HERMES, bad, NULL, 0, err, sizeof err) && strstr(err, "'f'"),
+    CHECK(!tc_grammar(&hermes, bad, NULL, 0, err, sizeof err) && strstr(err, "'f'"),
           "parameters that are not an object refused: %s", err);
     json_object_put(bad);
 }
@@ -300,6 +315,7 @@ int main(int argc, char **argv) {
         snprintf(tok_dir, sizeof tok_dir, "%s", getenv("LMHOST_TOKENIZERS"));
     else
         snprintf(tok_dir, sizeof tok_dir, "%s/.cache/lmhost/tokenizers", getenv("HOME"));
+    if (registry_load(&reg, NULL)) return 2;
     json_object *tools = json_tokener_parse(TOOLS);
     if (!tools) {
         fprintf(stderr, "bad TOOLS\n");
@@ -308,6 +324,7 @@ int main(int argc, char **argv) {
     check_refusals(tools);
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) check_format(&CASES[i], tools);
     json_object_put(tools);
+    registry_free(&reg);
     printf("%d failures\n", failures);
     return failures ? 1 : 0;
 }
