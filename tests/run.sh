@@ -66,7 +66,7 @@ if [ "${SKIP_ASAN:-0}" != 1 ]; then
         -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debugoptimized
     SOAK_SECONDS=10 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
         run_suite asan-server build-asan \
-        "server-http server-https server-auth server-errors server-concurrency server-concurrency-hybrid server-shutdown server-swap server-swap-quant server-swap-kvquant server-kv-cache server-kv-cache-errors server-precision server-prefix-cache server-speculative server-structured server-embeddings server-experts stream-experts-qwen3_moe-mlx4 stream-experts-gpt_oss-mxfp4 stream-experts-mixtral moe-top-k-qwen3_moe hub-download soak-https"
+        "server-http server-https server-auth server-errors server-concurrency server-concurrency-hybrid server-shutdown server-swap server-swap-quant server-swap-kvquant server-kv-cache server-kv-cache-errors server-precision server-prefix-cache server-speculative server-structured server-embeddings server-experts server-readiness stream-experts-qwen3_moe-mlx4 stream-experts-gpt_oss-mxfp4 stream-experts-mixtral moe-top-k-qwen3_moe hub-download soak-https"
 fi
 
 one() { # name command...: a test outside meson

@@ -4,11 +4,13 @@
 set -eu
 SUDO=
 [ "$(id -u)" = 0 ] || SUDO=sudo
+# haproxy: the haproxy-replicas test (tests/deploy)
 PKGS="build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
       libltdl-dev libjson-c-dev libpcre2-dev libutf8proc-dev
       libevent-dev libssl-dev openssl curl python3 wamerican
       libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers glslang-tools
-      gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user ca-certificates"
+      gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user ca-certificates
+      haproxy"
 missing=
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

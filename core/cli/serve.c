@@ -41,7 +41,7 @@ int cli_serve(int argc, char **argv) {
     const char *port = NULL, *max_tokens = NULL, *ctx = NULL, *parallel = NULL, *queue = NULL,
                *chunk = NULL, *timeout = NULL, *grace = NULL, *max_body = NULL, *key_file = NULL,
                *top_k = NULL, *top_p = NULL, *min_p = NULL, *temp = NULL, *prefix_mb = NULL,
-               *max_conn = NULL, *rate = NULL;
+               *max_conn = NULL, *rate = NULL, *drain = NULL;
     model_args ma = {0};
     spec_args sa = {0};
     cli_opt opts[] = {
@@ -73,8 +73,11 @@ int cli_serve(int argc, char **argv) {
          "an eighth of free memory (CPU), --parallel full contexts (GPU)",
          "the prefix cache's budget (0: off)"},
         {"--timeout", &timeout, NULL, 0, "S", "60", "seconds a client may take to send a request"},
+        {"--drain-delay", &drain, NULL, 0, "S", "0",
+         "seconds after SIGINT/SIGTERM that new requests are still served while /health "
+         "answers 503 (behind a balancer: a few health-check intervals)"},
         {"--shutdown-grace", &grace, NULL, 0, "S", "30",
-         "seconds running requests get to finish after SIGINT/SIGTERM"},
+         "seconds running requests get to finish after the drain delay"},
         {"--max-body", &max_body, NULL, 0, "BYTES", "4194304", "the largest request body"},
         {"--admin-key", &o.admin_key, NULL, 0, "K", "none (admin routes off)",
          "the key POST /admin/backend needs"},
@@ -109,6 +112,7 @@ int cli_serve(int argc, char **argv) {
     INTOPT(chunk, "--chunk", 16, 1 << 16, o.chunk);
     INTOPT(prefix_mb, "--prefix-cache-mb", 0, (int64_t)1 << 40, o.prefix_cache_mb);
     INTOPT(timeout, "--timeout", 1, 86400, o.timeout);
+    INTOPT(drain, "--drain-delay", 0, 3600, o.drain_delay);
     INTOPT(grace, "--shutdown-grace", 0, 86400, o.shutdown_grace);
     INTOPT(max_body, "--max-body", 1024, 1 << 30, o.max_body);
     INTOPT(top_k, "--top-k", 0, 1 << 30, o.defaults.top_k);

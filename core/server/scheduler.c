@@ -1,6 +1,7 @@
 #include "scheduler.h"
 #include "grammar.h"
 #include "log.h"
+#include "lmhost/debug.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -20,6 +21,7 @@ struct sched {
     int32_t n_run;     /* engine thread only */
     int32_t n_run_pub; /* n_run as of the last step, under mu */
     int stop, drain;
+    long step_delay_ms; /* LMHOST_DEBUG=step-delay-ms=N: tests' slow model */
     uint64_t next_seq, steps, cache_bytes;
     engine_stats es;
     char chain[512];
@@ -684,6 +686,10 @@ static void *thread_main(void *arg) {
                 i++;
             }
         }
+        if (s->step_delay_ms > 0) {
+            struct timespec ts = {s->step_delay_ms / 1000, (s->step_delay_ms % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
         step(s);
         engine_stats es;
         engine_get_stats(s->e, &es);
@@ -728,6 +734,8 @@ sched *sched_new(engine *e, int32_t max_running, int32_t max_waiting, int32_t ch
     s->vocab = engine_vocab(e);
     s->max_running = max_running > 0 ? max_running : 1;
     s->max_waiting = max_waiting >= 0 ? max_waiting : 0;
+    char dv[32];
+    if (lmh_debug_get("step-delay-ms", dv, sizeof dv)) s->step_delay_ms = atol(dv);
     s->chunk = chunk > 16 ? chunk : 16;
     /* a decoding request's rows: its token and proposals, or what a rewind left to feed */
     size_t rows = (size_t)s->max_running * (1 + (size_t)spec_draft_max(sp)) + (size_t)s->chunk;

@@ -18,6 +18,7 @@
 #include "textio.h"
 #include "toolcall.h"
 #include "grammar.h"
+#include "lmhost/debug.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -34,6 +35,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +51,8 @@ typedef enum {
     EV_TOKEN,
     EV_FINISH,
     EV_ADMIN_DONE,
-    EV_EMBED_DONE
+    EV_EMBED_DONE,
+    EV_LOADED
 } ev_type;
 
 /* A backend move requested through the admin API, run on a thread of its own because it
@@ -72,6 +75,17 @@ typedef struct ev_item {
     finish_reason why;
     struct ev_item *next;
 } ev_item;
+
+/* The server's life: it listens while the model loads, serves, and on SIGTERM/SIGINT drains:
+ * --drain-delay seconds still serving while /health says 503 (a balancer's time to stop
+ * sending), then new API requests get 503 and the listener closes until the running ones
+ * are done. */
+typedef enum {
+    PH_LOADING,  /* /health 503 "loading", API routes 503 */
+    PH_SERVING,  /* /health 200 "ok" */
+    PH_DRAINING, /* /health 503 "draining", requests still served (--drain-delay) */
+    PH_STOPPING  /* /health 503 "draining", new POSTs 503, no new connections */
+} phase;
 
 typedef struct server server;
 struct server {
@@ -101,11 +115,22 @@ struct server {
     pthread_cond_t pcv;
     job *prep_head, *prep_tail;
     int prep_stop;
+    phase phase; /* read and written on the loop thread */
+    int rc;      /* server_run's exit status */
+    int port;    /* the one listened on (--port 0: the kernel's pick) */
+    /* loading, on a thread of its own while the loop answers probes */
+    pthread_t load_th;
+    int load_started, load_rc;
+    char load_err[2048];
+    ev_item load_done; /* its EV_LOADED, never freed */
+    double load_t0;
+    atomic_uint_least64_t load_bytes, load_total;
+    void (*user_progress)(void *ctx, uint64_t done, uint64_t total);
+    void *user_progress_ctx;
     /* shutdown */
-    int draining;
     int active;   /* requests accepted and not yet answered in full */
     int flushing; /* replies handed to libevent and not yet written out */
-    struct event *sig_int, *sig_term, *grace;
+    struct event *sig_int, *sig_term, *grace, *drain_delay;
     admin_op *admin; /* the move in progress, if any */
     metrics m;
     /* limits: connections beyond conn_max wait in the kernel's backlog (the listener paused
@@ -116,9 +141,10 @@ struct server {
     unsigned long long req_seq;
 };
 
-/* While draining, exit once every request is answered and every reply written out. */
+/* Once the listener is closed, exit when every request is answered and every reply written
+ * out. */
 static void maybe_exit(server *s) {
-    if (s->draining && s->active == 0 && s->flushing == 0) {
+    if (s->phase == PH_STOPPING && s->active == 0 && s->flushing == 0) {
         log_msg(LMH_LOG_INFO, "shutdown: every request has finished");
         event_base_loopexit(s->base, NULL);
     }
@@ -925,6 +951,8 @@ oom:
     json_object_put(b);
 }
 
+static void on_loaded(server *s);
+
 static void drain_queue(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
@@ -954,8 +982,11 @@ static void drain_queue(evutil_socket_t fd, short what, void *arg) {
         case EV_EMBED_DONE:
             on_embed_done(s, it->emb);
             break;
+        case EV_LOADED:
+            on_loaded(s);
+            break;
         }
-        free(it);
+        if (it != &s->load_done) free(it);
         it = next;
     }
     maybe_exit(s);
@@ -1170,11 +1201,48 @@ static void handle_generate(server *s, struct evhttp_request *req, job_kind kind
     pthread_mutex_unlock(&s->pmu);
 }
 
+/* Seconds the load may still take, from its pace so far (5 before it has one), for the
+ * Retry-After of requests that come meanwhile. */
+static int load_eta(server *s, double *elapsed) {
+    double t = now_s() - s->load_t0;
+    uint64_t done = atomic_load(&s->load_bytes), total = atomic_load(&s->load_total);
+    if (elapsed) *elapsed = t;
+    if (!done || !total || done >= total) return 5;
+    double left = t * (double)(total - done) / (double)done;
+    return left < 1 ? 1 : left > 60 ? 60 : (int)ceil(left);
+}
+
+/* /health while the model loads: 503 and how far the weights have come. */
+static void health_loading(server *s, struct evhttp_request *req) {
+    double t;
+    char ra[16];
+    snprintf(ra, sizeof ra, "%d", load_eta(s, &t));
+    uint64_t done = atomic_load(&s->load_bytes), total = atomic_load(&s->load_total);
+    json_object *o = json_object_new_object(), *l = json_object_new_object();
+    json_object_object_add(o, "status", json_object_new_string("loading"));
+    json_object_object_add(o, "model", json_object_new_string(s->model_name));
+    json_object_object_add(l, "loaded_bytes", json_object_new_int64((int64_t)done));
+    json_object_object_add(l, "total_bytes", json_object_new_int64((int64_t)total));
+    json_object_object_add(l, "progress",
+                           float_json(total ? (float)((double)done / (double)total) : 0.0f, 3));
+    json_object_object_add(l, "seconds", float_json((float)t, 3));
+    json_object_object_add(o, "load", l);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", ra);
+    send_json(s, req, 503, o);
+    json_object_put(o);
+}
+
+/* 200 only while serving: a balancer sends requests to a replica whose /health is 200. */
 static void handle_health(server *s, struct evhttp_request *req) {
+    if (s->phase == PH_LOADING) {
+        health_loading(s, req);
+        return;
+    }
     sched_stats st;
     sched_get_stats(s->sch, &st);
     json_object *o = json_object_new_object();
-    json_object_object_add(o, "status", json_object_new_string(s->draining ? "draining" : "ok"));
+    json_object_object_add(o, "status",
+                           json_object_new_string(s->phase == PH_SERVING ? "ok" : "draining"));
     json_object_object_add(o, "model", json_object_new_string(s->model_name));
     json_object *caps = json_object_new_array();
     json_object_array_add(caps, json_object_new_string("completions"));
@@ -1198,6 +1266,7 @@ static void handle_health(server *s, struct evhttp_request *req) {
     json_object_object_add(lim, "chunk", json_object_new_int(s->o.chunk));
     json_object_object_add(lim, "timeout", json_object_new_int(s->o.timeout));
     json_object_object_add(lim, "shutdown_grace", json_object_new_int(s->o.shutdown_grace));
+    json_object_object_add(lim, "drain_delay", json_object_new_int(s->o.drain_delay));
     json_object_object_add(lim, "max_body", json_object_new_int64((int64_t)s->o.max_body));
     json_object_object_add(lim, "threads",
                            json_object_new_int(s->o.engine.threads
@@ -1282,6 +1351,15 @@ static void handle_health(server *s, struct evhttp_request *req) {
     }
     if (s->draft) json_object_object_add(sp, "draft_chain", json_object_new_string(s->draft_chain));
     json_object_object_add(o, "speculative", sp);
+    send_json(s, req, s->phase == PH_SERVING ? 200 : 503, o);
+    json_object_put(o);
+}
+
+/* Liveness: the loop answers, whatever the phase (a probe that restarts what fails it must
+ * not fail a server that is loading or draining). */
+static void handle_live(server *s, struct evhttp_request *req) {
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "status", json_object_new_string("alive"));
     send_json(s, req, 200, o);
     json_object_put(o);
 }
@@ -1301,8 +1379,8 @@ static void handle_models(server *s, struct evhttp_request *req) {
 }
 
 static void handle_metrics(server *s, struct evhttp_request *req) {
-    sched_stats st;
-    sched_get_stats(s->sch, &st);
+    sched_stats st = {0};
+    if (s->sch) sched_get_stats(s->sch, &st); /* none while loading */
     struct evbuffer *b = evbuffer_new();
     metrics_render(&s->m, b, st.running, st.waiting, st.cache_bytes, &st.engine,
                    st.prefix.budget ? &st.prefix : NULL, st.spec ? &st.spec_st : NULL,
@@ -1316,8 +1394,14 @@ static void handle_metrics(server *s, struct evhttp_request *req) {
                         "# HELP lmhost_slow_requests_closed_total Connections closed because "
                         "their request took over --timeout to arrive.\n"
                         "# TYPE lmhost_slow_requests_closed_total counter\n"
-                        "lmhost_slow_requests_closed_total %llu\n",
-                        cg_open(s->guard), s->conn_max, cg_slow_closed(s->guard));
+                        "lmhost_slow_requests_closed_total %llu\n"
+                        "# HELP lmhost_ready 1 while /health answers 200; 0 while the model "
+                        "loads or the server drains.\n"
+                        "# TYPE lmhost_ready gauge\nlmhost_ready %d\n"
+                        "# HELP lmhost_draining 1 from SIGTERM or SIGINT until the exit.\n"
+                        "# TYPE lmhost_draining gauge\nlmhost_draining %d\n",
+                        cg_open(s->guard), s->conn_max, cg_slow_closed(s->guard),
+                        s->phase == PH_SERVING, s->phase >= PH_DRAINING);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
                       "text/plain; version=0.0.4");
     track_reply(s, req);
@@ -1359,17 +1443,21 @@ static void route(struct evhttp_request *req, void *arg) {
     size_t pl = strcspn(uri, "?#");
     snprintf(path, sizeof path, "%.*s", (int)(pl < 255 ? pl : 255), uri);
     enum evhttp_cmd_type m = evhttp_request_get_command(req);
+    enum { R_HEALTH, R_LIVE, R_METRICS, R_MODELS, R_CHAT, R_COMPLETIONS, R_EMBEDDINGS, R_ADMIN };
+    /* auth: 1 the API key, 2 the admin key. Probes (/health, /health/live, /metrics) are
+     * never rate-limited nor gated on the phase: balancers and monitors poll them. */
     static const struct {
         const char *path;
         enum evhttp_cmd_type method;
-        int auth;
-    } routes[] = {{"/health", EVHTTP_REQ_GET, 0},
-                  {"/v1/models", EVHTTP_REQ_GET, 1},
-                  {"/v1/chat/completions", EVHTTP_REQ_POST, 1},
-                  {"/v1/completions", EVHTTP_REQ_POST, 1},
-                  {"/metrics", EVHTTP_REQ_GET, 0},
-                  {"/admin/backend", EVHTTP_REQ_POST, 2},
-                  {"/v1/embeddings", EVHTTP_REQ_POST, 1}};
+        int auth, probe;
+    } routes[] = {[R_HEALTH] = {"/health", EVHTTP_REQ_GET, 0, 1},
+                  [R_LIVE] = {"/health/live", EVHTTP_REQ_GET, 0, 1},
+                  [R_METRICS] = {"/metrics", EVHTTP_REQ_GET, 0, 1},
+                  [R_MODELS] = {"/v1/models", EVHTTP_REQ_GET, 1, 0},
+                  [R_CHAT] = {"/v1/chat/completions", EVHTTP_REQ_POST, 1, 0},
+                  [R_COMPLETIONS] = {"/v1/completions", EVHTTP_REQ_POST, 1, 0},
+                  [R_EMBEDDINGS] = {"/v1/embeddings", EVHTTP_REQ_POST, 1, 0},
+                  [R_ADMIN] = {"/admin/backend", EVHTTP_REQ_POST, 2, 0}};
     int found = -1;
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         if (strcmp(path, routes[i].path) == 0) found = (int)i;
@@ -1378,12 +1466,15 @@ static void route(struct evhttp_request *req, void *arg) {
             : m == EVHTTP_REQ_POST ? "POST"
                                    : "other",
             path, peer);
+    /* Draining: each reply closes its connection, so that keep-alive clients (behind an L4
+     * balancer such as a Kubernetes Service) reconnect to a replica that is not going away. */
+    if (s->phase >= PH_DRAINING)
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
     if (found < 0) {
         send_error(s, req, 404, "invalid_request_error", NULL, "unknown route %s", path);
         return;
     }
-    /* the rate limit: every route but the health and metrics probes (0 and 4) */
-    int wait = s->rl && found != 0 && found != 4 ? rl_take(s->rl, peer, now_s()) : 0;
+    int wait = s->rl && !routes[found].probe ? rl_take(s->rl, peer, now_s()) : 0;
     if (wait) {
         char ra[16];
         snprintf(ra, sizeof ra, "%d", wait);
@@ -1415,31 +1506,43 @@ static void route(struct evhttp_request *req, void *arg) {
                    "missing or wrong API key (send Authorization: Bearer KEY)");
         return;
     }
-    if (s->draining && routes[found].method == EVHTTP_REQ_POST) {
+    if (!routes[found].probe && s->phase == PH_LOADING) {
+        char ra[16];
+        snprintf(ra, sizeof ra, "%d", load_eta(s, NULL));
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", ra);
+        send_error(s, req, 503, "server_error", NULL, "the model is loading; retry after %s s", ra);
+        return;
+    }
+    if (s->phase == PH_STOPPING && routes[found].method == EVHTTP_REQ_POST) {
+        /* another replica can take it now */
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
         send_error(s, req, 503, "server_error", NULL, "the server is shutting down");
         return;
     }
     switch (found) {
-    case 0:
+    case R_HEALTH:
         handle_health(s, req);
         break;
-    case 1:
-        handle_models(s, req);
+    case R_LIVE:
+        handle_live(s, req);
         break;
-    case 2:
-        handle_generate(s, req, JOB_CHAT);
-        break;
-    case 3:
-        handle_generate(s, req, JOB_COMPLETION);
-        break;
-    case 4:
+    case R_METRICS:
         handle_metrics(s, req);
         break;
-    case 5:
-        handle_admin_backend(s, req);
+    case R_MODELS:
+        handle_models(s, req);
         break;
-    case 6:
+    case R_CHAT:
+        handle_generate(s, req, JOB_CHAT);
+        break;
+    case R_COMPLETIONS:
+        handle_generate(s, req, JOB_COMPLETION);
+        break;
+    case R_EMBEDDINGS:
         handle_embeddings(s, req);
+        break;
+    case R_ADMIN:
+        handle_admin_backend(s, req);
         break;
     }
 }
@@ -1541,17 +1644,11 @@ static void on_grace(evutil_socket_t fd, short what, void *arg) {
     event_base_loopexit(s->base, NULL);
 }
 
-static void on_signal(evutil_socket_t sig, short what, void *arg) {
-    (void)what;
-    server *s = arg;
-    if (s->draining) {
-        log_msg(LMH_LOG_WARN, "signal %d again: stopping now", (int)sig);
-        event_base_loopexit(s->base, NULL); /* a second signal: stop now */
-        return;
-    }
-    log_msg(LMH_LOG_INFO, "signal %d: no new connections; finishing %d requests", (int)sig,
-            s->active);
-    s->draining = 1;
+/* The drain delay is over (or there was none): no new connections, new POSTs get 503, and
+ * the running requests have --shutdown-grace seconds. */
+static void stop_accepting(server *s) {
+    log_msg(LMH_LOG_INFO, "shutdown: no new connections; finishing %d requests", s->active);
+    s->phase = PH_STOPPING;
     if (s->sock) {
         evhttp_del_accept_socket(s->http, s->sock);
         s->sock = NULL;
@@ -1565,55 +1662,81 @@ static void on_signal(evutil_socket_t sig, short what, void *arg) {
     evtimer_add(s->grace, &tv);
 }
 
-/* ---- the command ---------------------------------------------------------------------- */
+static void on_drain_delay(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    stop_accepting(arg);
+}
 
-int server_run(const server_opts *o) {
-    server *s = calloc(1, sizeof *s);
-    if (!s) return 1;
-    s->o = *o;
-    int rc = 1;
-    char err[2048];
-    if (o->admin_key && o->api_key && !strcmp(o->admin_key, o->api_key)) {
-        /* whoever may generate would then also move the model between devices */
-        fprintf(stderr, "lmhost serve: --admin-key must differ from the API key\n");
-        free(s);
-        return 1;
+static void on_signal(evutil_socket_t sig, short what, void *arg) {
+    (void)what;
+    server *s = arg;
+    if (s->phase == PH_LOADING) {
+        /* Nothing runs yet, and engine_open cannot be interrupted: waiting for it would
+         * hold a stopping replica for as long as the load takes. */
+        log_msg(LMH_LOG_WARN, "signal %d while the model loads: exiting", (int)sig);
+        _exit(0);
     }
-    pthread_mutex_init(&s->qmu, NULL);
-    pthread_mutex_init(&s->pmu, NULL);
-    pthread_cond_init(&s->pcv, NULL);
-    metrics_init(&s->m);
-    const char *slash = strrchr(o->engine.model_dir, '/');
-    while (slash && slash[1] == 0 && slash > o->engine.model_dir) { /* "dir/" */
-        const char *p = slash - 1;
-        while (p > o->engine.model_dir && *p != '/') p--;
-        slash = *p == '/' ? p : NULL;
+    if (s->phase != PH_SERVING) {
+        log_msg(LMH_LOG_WARN, "signal %d again: stopping now", (int)sig);
+        event_base_loopexit(s->base, NULL); /* a second signal: stop now */
+        return;
     }
-    snprintf(s->model_name, sizeof s->model_name, "%s",
-             o->model_name ? o->model_name
-             : slash       ? slash + 1
-                           : o->engine.model_dir);
-    if (!o->model_name) s->model_name[strcspn(s->model_name, "/")] = 0;
+    s->phase = PH_DRAINING;
+    if (s->o.drain_delay <= 0) {
+        log_msg(LMH_LOG_INFO, "signal %d: draining", (int)sig);
+        stop_accepting(s);
+        return;
+    }
+    log_msg(LMH_LOG_INFO,
+            "signal %d: draining: /health answers 503; requests are still served for %d s "
+            "(--drain-delay)",
+            (int)sig, s->o.drain_delay);
+    struct timeval tv = {s->o.drain_delay, 0};
+    s->drain_delay = evtimer_new(s->base, on_drain_delay, s);
+    if (!s->drain_delay || evtimer_add(s->drain_delay, &tv) != 0) stop_accepting(s);
+}
 
-    if (registry_load_with(&s->reg, NULL, o->plugin_dir)) goto out;
-    s->e = engine_open(&s->reg, &o->engine, err, sizeof err);
-    if (!s->e) {
-        fprintf(stderr, "lmhost: %s\n", err);
-        goto out;
+/* ---- loading ---------------------------------------------------------------------------- */
+
+/* engine_opts.progress on the loading thread: the bytes for /health, then the caller's. */
+static void load_progress(void *ctx, uint64_t done, uint64_t total) {
+    server *s = ctx;
+    if (done != ENGINE_LOAD_FAILED) {
+        atomic_store(&s->load_total, total);
+        atomic_store(&s->load_bytes, done);
     }
-    s->tio = textio_open(o->engine.model_dir, err, sizeof err);
-    if (!s->tio) {
-        fprintf(stderr, "lmhost: %s\n", err);
-        goto out;
+    if (s->user_progress) s->user_progress(s->user_progress_ctx, done, total);
+}
+
+/* Everything the model needs before the first request, on the loading thread. The loop
+ * reads none of what this sets before EV_LOADED. */
+static int load_model(server *s, char *err, size_t err_len) {
+    const server_opts *o = &s->o;
+    char v[32];
+    if (lmh_debug_get("load-delay-ms", v, sizeof v)) { /* tests: a model slow to load */
+        long ms = atol(v);
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        if (ms > 0) nanosleep(&ts, NULL);
     }
+    if (registry_load_with(&s->reg, NULL, o->plugin_dir))
+        return errf(err, err_len, "cannot load the plugins");
+    engine_opts eo = o->engine;
+    eo.progress = load_progress;
+    eo.progress_ctx = s;
+    s->e = engine_open(&s->reg, &eo, err, err_len);
+    if (!s->e) return 1;
+    s->tio = textio_open(o->engine.model_dir, err, err_len);
+    if (!s->tio) return 1;
     s->n_eos = textio_eos(s->tio, s->eos, 16);
     {
         /* constrained decoding's view of the vocabulary, and the model's tool-call format */
         double t0 = now_s();
-        s->gv = gram_vocab_new(textio_tokenizer(s->tio), engine_vocab(s->e), s->eos, s->n_eos, err,
-                               sizeof err);
+        char gerr[512];
+        s->gv = gram_vocab_new(textio_tokenizer(s->tio), engine_vocab(s->e), s->eos, s->n_eos, gerr,
+                               sizeof gerr);
         if (!s->gv)
-            log_msg(LMH_LOG_WARN, "constrained decoding is off: %s", err);
+            log_msg(LMH_LOG_WARN, "constrained decoding is off: %s", gerr);
         else
             log_msg(LMH_LOG_DEBUG, "constrained decoding: vocabulary ready in %.0f ms",
                     (now_s() - t0) * 1e3);
@@ -1646,19 +1769,92 @@ int server_run(const server_opts *o) {
         : in_host
             ? (uint64_t)sysconf(_SC_AVPHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE) / 8
             : (uint64_t)o->parallel * ((uint64_t)s->o.ctx_size * per_tok + es0.state_seq_bytes);
-    if (spec_open(&o->spec, &o->engine, &s->reg, s->e, o->chunk, &s->sp, &s->draft, err,
-                  sizeof err)) {
-        fprintf(stderr, "lmhost: %s\n", err);
-        goto out;
-    }
+    if (spec_open(&o->spec, &o->engine, &s->reg, s->e, o->chunk, &s->sp, &s->draft, err, err_len))
+        return 1;
     if (s->draft) snprintf(s->draft_chain, sizeof s->draft_chain, "%s", engine_chain(s->draft));
     s->sch = sched_new(s->e, o->parallel, o->queue, o->chunk, prefix, !in_host, s->sp);
-    if (!s->sch) {
-        fprintf(stderr, "lmhost: cannot start the scheduler\n");
-        goto out;
+    if (!s->sch) return errf(err, err_len, "cannot start the scheduler");
+    if (pthread_create(&s->prep_th, NULL, prep_main, s) != 0) {
+        s->prep_th = 0;
+        return errf(err, err_len, "cannot start the tokenizer thread");
     }
-    if (pthread_create(&s->prep_th, NULL, prep_main, s) != 0) goto out;
+    return 0;
+}
 
+static void *load_main(void *arg) {
+    server *s = arg;
+    s->load_rc = load_model(s, s->load_err, sizeof s->load_err);
+    s->load_done.type = EV_LOADED;
+    post(s, &s->load_done);
+    return NULL;
+}
+
+/* Connections at most: --max-connections, else what the open-file limit leaves after the
+ * descriptors open now and a margin for the model's and clients' other files. */
+static void set_conn_max(server *s, int warn) {
+    long nofile = limits_raise_nofile();
+    int fds = limits_open_fds();
+    if (fds < 0) fds = 64;
+    s->conn_max = s->o.max_connections > 0 ? s->o.max_connections
+                  : nofile > fds + 96      ? (int)(nofile - fds - 64)
+                                           : 32;
+    if (warn && s->o.max_connections > 0 && nofile > 0 && s->o.max_connections > nofile - fds - 16)
+        log_msg(LMH_LOG_WARN,
+                "--max-connections %d is more than the open-file limit (%ld) leaves room for",
+                s->o.max_connections, nofile);
+}
+
+/* On the loop: the load ended. A failed one ends the process (a replica that stayed up
+ * unready would only be restarted by its liveness probe later, or never). */
+static void on_loaded(server *s) {
+    pthread_join(s->load_th, NULL);
+    s->load_started = 0;
+    if (s->load_rc) {
+        fprintf(stderr, "lmhost: %s\n", s->load_err);
+        s->rc = 1;
+        event_base_loopexit(s->base, NULL);
+        return;
+    }
+    set_conn_max(s, 0); /* the model's files are open now */
+    s->phase = PH_SERVING;
+    log_msg(LMH_LOG_INFO, "the model loaded in %.1f s", now_s() - s->load_t0);
+    fprintf(stderr, "lmhost: serving %s on %s://%s:%d (%s)\n", s->model_name,
+            s->ssl ? "https" : "http", s->o.host, s->port, engine_chain(s->e));
+}
+
+/* ---- the command ---------------------------------------------------------------------- */
+
+int server_run(const server_opts *o) {
+    server *s = calloc(1, sizeof *s);
+    if (!s) return 1;
+    s->o = *o;
+    s->rc = 1;
+    s->user_progress = o->engine.progress;
+    s->user_progress_ctx = o->engine.progress_ctx;
+    if (o->admin_key && o->api_key && !strcmp(o->admin_key, o->api_key)) {
+        /* whoever may generate would then also move the model between devices */
+        fprintf(stderr, "lmhost serve: --admin-key must differ from the API key\n");
+        free(s);
+        return 1;
+    }
+    pthread_mutex_init(&s->qmu, NULL);
+    pthread_mutex_init(&s->pmu, NULL);
+    pthread_cond_init(&s->pcv, NULL);
+    metrics_init(&s->m);
+    const char *slash = strrchr(o->engine.model_dir, '/');
+    while (slash && slash[1] == 0 && slash > o->engine.model_dir) { /* "dir/" */
+        const char *p = slash - 1;
+        while (p > o->engine.model_dir && *p != '/') p--;
+        slash = *p == '/' ? p : NULL;
+    }
+    snprintf(s->model_name, sizeof s->model_name, "%s",
+             o->model_name ? o->model_name
+             : slash       ? slash + 1
+                           : o->engine.model_dir);
+    if (!o->model_name) s->model_name[strcspn(s->model_name, "/")] = 0;
+
+    /* Listen first, then load: probes get answers (503 "loading") meanwhile. */
+    char err[2048];
     if (evthread_use_pthreads() != 0) goto out;
     s->base = event_base_new();
     if (!s->base) goto out;
@@ -1678,40 +1874,37 @@ int server_run(const server_opts *o) {
         fprintf(stderr, "lmhost serve: cannot listen on %s:%d\n", o->host, o->port);
         goto out;
     }
-    /* connections: --max-connections, else what the open-file limit leaves after the
-     * descriptors open now and a margin for the model's and clients' other files */
-    long nofile = limits_raise_nofile();
-    int fds = limits_open_fds();
-    if (fds < 0) fds = 64;
-    s->conn_max = o->max_connections > 0 ? o->max_connections
-                  : nofile > fds + 96    ? (int)(nofile - fds - 64)
-                                         : 32;
-    if (o->max_connections > 0 && nofile > 0 && o->max_connections > nofile - fds - 16)
-        log_msg(LMH_LOG_WARN,
-                "--max-connections %d is more than the open-file limit (%ld) leaves room for",
-                o->max_connections, nofile);
+    set_conn_max(s, 1);
     if (!(s->guard = cg_new(s->base, o->timeout, conns_changed, s))) goto out;
     if (o->rate_limit > 0 && !(s->rl = rl_new(o->rate_limit))) goto out;
-    int port = o->port;
+    s->port = o->port;
     {
         /* --port 0 asks the kernel for a free port; say which one we got */
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;
         if (getsockname(evhttp_bound_socket_get_fd(s->sock), (struct sockaddr *)&ss, &sl) == 0)
-            port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                                  : ((struct sockaddr_in *)&ss)->sin_port);
+            s->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                     : ((struct sockaddr_in *)&ss)->sin_port);
     }
     s->notify = event_new(s->base, -1, EV_PERSIST, drain_queue, s);
     s->sig_int = evsignal_new(s->base, SIGINT, on_signal, s);
     s->sig_term = evsignal_new(s->base, SIGTERM, on_signal, s);
+    if (!s->notify || !s->sig_int || !s->sig_term) goto out;
     event_add(s->sig_int, NULL);
     event_add(s->sig_term, NULL);
     signal(SIGPIPE, SIG_IGN);
-    fprintf(stderr, "lmhost: serving %s on %s://%s:%d (%s)\n", s->model_name,
-            s->ssl ? "https" : "http", o->host, port, engine_chain(s->e));
+    s->load_t0 = now_s();
+    if (pthread_create(&s->load_th, NULL, load_main, s) != 0) {
+        fprintf(stderr, "lmhost: cannot start the loading thread\n");
+        goto out;
+    }
+    s->load_started = 1;
+    fprintf(stderr, "lmhost: listening on %s://%s:%d; loading %s\n", s->ssl ? "https" : "http",
+            o->host, s->port, s->model_name);
     event_base_dispatch(s->base);
-    rc = 0;
+    if (s->phase != PH_LOADING) s->rc = 0; /* else the load failed (on_loaded) */
 out:
+    if (s->load_started) pthread_join(s->load_th, NULL); /* only on an early loop exit */
     if (s->prep_th) {
         pthread_mutex_lock(&s->pmu);
         s->prep_stop = 1;
@@ -1727,6 +1920,7 @@ out:
     if (s->sig_int) event_free(s->sig_int);
     if (s->sig_term) event_free(s->sig_term);
     if (s->grace) event_free(s->grace);
+    if (s->drain_delay) event_free(s->drain_delay);
     rl_free(s->rl);
     if (s->http) evhttp_free(s->http);
     cg_free(s->guard); /* after libevent let go of the connections */
@@ -1739,6 +1933,7 @@ out:
     engine_close(s->e);
     registry_free(&s->reg);
     metrics_free(&s->m);
+    int rc = s->rc;
     free(s);
     return rc;
 }

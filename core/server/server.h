@@ -23,7 +23,9 @@ typedef struct server_opts {
                                 reply's bytes) */
     int max_connections;     /* open connections at most; 0: from the open-file limit */
     int rate_limit;          /* requests a minute per client address; 0: no limit */
-    int shutdown_grace;      /* seconds in-flight requests get after SIGINT/SIGTERM */
+    int drain_delay;         /* seconds after SIGINT/SIGTERM that requests are still served
+                                while /health says 503 "draining" */
+    int shutdown_grace;      /* seconds in-flight requests get after that */
     size_t max_body;
     sampler_params defaults; /* sampling when a request does not say */
     spec_opts spec;          /* speculative decoding */

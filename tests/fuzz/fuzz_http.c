@@ -569,6 +569,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     s->n_eos = 1;
     s->sch = &fuzz_sched;
     s->conn_max = s->o.max_connections;
+    s->phase = PH_SERVING; /* the model is "loaded" (the stand-ins above) */
 
     /* an input ending in a NUL byte: a client that leaves (half-closes) as soon as it has
      * sent the rest, without waiting for its answers; the NUL is not sent */

@@ -12,6 +12,7 @@
 // names the backend swap and swap-quant move to and back from (default cpu).
 import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -1219,7 +1220,7 @@ async function scenarioOptions() {
   const model = modelDir();
   const setA = [['--model', model], ['--model-name', 'opt-a'], ['--host', '127.0.0.1'], ['--port', '0'], ['--tls-cert', cert], ['--tls-key', key],
     ['--api-key', 'k1'], ['--max-tokens', '5'], ['--ctx-size', '256'], ['--parallel', '2'], ['--queue', '3'], ['--chunk', '32'],
-    ['--prefix-cache-mb', '0'], ['--timeout', '7'], ['--shutdown-grace', '2'], ['--max-body', '2048'], ['--backend', 'cpu'],
+    ['--prefix-cache-mb', '0'], ['--timeout', '7'], ['--shutdown-grace', '2'], ['--drain-delay', '1'], ['--max-body', '2048'], ['--backend', 'cpu'],
     ['--precision', 'exact'], ['--admin-key', 'adm'], ['--cache', 'q8'], ['--threads', '1'], ['--top-k', '1'], ['--top-p', '0.5'],
     ['--min-p', '0.1'], ['--temperature', '0'], ['--spec', 'ngram'], ['--draft-max', '3'], ['--max-connections', '50'],
     ['--rate-limit', '600']];
@@ -1251,8 +1252,8 @@ async function scenarioOptions() {
       eq(h.precision, 'exact', `${form}: --precision`);
       eq(h.caches?.[0]?.format, 'q8', `${form}: --cache`);
       eq(JSON.stringify([h.speculative?.mode, h.speculative?.draft_max]), '["ngram",3]', `${form}: --spec, --draft-max`);
-      eq(JSON.stringify(h.limits), JSON.stringify({ parallel: 2, queue: 3, max_connections: 50, rate_limit: 600, ctx_size: 256, max_tokens: 5, chunk: 32, timeout: 7, shutdown_grace: 2, max_body: 2048, threads: 1 }),
-        `${form}: --parallel, --queue, --max-connections, --rate-limit, --ctx-size, --max-tokens, --chunk, --timeout, --shutdown-grace, --max-body, --threads`);
+      eq(JSON.stringify(h.limits), JSON.stringify({ parallel: 2, queue: 3, max_connections: 50, rate_limit: 600, ctx_size: 256, max_tokens: 5, chunk: 32, timeout: 7, shutdown_grace: 2, drain_delay: 1, max_body: 2048, threads: 1 }),
+        `${form}: --parallel, --queue, --max-connections, --rate-limit, --ctx-size, --max-tokens, --chunk, --timeout, --shutdown-grace, --drain-delay, --max-body, --threads`);
       eq(JSON.stringify(h.sampling_defaults), JSON.stringify({ temperature: 0, top_k: 1, top_p: 0.5, min_p: 0.1 }), `${form}: --temperature, --top-k, --top-p, --min-p`);
       check(/backend=cpu/.test(h.chain), `${form}: --backend`, h.chain);
       const r = chat(a.url, 'k1', { messages: cases[0].messages, ...(Object.keys(cases[0].template_vars).length ? { chat_template_kwargs: cases[0].template_vars } : {}) });
@@ -1357,7 +1358,202 @@ async function scenarioExperts() {
   check(/--moe-top-k 3: the model routes each token to 2 experts at most/.test(err), '--moe-top-k past the model\'s top_k: refused at start', err.slice(-200));
 }
 
-const scenarios = { experts: scenarioExperts, structured: scenarioStructured, embeddings: () => scenarioEmbeddings(), 'embeddings-vulkan': () => scenarioEmbeddings(['--backend', 'vulkan']), options: scenarioOptions, swap: scenarioSwap, 'swap-quant': scenarioSwapQuant, 'swap-kvquant': scenarioSwapKvQuant, 'serve-vulkan': scenarioServeVulkan, 'vulkan-oom': scenarioVulkanOom, 'https-client': scenarioHttpsClient, http: scenarioHttp, https: scenarioHttps, auth: scenarioAuth, errors: scenarioErrors, concurrency: () => scenarioConcurrency(), 'concurrency-hybrid': () => scenarioConcurrency(hybridDir()), shutdown: scenarioShutdown, 'kv-cache': scenarioKvCache, 'kv-cache-errors': scenarioKvCacheErrors, precision: scenarioPrecision, bind: scenarioBind, 'prefix-cache': () => scenarioPrefixCache(), 'prefix-cache-vulkan': () => scenarioPrefixCache(['--backend', 'vulkan'], { quick: true, on: ['--prefix-cache-mb', '256'], parks: true }), speculative: () => scenarioSpeculative(), 'speculative-vulkan': () => scenarioSpeculative(['--backend', 'vulkan'], { quick: true, draftBe: ['--draft-backend', 'cpu'], invariant: false }) };
+// Readiness and draining, as a balancer sees them. The server listens before the model
+// loads (LMHOST_DEBUG=load-delay-ms makes that take a while): /health 503 "loading",
+// /health/live 200, API routes 503 with Retry-After; then 200 "ok". Under load the queue
+// gauges add up. On SIGTERM with --drain-delay: /health 503 "draining" at once while new
+// requests are still served; after the delay the listener closes and POSTs on connections
+// already open get 503 with Retry-After; the running stream ends in full; exit 0. A load
+// that fails exits non-zero; a signal while loading exits at once.
+function spawnListening(extra, env = {}, model = undefined) {
+  const p = spawn(lmhost, ['serve', '--model', model ?? modelDir(), '--port', '0', '--model-name', 'e2e', ...extra],
+    { stdio: ['ignore', 'inherit', 'pipe'], env: { ...process.env, ...env } });
+  p.log = '';
+  p.exited = new Promise((r) => p.on('exit', (code, sig) => r(code ?? sig)));
+  let onServing;
+  p.serving = new Promise((r) => { onServing = r; });
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('server did not listen: ' + p.log)), 30000);
+    p.stderr.on('data', (d) => {
+      p.log += d;
+      process.stderr.write(d);
+      const m = /listening on (https?):\/\/([^:]+):(\d+)/.exec(p.log);
+      if (m && !p.url) { clearTimeout(timer); p.url = `${m[1]}://${m[2]}:${m[3]}`; resolve(p); }
+      if (/serving \S+ on /.test(p.log)) onServing();
+    });
+    p.exited.then((c) => { if (!p.url) reject(new Error(`server exited ${c}: ${p.log}`)); });
+  });
+}
+
+async function getJson(url, init) {
+  const r = await fetch(url, init);
+  const text = await r.text();
+  let body = null;
+  try { body = JSON.parse(text); } catch { /* not JSON */ }
+  return { code: r.status, body, text, headers: r.headers };
+}
+
+// One HTTP/1.1 exchange on a connection opened earlier (the server closes it after its reply
+// while draining: Connection: close).
+function openConn(url) {
+  const u = new URL(url);
+  return new Promise((resolve, reject) => {
+    const sock = net.connect(Number(u.port), u.hostname, () => resolve(sock));
+    sock.on('error', reject);
+  });
+}
+function exchange(sock, method, route, body) {
+  return new Promise((resolve) => {
+    let data = '';
+    sock.setEncoding('utf8');
+    sock.on('data', (d) => { data += d; });
+    sock.on('error', () => {});
+    sock.on('close', () => {
+      const [head, ...rest] = data.split('\r\n\r\n');
+      const lines = head.split('\r\n');
+      const headers = Object.fromEntries(lines.slice(1).map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]));
+      let parsed = null;
+      try { parsed = JSON.parse(rest.join('\r\n\r\n')); } catch { /* not JSON */ }
+      resolve({ code: Number(lines[0].split(' ')[1]), headers, body: parsed });
+    });
+    const b = body ? JSON.stringify(body) : '';
+    sock.write(`${method} ${route} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(b)}\r\n\r\n${b}`);
+  });
+}
+const refused = (url) => openConn(url).then((s) => { s.destroy(); return false; }, () => true);
+const gauge = (text, name) => Number(new RegExp(`^${name} (\\d+)$`, 'm').exec(text)?.[1]);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const errShape = (b) => typeof b?.error?.message === 'string' && 'type' in b.error && 'param' in b.error && 'code' in b.error;
+
+async function scenarioReadiness() {
+  for (const v of ['-1', 'soon', '3601']) {
+    let code = 0, msg = '';
+    try { execFileSync(lmhost, ['serve', '--model', data, '--drain-delay', v], { stdio: 'pipe' }); } catch (e) { code = e.status; msg = String(e.stderr); }
+    check(code === 2 && /--drain-delay must be an integer in \[0, 3600\]/.test(msg), `--drain-delay ${v}: exit 2 naming the option`, `${code} ${msg}`);
+  }
+  // a load that fails: the server listened, then exits non-zero with the error
+  const broken = tmpDir('lmhost-broken-');
+  fs.copyFileSync(path.join(data, 'config.json'), path.join(broken, 'config.json'));
+  fs.writeFileSync(path.join(broken, 'model.safetensors'), Buffer.alloc(64));
+  for (const f of ['tokenizer.json', 'tokenizer_config.json']) fs.symlinkSync(path.join(tokdir, f), path.join(broken, f));
+  const bad = await spawnListening([], {}, broken);
+  const badCode = await bad.exited;
+  check(badCode !== 0 && /lmhost: .*safetensors/.test(bad.log) && !/serving /.test(bad.log),
+    'a load that fails: exit non-zero with the error', `exit ${badCode}: ${bad.log.slice(-300)}`);
+
+  // a signal while loading: exits at once, 0
+  const early = await spawnListening([], { LMHOST_DEBUG: 'load-delay-ms=20000' });
+  const t0 = Date.now();
+  early.kill('SIGTERM');
+  eq(await early.exited, 0, 'SIGTERM while loading: exit 0');
+  check(Date.now() - t0 < 5000, 'SIGTERM while loading: without waiting for the load', `${Date.now() - t0} ms`);
+
+  const DELAY = 2;
+  const p = await spawnListening(['--drain-delay=' + DELAY, '--parallel', '2', '--shutdown-grace', '60'],
+    { LMHOST_DEBUG: 'load-delay-ms=1500,step-delay-ms=10' });
+  try {
+    // loading
+    let h = await getJson(p.url + '/health');
+    check(h.code === 503 && h.body?.status === 'loading' && h.body?.model === 'e2e' && typeof h.body?.load?.progress === 'number' &&
+      Number(h.headers.get('retry-after')) >= 1, 'loading: /health 503 "loading" with Retry-After', `${h.code} ${h.text}`);
+    h = await getJson(p.url + '/health/live');
+    check(h.code === 200 && h.body?.status === 'alive', 'loading: /health/live 200 "alive"', `${h.code} ${h.text}`);
+    h = await getJson(p.url + '/v1/chat/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(chatBody(cases[0])) });
+    check(h.code === 503 && errShape(h.body) && /loading/.test(h.body.error.message) && Number(h.headers.get('retry-after')) >= 1,
+      'loading: a chat completion gets 503, an OpenAI error and Retry-After', `${h.code} ${h.text}`);
+    h = await getJson(p.url + '/v1/models');
+    eq(h.code, 503, 'loading: /v1/models 503');
+    let met = (await getJson(p.url + '/metrics')).text;
+    check(gauge(met, 'lmhost_ready') === 0 && gauge(met, 'lmhost_draining') === 0 && gauge(met, 'lmhost_queue_depth') === 0,
+      'loading: /metrics lmhost_ready 0, lmhost_draining 0', met.match(/^lmhost_(ready|draining) .*$/gm)?.join(', '));
+    check(!/serving /.test(p.log), 'loading: the "serving" line only once loaded');
+    await p.serving;
+
+    // serving
+    h = await getJson(p.url + '/health');
+    check(h.code === 200 && h.body?.status === 'ok' && h.body?.limits?.drain_delay === DELAY && Array.isArray(h.body?.caches),
+      'serving: /health 200 "ok" (drain_delay in limits)', `${h.code} ${h.text.slice(0, 300)}`);
+    eq((await getJson(p.url + '/health/live')).code, 200, 'serving: /health/live 200');
+    met = (await getJson(p.url + '/metrics')).text;
+    check(gauge(met, 'lmhost_ready') === 1 && gauge(met, 'lmhost_draining') === 0, 'serving: lmhost_ready 1, lmhost_draining 0');
+
+    // under load (--parallel 2, 8 requests): 2 running, 6 waiting, each answer as alone
+    const cl = client(p.url);
+    const N = 8;
+    let done = 0, seen = '', sawFull = false;
+    const load = Array.from({ length: N }, (_, k) => cl.chat.completions.create(chatBody(cases[k % cases.length])).then((r) => { done++; return r; }));
+    while (done < N) {
+      met = (await getJson(p.url + '/metrics')).text;
+      const run = gauge(met, 'lmhost_requests_running'), q = gauge(met, 'lmhost_queue_depth');
+      if (run === 2 && q === N - 2) sawFull = true;
+      if (run > 2 || run + q > N - done) seen += ` running ${run} + queue ${q} > ${N - done} unanswered;`;
+      await sleep(15);
+    }
+    const answers = await Promise.all(load);
+    check(sawFull && !seen, `under load: lmhost_requests_running 2 and lmhost_queue_depth ${N - 2} with ${N} requests in`, seen || 'never saw 2 + 6');
+    check(answers.every((r, k) => r.choices[0].message.content === cases[k % cases.length].greedy_text), 'under load: every answer as alone');
+    met = (await getJson(p.url + '/metrics')).text;
+    check(gauge(met, 'lmhost_requests_running') === 0 && gauge(met, 'lmhost_queue_depth') === 0, 'after the load: both gauges 0');
+
+    // draining: a long stream runs through SIGTERM, the delay and the stop
+    const MAXT = 400;
+    const s = await cl.chat.completions.create({ ...chatBody(cases[0], { max_tokens: MAXT, stream_options: { include_usage: true } }), stream: true });
+    let chunks = 0, finish = null, usage = null, tTerm = 0;
+    const streamDone = (async () => {
+      for await (const ch of s) {
+        if (++chunks === 3) { tTerm = Date.now(); p.kill('SIGTERM'); }
+        if (ch.usage) usage = ch.usage;
+        for (const c of ch.choices) if (c.finish_reason) finish = c.finish_reason;
+      }
+    })();
+    while (!tTerm) await sleep(5);
+    await sleep(50);
+    h = await getJson(p.url + '/health');
+    check(h.code === 503 && h.body?.status === 'draining' && h.body?.model === 'e2e' && h.body?.limits?.drain_delay === DELAY,
+      'draining: /health 503 "draining" at once, with its fields', `${h.code} ${h.text.slice(0, 200)}`);
+    eq((await getJson(p.url + '/health/live')).code, 200, 'draining: /health/live 200');
+    met = (await getJson(p.url + '/metrics')).text;
+    check(gauge(met, 'lmhost_ready') === 0 && gauge(met, 'lmhost_draining') === 1, 'draining: lmhost_ready 0, lmhost_draining 1');
+    h = await getJson(p.url + '/v1/chat/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(chatBody(cases[1])) });
+    check(h.code === 200 && h.body?.choices?.[0]?.message?.content === cases[1].greedy_text && h.headers.get('connection') === 'close',
+      'drain delay: a new request is served in full (Connection: close)', `${h.code} ${h.text.slice(0, 200)}`);
+    const conns = [await openConn(p.url), await openConn(p.url), await openConn(p.url)];
+    check(Date.now() - tTerm < DELAY * 1000, 'drain delay: the checks ran within it', `${Date.now() - tTerm} ms`);
+    while (!(await refused(p.url)) && Date.now() - tTerm < DELAY * 1000 + 5000) await sleep(50);
+    const closedAfter = Date.now() - tTerm;
+    check(closedAfter >= DELAY * 1000 - 100 && closedAfter < DELAY * 1000 + 2000, `the listener closes after --drain-delay ${DELAY}`, `${closedAfter} ms`);
+    check(!finish, 'the stream still runs after the delay', `finish ${finish} after ${chunks} chunks`);
+    let r = await exchange(conns[0], 'POST', '/v1/chat/completions', chatBody(cases[1]));
+    check(r.code === 503 && errShape(r.body) && Number(r.headers['retry-after']) >= 1,
+      'after the delay: a POST on an open connection gets 503 with Retry-After', JSON.stringify(r));
+    r = await exchange(conns[1], 'GET', '/health/live');
+    eq(r.code, 200, 'after the delay: /health/live 200');
+    r = await exchange(conns[2], 'GET', '/health');
+    check(r.code === 503 && r.body?.status === 'draining', 'after the delay: /health 503 "draining"', JSON.stringify(r).slice(0, 200));
+    await streamDone;
+    check(finish === 'length' && usage?.completion_tokens === MAXT, 'the stream running through the drain ends in full',
+      `finish ${finish}, ${usage?.completion_tokens} tokens`);
+    eq(await p.exited, 0, 'exit 0 after draining');
+  } finally {
+    if (p.exitCode === null) p.kill('SIGKILL');
+  }
+
+  // a second signal stops at once, whatever the delay
+  const q = await startServer(['--drain-delay', '60'], { env: { LMHOST_DEBUG: 'step-delay-ms=10' } });
+  const qExit = new Promise((res) => q.on('exit', (c) => res(c)));
+  const s2 = await client(q.url).chat.completions.create({ ...chatBody(cases[0], { max_tokens: 2000 }), stream: true });
+  const t2 = Date.now();
+  let n2 = 0;
+  try {
+    for await (const ch of s2) { // eslint-disable-line no-unused-vars
+      if (++n2 === 2) { q.kill('SIGTERM'); await sleep(200); q.kill('SIGTERM'); }
+    }
+  } catch { /* cut off: expected */ }
+  const code2 = await qExit;
+  check(Date.now() - t2 < 10000, 'a second SIGTERM stops at once, during the delay', `${Date.now() - t2} ms, exit ${code2}`);
+}
+
+const scenarios = { readiness: scenarioReadiness, experts: scenarioExperts, structured: scenarioStructured, embeddings: () => scenarioEmbeddings(), 'embeddings-vulkan': () => scenarioEmbeddings(['--backend', 'vulkan']), options: scenarioOptions, swap: scenarioSwap, 'swap-quant': scenarioSwapQuant, 'swap-kvquant': scenarioSwapKvQuant, 'serve-vulkan': scenarioServeVulkan, 'vulkan-oom': scenarioVulkanOom, 'https-client': scenarioHttpsClient, http: scenarioHttp, https: scenarioHttps, auth: scenarioAuth, errors: scenarioErrors, concurrency: () => scenarioConcurrency(), 'concurrency-hybrid': () => scenarioConcurrency(hybridDir()), shutdown: scenarioShutdown, 'kv-cache': scenarioKvCache, 'kv-cache-errors': scenarioKvCacheErrors, precision: scenarioPrecision, bind: scenarioBind, 'prefix-cache': () => scenarioPrefixCache(), 'prefix-cache-vulkan': () => scenarioPrefixCache(['--backend', 'vulkan'], { quick: true, on: ['--prefix-cache-mb', '256'], parks: true }), speculative: () => scenarioSpeculative(), 'speculative-vulkan': () => scenarioSpeculative(['--backend', 'vulkan'], { quick: true, draftBe: ['--draft-backend', 'cpu'], invariant: false }) };
 if (!scenarios[scenario]) { console.error('unknown scenario ' + scenario); process.exit(2); }
 try {
   await scenarios[scenario]();

@@ -359,7 +359,7 @@ async function soakPhase() {
   const inflight = Array.from({ length: 12 }, (_, k) => request(port, secure, new Agent({ keepAlive: false, ca }), 'POST', '/v1/completions',
     { ...bodyFor('completion', k % PROMPTS.length, true, k % 2 === 0), max_tokens: 24 }));
   await sleep(150);
-  stop = true; // after SIGTERM the listener closes: /health answers no more
+  stop = true; // after SIGTERM /health answers 503 "draining", then (no --drain-delay) nothing
   await healthLoop;
   srv.kill('SIGTERM');
   const answers = await Promise.all(inflight);
