@@ -34,7 +34,7 @@ extern "C" {
         * 12: lmh_backend_opts.params (a backend's options), debug.h (LMHOST_DEBUG and             \
         *    lmh_kv_next);                                                                         \
         * 13: tool-call format plugins (LMH_KIND_TOOLCALL, toolcall.h),                      \
-        *    lmh_backend_api.device_memory */
+        *    lmh_backend_api.device_memory, lmh_cache_api.kv_bits */
 
 /* Every plugin exports this symbol (C linkage, default visibility). */
 #define LMH_PLUGIN_ENTRY_NAME "lmhost_plugin_entry"

@@ -115,6 +115,12 @@ typedef struct lmh_cache_api {
      * attention state). What a position costs, not what is allocated (bytes()). May be
      * NULL (or absent by size). */
     void (*row_bytes)(lmh_cache *c, int32_t layer, uint64_t *k, uint64_t *v);
+
+    /* (ABI 1.13) Per format, in the order of `formats`: the bits of mlx-lm's "kv_bits" the
+     * format stands for (an MLX-style affine group quantization of that many bits a value,
+     * its group the setting group=N), or 0 for a format that is not one. A request's
+     * kv_bits picks the format that says its number. May be NULL (or absent by size). */
+    const int32_t *kv_bits;
 } lmh_cache_api;
 
 #ifdef __cplusplus

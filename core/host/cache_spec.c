@@ -73,6 +73,40 @@ void cache_spec_name(const cache_spec *s, char *buf, size_t len) {
     snprintf(buf, len, "%s%s%s", s->format, s->options[0] ? "," : "", s->options);
 }
 
+/* The plugin's kv_bits table (ABI 1.13), or NULL. */
+static const int32_t *kv_bits_of(const lmh_cache_api *c) {
+    return c->size >= offsetof(lmh_cache_api, kv_bits) + sizeof c->kv_bits ? c->kv_bits : NULL;
+}
+
+int cache_spec_kv_bits(const registry *reg, int bits, char *spec, size_t spec_len, char *served,
+                       size_t served_len) {
+    unsigned have = 0; /* bit b: some format stands for kv_bits b */
+    for (int i = 0; i < reg->n; i++) {
+        if (reg->items[i].info->kind != LMH_KIND_CACHE) continue;
+        const lmh_cache_api *c = reg->items[i].info->api;
+        const int32_t *kb = kv_bits_of(c);
+        for (int f = 0; kb && c->formats[f]; f++) {
+            if (kb[f] == bits) {
+                snprintf(spec, spec_len, "%s:%s", reg->items[i].info->name, c->formats[f]);
+                return 0;
+            }
+            if (kb[f] > 0 && kb[f] < 32) have |= 1u << kb[f];
+        }
+    }
+    size_t n = 0;
+    served[0] = 0;
+    for (int b = 1; b < 32 && n < served_len; b++)
+        if (have & (1u << b)) {
+            have &= ~(1u << b);
+            n += (size_t)snprintf(served + n, served_len - n, "%s%d",
+                                  !n     ? ""
+                                  : have ? ", "
+                                         : " and ",
+                                  b);
+        }
+    return -1;
+}
+
 char *cache_spec_formats(const registry *reg) {
     size_t cap = 256, n = 0;
     char *out = malloc(cap);

@@ -327,17 +327,11 @@ bad:
 
 #define ERRARGS err, err_len, param, param_len
 
-/* mlx-lm's kv_bits as a cache spec on the group-quantized cache plugin: the one place the
- * host names cache formats, since kv_bits names them in mlx-lm's terms. NULL: not served. */
-#define KV_BITS_SERVED "4 and 8"
-static const char *kv_bits_spec(int64_t bits) {
-    return bits == 8 ? "quant:q8" : bits == 4 ? "quant:q4" : NULL;
-}
-
 /* The request's cache: "kv_cache" (a cache spec, cache_spec.h's spellings, which the server
  * checks against the plugins), or mlx-lm's "kv_bits" with "kv_group_size" (the group, as the
  * plugin's setting group=N; without it the plugin picks it from the head size: 64 where it
- * divides it, mlx-lm's default). Neither: the server's --cache. Sets j->sr.cache, and
+ * divides it, mlx-lm's default). Neither: the server's --cache. Sets j->sr.cache (or
+ * j->kv_bits and kv_group, which the server resolves with the plugins), and
  * j->cache_field / j->cache_what for the errors of opening it. */
 static int pick_cache(job *j, json_object *b, char *err, size_t err_len, char *param,
                       size_t param_len) {
@@ -363,16 +357,8 @@ static int pick_cache(job *j, json_object *b, char *err, size_t err_len, char *p
         snprintf(j->cache_field, sizeof j->cache_field, "kv_cache");
         snprintf(j->cache_what, sizeof j->cache_what, "'kv_cache' \"%.64s\"", j->sr.cache);
     } else if (r) {
-        const char *spec = kv_bits_spec(bits);
-        if (!spec)
-            return fail(ERRARGS, "kv_bits",
-                        "'kv_bits' %lld is not served: this server quantizes the cache to kv_bits "
-                        "%s",
-                        (long long)bits, KV_BITS_SERVED);
-        if (has_group)
-            snprintf(j->sr.cache, sizeof j->sr.cache, "%s,group=%lld", spec, (long long)group);
-        else
-            snprintf(j->sr.cache, sizeof j->sr.cache, "%s", spec);
+        j->kv_bits = (int)bits;
+        j->kv_group = has_group ? (int)group : 0;
         snprintf(j->cache_field, sizeof j->cache_field, "%s",
                  has_group ? "kv_group_size" : "kv_bits");
         if (has_group)

@@ -363,6 +363,7 @@ struct lmh_cache {
 };
 
 static const char *const formats[] = {"q8", "q4", NULL};
+static const int32_t kv_bits[] = {8, 4}; /* mlx-lm's kv_bits: these are its formats */
 
 /* The largest of 64, 32, 16 that divides hd (MLX's default group is 64); 0: none. */
 static int32_t pick_group(int32_t hd) {
@@ -880,6 +881,7 @@ static int state_load(lmh_cache *c, uint64_t id, const void *src, uint64_t n) {
 static const lmh_cache_api api = {
     .size = sizeof(lmh_cache_api),
     .formats = formats,
+    .kv_bits = kv_bits,
     .create = create,
     .destroy = destroy,
     .seq_add = seq_add,
