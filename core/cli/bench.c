@@ -560,17 +560,16 @@ int cli_bench(int argc, char **argv) {
      * bandwidth, summed (split_rate); weights split between a device and the host get no
      * bound. */
     const char *elsewhere = NULL;
-    int n_holding = 0, holder = -1;
+    int n_holding = 0, holder = -1, on_host = 0;
     for (int i = 0; i < s2.n_backends; i++)
         if (s2.backend[i].weights + s2.backend[i].mapped) {
             n_holding++;
             holder = i;
-            if (strcmp(s2.backend[i].name, "cpu")) elsewhere = s2.backend[i].name;
+            if (strcmp(s2.backend[i].name, "cpu"))
+                elsewhere = s2.backend[i].name;
+            else
+                on_host = 1;
         }
-    int on_host = 0;
-    for (int i = 0; i < s2.n_backends; i++)
-        on_host |=
-            s2.backend[i].weights + s2.backend[i].mapped && !strcmp(s2.backend[i].name, "cpu");
     if (!no_bw && elsewhere) {
         double bps = 0;
         int brc = on_host ? LMH_EINVAL : split_rate(e, &s2, 0, &bps);
