@@ -10,6 +10,10 @@ cd "$(dirname "$0")/.."
 root=$PWD
 passed=0
 failed=0
+# what failed, printed again at the end: CI shows a run's tail, and a suite prints its
+# errors hundreds of lines above it
+failures=/tmp/lmhost-failures.log
+: >"$failures"
 
 export LMHOST_TOKENIZERS=${LMHOST_TOKENIZERS:-$HOME/.cache/lmhost/tokenizers}
 if ! tools/fetch_tokenizers.sh "$LMHOST_TOKENIZERS"; then
@@ -51,6 +55,16 @@ run_suite() { # name builddir "meson test args" [meson setup args...]
     meson test -C "$dir" --print-errorlogs --num-processes "$(nproc)" $targs 2>&1 |
         tee "/tmp/lmhost-test-$name.log" | grep -E '^ *[0-9]+/[0-9]+ |^(Ok|Fail|Skipped|Timeout):'
     count_meson "/tmp/lmhost-test-$name.log"
+    # each failed test's last lines, from meson's log of this run
+    python3 - "$dir/meson-logs/testlog.json" "$name" >>"$failures" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    t = json.loads(line)
+    if t["result"] not in ("OK", "SKIP", "EXPECTEDFAIL"):
+        out = (t.get("stdout") or "").rstrip().splitlines()[-25:]
+        print(f"--- {sys.argv[2]}: {t['name']}: {t['result']} after {t['duration']:.1f} s")
+        print("\n".join("    " + l for l in out))
+PY
 }
 
 run_suite release build ""
@@ -78,6 +92,7 @@ one() { # name command...: a test outside meson
     else
         tail -30 "/tmp/lmhost-$name.log"
         echo "$name: FAILED"
+        { echo "--- $name"; tail -25 "/tmp/lmhost-$name.log" | sed 's/^/    /'; } >>"$failures"
         failed=$((failed + 1))
     fi
 }
@@ -91,11 +106,16 @@ if [ "${SKIP_FUZZ:-0}" != 1 ]; then
     tests/fuzz/run_fuzzers.sh "${FUZZ_SECONDS:-12}" 2>&1 | tee /tmp/lmhost-fuzz.log | grep -E "^fuzz-"
     passed=$((passed + $(grep -cE "^fuzz-[a-z_]+: ok" /tmp/lmhost-fuzz.log)))
     failed=$((failed + $(grep -cE "^fuzz-[a-z_]+: FAILED" /tmp/lmhost-fuzz.log)))
+    grep -E "^fuzz-[a-z_]+: FAILED" /tmp/lmhost-fuzz.log >>"$failures"
 fi
 if [ "${SKIP_NEON:-0}" != 1 ]; then
     echo "=== neon (qemu) ==="
     one neon-qemu tests/cpu/run_neon_qemu.sh
 fi
 
+if [ -s "$failures" ]; then
+    echo "=== failures (again) ==="
+    cat "$failures"
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

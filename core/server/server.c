@@ -38,6 +38,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -1891,6 +1892,12 @@ int server_run(const server_opts *o) {
         fprintf(stderr, "lmhost serve: cannot listen on %s:%d\n", o->host, o->port);
         goto out;
     }
+    /* libevent listens with a backlog of 128: a burst of connections, or the clients that
+     * wait while --max-connections holds the listener paused, overflow it, and the kernel
+     * drops their SYNs, which clients resend only after 1, 3, 7... s. Take the kernel's
+     * most (net.core.somaxconn caps it). */
+    if (listen(evhttp_bound_socket_get_fd(s->sock), 65535) != 0)
+        log_msg(LMH_LOG_WARN, "cannot raise the listen backlog: %s", strerror(errno));
     set_conn_max(s, 1);
     if (!(s->guard = cg_new(s->base, o->timeout, conns_changed, s))) goto out;
     if (o->rate_limit > 0 && !(s->rl = rl_new(o->rate_limit))) goto out;

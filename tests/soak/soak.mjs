@@ -324,14 +324,17 @@ async function soakPhase() {
     if (!/lmhost_slow_requests_closed_total [1-9]/.test(met) || !/lmhost_connections \d+/.test(met))
       fail('/metrics does not count connections and slow requests: ' + met.match(/lmhost_(connections|slow)[^\n]*/g));
     for (const c of closed) if (c.closedAfter > (TIMEOUT + 3) * 1000) fail(`a slow sender held its connection ${(c.closedAfter / 1000).toFixed(1)} s`);
-    await Promise.all(idle);
+    // each idle one closed by --timeout (a connection the listen backlog dropped would wait
+    // for its SYN to be resent: 1, 3, 7... s)
+    const idleLast = Math.max(...(await Promise.all(idle)).map((c) => c.closedAfter));
+    if (idleLast > (TIMEOUT + 4) * 1000) fail(`an idle connection was closed only after ${(idleLast / 1000).toFixed(1)} s`);
     await sleep((TIMEOUT + 2) * 1000);
     for (const p of stalled) {
       const code = await p.done;
       if (code !== 0) fail('a reader that stopped reading kept its connection: ' + p.out.trim());
     }
     const stalledBytes = stalled.map((p) => p.out.trim().split(' ')[1]).join('/');
-    return { slow: closed.map((c) => c.closedAfter), stalledBytes };
+    return { slow: closed.map((c) => c.closedAfter), stalledBytes, idleLast };
   })();
 
   // resident memory after warm-up (a third of the run), and at the end
@@ -345,7 +348,7 @@ async function soakPhase() {
   const fdBase = fdCount(pid);
   await Promise.all(Array.from({ length: opt.clients }, (_, c) => client(c)));
   const elapsed = (now() - t0) / 1000;
-  const { slow: slowClosed, stalledBytes } = await faults;
+  const { slow: slowClosed, stalledBytes, idleLast } = await faults;
   await warm;
   agent.destroy();
   await sleep((TIMEOUT + 1) * 1000); // the server's keep-alive timeout closes what is left
@@ -378,7 +381,7 @@ async function soakPhase() {
     `${(stats.done / elapsed).toFixed(1)} req/s, ${tps.toFixed(0)} tokens/s; TTFT p50 ${pct(stats.ttft, 0.5).toFixed(0)} ms p99 ${pct(stats.ttft, 0.99).toFixed(0)} ms; ` +
     `per token p50 ${pct(stats.gaps, 0.5).toFixed(1)} ms p99 ${pct(stats.gaps, 0.99).toFixed(1)} ms; /health max ${healthMax.toFixed(0)} ms; ` +
     `RSS after warm-up ${(rssWarm / 1024).toFixed(1)} MiB, under load ${(Math.min(...rssSeries) / 1024).toFixed(1)}..${(Math.max(...rssSeries) / 1024).toFixed(1)} MiB, at the end ${(rssEnd / 1024).toFixed(1)} MiB (${(growth * 100).toFixed(1)}%); fds ${fdBase} -> ${fdEnd}; ` +
-    `slow senders closed after ${slowClosed.map((x) => (x / 1000).toFixed(1)).join('/')} s; stalled readers cut after ${stalledBytes} bytes; SIGTERM: ${good}/12 answered, exit ${exit}; ${failures} failures`);
+    `slow senders closed after ${slowClosed.map((x) => (x / 1000).toFixed(1)).join('/')} s, 1,000 idle ones within ${(idleLast / 1000).toFixed(1)} s; stalled readers cut after ${stalledBytes} bytes; SIGTERM: ${good}/12 answered, exit ${exit}; ${failures} failures`);
   return srv;
 }
 
