@@ -21,7 +21,7 @@
  * paths, or a GPU's on lavapipe, are LMHOST_DEBUG keys (lmhost/debug.h), each described
  * where setup_device reads it: vk-validate, vk-no-subgroup, vk-no-push-descriptor,
  * vk-no-fuse, vk-fuse-products, vk-full-barriers, vk-submit-min, vk-matvec, vk-matvec-rows,
- * vk-matmul-big, vk-scan-chunk, vk-kernel-shared, vk-attn-unroll, vk-attn-wgs,
+ * vk-matmul-big, vk-scan-chunk, vk-kernel-shared, vk-kernel-grid-x, vk-attn-unroll, vk-attn-wgs,
  * vk-attn-dec-wgs, vk-attn-decode, vk-attn-seqs and vk-attn-seq-wgs. */
 #include "vk_backend.h"
 #include "vk_spirv.h"
@@ -1698,7 +1698,7 @@ static int vk_kernel_run(lmh_backend *b, lmh_kernel *k, const lmh_kernel_call *c
     d.pc_words = 8 + LMH_KERNEL_MAX_PARAMS;
     if (!call->groups) return LMH_OK;
     /* past 65535 workgroups, rows of a 2-D grid (the ABI says how a kernel numbers them) */
-    d.groups[1] = (call->groups + 65534) / 65535;
+    d.groups[1] = (call->groups + b->kernel_grid_x - 1) / b->kernel_grid_x;
     d.groups[0] = (call->groups + d.groups[1] - 1) / d.groups[1];
     d.groups[2] = 1;
     pthread_mutex_lock(&b->mu);
@@ -2112,6 +2112,9 @@ static int setup_device(lmh_backend *b, int32_t want, char *err, size_t err_len)
     /* vk-kernel-shared=N: plugin kernels get at most N bytes of it, as on a smaller device
      * (tests of a plugin's way around a refused kernel) */
     b->kernel_shared = dbg_uint(b, "vk-kernel-shared", 1, b->max_shared, b->max_shared);
+    /* vk-kernel-grid-x=N: plugin kernels' grids take rows past N workgroups (65535, the
+     * least a device offers a dimension), so a test reaches that path with a small input */
+    b->kernel_grid_x = dbg_uint(b, "vk-kernel-grid-x", 1, 65535, 65535);
     /* vk-attn-wgs=N (1..512, the counters' room): a GPU's split counts on lavapipe */
     b->attn_target_wgs = dbg_uint(b, "vk-attn-wgs", 1, 512,
                                   b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 8 : 512);

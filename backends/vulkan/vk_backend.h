@@ -242,6 +242,7 @@ struct lmh_backend {
     VkDeviceSize max_alloc;    /* maxMemoryAllocationSize */
     uint32_t max_shared;       /* maxComputeSharedMemorySize */
     uint32_t kernel_shared;    /* of which plugin kernels may use (vk-kernel-shared) */
+    uint32_t kernel_grid_x;    /* a plugin kernel's workgroups a grid row (vk-kernel-grid-x) */
     uint32_t attn_target_wgs;  /* workgroups to aim for when splitting attention keys */
     uint32_t attn_ku, attn_vu; /* attention.comp's KU (at most) and VU */
     /* attn_decode.comp: lanes per key at most (0: not used; it needs subgroup shuffles)
