@@ -56,6 +56,7 @@ run_suite() { # name builddir "meson test args" [meson setup args...]
         tee "/tmp/lmhost-test-$name.log" | grep -E '^ *[0-9]+/[0-9]+ |^(Ok|Fail|Skipped|Timeout):'
     count_meson "/tmp/lmhost-test-$name.log"
     # each failed test's last lines, from meson's log of this run
+    [ -f "$dir/meson-logs/testlog.json" ] || return
     python3 - "$dir/meson-logs/testlog.json" "$name" >>"$failures" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
