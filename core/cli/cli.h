@@ -69,7 +69,8 @@ typedef struct model_args {
          0,                                                                                        \
          "NAME",                                                                                   \
          "plain",                                                                                  \
-         "the cache format and its settings (plain, f16, q8, q4, tq3, tq4; tq3,hot=0)"},           \
+         "the cache format and its settings, FORMAT[,KEY=VALUE...] (from the cache plugins: "      \
+         "`lmhost plugins`; docs/caches.md)"},                                                     \
         {"--threads", &(a).threads, NULL, 0, "N", "all cores", "CPU threads"},                     \
         {"--plugin-dir",                                                                           \
          &(a).plugin_dir,                                                                          \

@@ -19,7 +19,7 @@ int cache_spec_parse(const registry *reg, const char *spec, cache_spec *out, cha
                      size_t err_len);
 /* "FORMAT" or "FORMAT,options": how the spec is shown (in /health, say). */
 void cache_spec_name(const cache_spec *s, char *buf, size_t len);
-/* The cache spec ("PLUGIN:FORMAT") that mlx-lm's kv_bits `bits` names: the first format
+/* The cache spec ("PLUGIN:FORMAT") that a request's kv_bits `bits` names: the first format
  * whose plugin says it stands for that many bits (lmh_cache_api.kv_bits). 0, or -1 with
  * `served` saying which kv_bits the plugins serve ("4 and 8"; "" for none). */
 int cache_spec_kv_bits(const registry *reg, int bits, char *spec, size_t spec_len, char *served,

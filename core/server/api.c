@@ -328,9 +328,9 @@ bad:
 #define ERRARGS err, err_len, param, param_len
 
 /* The request's cache: "kv_cache" (a cache spec, cache_spec.h's spellings, which the server
- * checks against the plugins), or mlx-lm's "kv_bits" with "kv_group_size" (the group, as the
- * plugin's setting group=N; without it the plugin picks it from the head size: 64 where it
- * divides it, mlx-lm's default). Neither: the server's --cache. Sets j->sr.cache (or
+ * checks against the plugins), or "kv_bits" with "kv_group_size", the fields some peer servers
+ * take (the group, as the plugin's setting group=N; without it the plugin picks one from the
+ * head size). Neither: the server's --cache. Sets j->sr.cache (or
  * j->kv_bits and kv_group, which the server resolves with the plugins), and
  * j->cache_field / j->cache_what for the errors of opening it. */
 static int pick_cache(job *j, json_object *b, char *err, size_t err_len, char *param,
@@ -978,8 +978,8 @@ static json_object *wrap_logprobs(job *j, json_object *entries) {
     return o;
 }
 
-/* Thinking text under both names clients read: reasoning_content (llama.cpp, SwiftLM) and
- * reasoning (vLLM, mlx-lm, Ollama). */
+/* Thinking text under both names that clients of other servers read: reasoning_content and
+ * reasoning. */
 static void add_reasoning(json_object *d, const char *r, size_t rl) {
     json_object_object_add(d, "reasoning_content", json_object_new_string_len(r, (int)rl));
     json_object_object_add(d, "reasoning", json_object_new_string_len(r, (int)rl));

@@ -110,7 +110,7 @@ typedef struct job {
     /* the cache the request asked for (sr.cache): the field that named it, and how errors
      * quote it ("'kv_bits' 8"); empty for the server's default */
     char cache_field[16], cache_what[128];
-    /* mlx-lm's kv_bits and kv_group_size (0: not given): the server turns them into
+    /* the request's kv_bits and kv_group_size (0: not given): the server turns them into
      * sr.cache through the cache plugins (cache_spec_kv_bits) */
     int kv_bits, kv_group;
     int stream_started; /* a stream's 200 and role chunks are sent */

@@ -1156,14 +1156,14 @@ static void handle_generate(server *s, struct evhttp_request *req, job_kind kind
         send_error(s, req, 400, "invalid_request_error", param[0] ? param : NULL, "%s", err);
         return;
     }
-    if (j->kv_bits) { /* mlx-lm's kv_bits: the format a cache plugin says it stands for */
+    if (j->kv_bits) { /* kv_bits: the format a cache plugin says it stands for */
         char spec[96], served[64];
         if (cache_spec_kv_bits(&s->reg, j->kv_bits, spec, sizeof spec, served, sizeof served)) {
             send_error(s, req, 400, "invalid_request_error", "kv_bits",
                        served[0] ? "'kv_bits' %d is not served: this server quantizes the cache "
                                    "to kv_bits %s"
                                  : "'kv_bits' %d is not served: no cache plugin here quantizes "
-                                   "to mlx-lm's kv_bits%s",
+                                   "to a kv_bits%s",
                        j->kv_bits, served);
             job_free(j);
             return;
