@@ -1698,9 +1698,7 @@ static int vk_kernel_run(lmh_backend *b, lmh_kernel *k, const lmh_kernel_call *c
     d.pc_words = 8 + LMH_KERNEL_MAX_PARAMS;
     if (!call->groups) return LMH_OK;
     /* past 65535 workgroups, rows of a 2-D grid (the ABI says how a kernel numbers them) */
-    d.groups[1] = (call->groups + b->kernel_grid_x - 1) / b->kernel_grid_x;
-    d.groups[0] = (call->groups + d.groups[1] - 1) / d.groups[1];
-    d.groups[2] = 1;
+    vk_grid(&d, call->groups, b->kernel_grid_x);
     pthread_mutex_lock(&b->mu);
     vk_fuse_flush(b); /* held ops go first: the kernel may read what they write */
     int rc = b->err ? b->err : vk_fuse_take_err(b);

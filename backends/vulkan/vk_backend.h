@@ -390,6 +390,8 @@ void vk_log(lmh_backend *b, int level, const char *fmt, ...)
 #endif
     ;
 int vk_record(lmh_backend *b, const vk_dispatch *d);
+/* d's grid for `groups` workgroups: rows of at most row_max past that many (vk_ops.c) */
+void vk_grid(vk_dispatch *d, uint64_t groups, uint32_t row_max);
 /* A device buffer for the backend's own use (not counted as a tensor); free with
  * vk_tensor_release, which waits for the work recorded on it like tensor_free. */
 vk_tensor *vk_scratch(lmh_backend *b, VkDeviceSize bytes);

@@ -325,15 +325,19 @@ int vk_check_op(lmh_backend *b, const lmh_op *op) {
 
 /* ---- recording -------------------------------------------------------------------- */
 
-/* Past 65535 groups the grid goes 2D (the least a device must offer a dimension), spread
- * evenly: 65535 x 2 for 75968 groups would leave 42% of them idle (measured on an H100:
- * the 151936-row output head went from 2.0 to 2.66 TB/s). */
-static void grid(vk_dispatch *d, uint64_t groups) {
+/* Past row_max groups (65535: the least a device must offer a dimension) the grid goes 2D,
+ * spread evenly: 65535 x 2 for 75968 groups would leave 42% of them idle (measured on an
+ * H100: the 151936-row output head went from 2.0 to 2.66 TB/s). */
+void vk_grid(vk_dispatch *d, uint64_t groups, uint32_t row_max) {
     if (!groups) groups = 1;
-    uint64_t gy = cdiv(groups, 65535);
+    uint64_t gy = cdiv(groups, row_max);
     d->groups[0] = (uint32_t)cdiv(groups, gy);
     d->groups[1] = (uint32_t)gy;
     d->groups[2] = 1;
+}
+
+static void grid(vk_dispatch *d, uint64_t groups) {
+    vk_grid(d, groups, 65535);
 }
 
 static void count_read(lmh_backend *b, const lmh_tensor *w, uint64_t bytes) {

@@ -35,10 +35,10 @@
 #include <math.h>
 #include <stdarg.h>
 #include <signal.h>
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <errno.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
